@@ -1,0 +1,85 @@
+"""sealtrace.proxy: the recorder imported into production processes, and the sealed format.
+
+It must never block or crash the host application, never hold a private key, and never import
+web, queue, container or engine stacks (FastAPI, Celery, podman, SQLAlchemy, sealtrace._engine);
+boto3 is imported only when an s3:// store is used. The public surface is `__all__`; the
+modules behind it are private.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._errors import (
+    IncompleteRecordingError,
+    IntegrityError,
+    RunIdMismatchError,
+    SealtraceError,
+    StorageError,
+    TamperedError,
+    UnsupportedFormatError,
+    UsageError,
+    WrongIdentityError,
+)
+from ._format import DEFAULT_CHUNK_SIZE, DEFAULT_SEGMENT_SIZE, FORMAT_VERSION
+from ._inspect import describe_recording
+from ._keys import Identity, Recipient, generate_identity, write_keypair
+from ._reader import RecordingStatus, SealedReader
+from ._store import (
+    DiscardSink,
+    Listing,
+    LocalDirStore,
+    MemoryStore,
+    RecordingSink,
+    RecordingSource,
+    StoredObject,
+    open_store,
+)
+from ._writer import SealedWriter
+
+if TYPE_CHECKING:
+    from ._s3 import S3Options, S3Store
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_SEGMENT_SIZE",
+    "FORMAT_VERSION",
+    "DiscardSink",
+    "Identity",
+    "IncompleteRecordingError",
+    "IntegrityError",
+    "Listing",
+    "LocalDirStore",
+    "MemoryStore",
+    "Recipient",
+    "RecordingSink",
+    "RecordingSource",
+    "RecordingStatus",
+    "RunIdMismatchError",
+    "S3Options",
+    "S3Store",
+    "SealedReader",
+    "SealedWriter",
+    "SealtraceError",
+    "StorageError",
+    "StoredObject",
+    "TamperedError",
+    "UnsupportedFormatError",
+    "UsageError",
+    "WrongIdentityError",
+    "describe_recording",
+    "generate_identity",
+    "open_store",
+    "write_keypair",
+]
+
+_LAZY = {"S3Options", "S3Store"}
+
+
+def __getattr__(name: str) -> Any:
+    # The S3 store pulls in boto3; load it only when someone asks for it.
+    if name in _LAZY:
+        from . import _s3
+
+        return getattr(_s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,196 @@
+"""The sealed recording format, version 1: byte layouts and the crypto that binds them.
+
+This module is the single definition of the format; docs/format.md explains it and lists the
+invariants. Both the writer and the reader build every header, nonce and AAD here, so they
+cannot disagree. Bump FORMAT_VERSION for any change to a layout or a derivation.
+
+Objects of one recording (names relative to the recording's prefix or directory):
+    header          RecordingHeader: suite, run id, chunk and segment sizes, HPKE-wrapped key
+    seg-000000 ...  SegmentHeader followed by chunk records; each object written once
+
+A chunk record is CHUNK_PREFIX (ciphertext length, flags) then AES-256-GCM ciphertext+tag.
+Chunk counters run across segments; the nonce is STREAM-style (counter, final flag); the AAD
+binds the header digest, the segment index and the flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from ._errors import TamperedError, UnsupportedFormatError, WrongIdentityError
+from ._keys import Identity, Recipient
+
+FORMAT_VERSION = 1
+
+# RFC 9180 identifiers of the one suite version 1 uses.
+KEM_ID_X25519_HKDF_SHA256 = 0x0020
+KDF_ID_HKDF_SHA256 = 0x0001
+AEAD_ID_AES_256_GCM = 0x0002
+HPKE_SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.AES_256_GCM)
+
+RECORDING_KEY_SIZE = 32
+TAG_SIZE = 16
+DIGEST_SIZE = 32
+ENC_SIZE = 32
+WRAPPED_KEY_SIZE = RECORDING_KEY_SIZE + TAG_SIZE
+
+DEFAULT_CHUNK_SIZE = 64 * 1024
+DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
+MIN_CHUNK_SIZE = 16
+MAX_CHUNK_SIZE = 16 * 1024 * 1024
+MAX_SEGMENT_SIZE = 1024 * 1024 * 1024
+MAX_RUN_ID_BYTES = 200
+
+HEADER_OBJECT = "header"
+SEGMENT_PREFIX = "seg-"
+
+HEADER_MAGIC = b"SEALTRH\x00"
+SEGMENT_MAGIC = b"SEALTRS\x00"
+
+# header: magic, version, kem, kdf, aead, chunk_size, segment_size, created_unix_ms, run_id_len
+_HEADER_FIXED = struct.Struct(">8sHHHHIIQH")
+# segment: magic, version, segment index, first chunk counter, header digest
+SEGMENT_HEADER = struct.Struct(">8sHIQ32s")
+# chunk record prefix: ciphertext length (plaintext + tag), flags
+CHUNK_PREFIX = struct.Struct(">IB")
+# nonce: 3 zero bytes, 64-bit chunk counter, final flag  (STREAM construction)
+NONCE = struct.Struct(">3xQB")
+# AAD: header digest, segment index, flags
+AAD = struct.Struct(">32sIB")
+
+FLAG_FINAL = 0x01  # last chunk of the recording
+FLAG_SEGMENT_END = 0x02  # last chunk of its segment
+KNOWN_FLAGS = FLAG_FINAL | FLAG_SEGMENT_END
+
+HPKE_INFO_LABEL = b"sealtrace/recording-key"
+BODY_KEY_LABEL = b"sealtrace/body-key"
+
+
+def segment_name(index: int) -> str:
+    return f"{SEGMENT_PREFIX}{index:06d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The index a canonical segment name encodes, or None for any other name."""
+    digits = name[len(SEGMENT_PREFIX) :]
+    if not name.startswith(SEGMENT_PREFIX) or len(digits) < 6 or not digits.isdigit():
+        return None
+    index = int(digits)
+    return index if segment_name(index) == name else None
+
+
+def segment_capacity(chunk_size: int, segment_size: int) -> int:
+    """How many full chunk records fit in one segment object (at least one)."""
+    room = segment_size - SEGMENT_HEADER.size
+    return max(1, room // (CHUNK_PREFIX.size + chunk_size + TAG_SIZE))
+
+
+def check_sizes(chunk_size: int, segment_size: int) -> None:
+    if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk size must be in [{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]")
+    if not 0 < segment_size <= MAX_SEGMENT_SIZE:
+        raise ValueError(f"segment size must be in (0, {MAX_SEGMENT_SIZE}]")
+
+
+def hpke_info(run_id: str) -> bytes:
+    """HPKE `info`: binds the wrapped key to this format version and this run."""
+    rid = run_id.encode("utf-8")
+    return HPKE_INFO_LABEL + struct.pack(">HH", FORMAT_VERSION, len(rid)) + rid
+
+
+def wrap_recording_key(recording_key: bytes, recipient: Recipient, run_id: str) -> bytes:
+    """enc || ciphertext of the recording key, single-shot HPKE base mode."""
+    sealed = HPKE_SUITE.encrypt(recording_key, recipient.public_key, info=hpke_info(run_id))
+    assert len(sealed) == ENC_SIZE + WRAPPED_KEY_SIZE
+    return sealed
+
+
+def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> bytes:
+    try:
+        key = HPKE_SUITE.decrypt(sealed, identity.private_key, info=hpke_info(run_id))
+    except InvalidTag:
+        raise WrongIdentityError(
+            "cannot unwrap the recording key: wrong identity, or the header was altered"
+        ) from None
+    if len(key) != RECORDING_KEY_SIZE:
+        raise TamperedError("the unwrapped recording key has the wrong length")
+    return key
+
+
+def derive_body_key(recording_key: bytes, header_digest: bytes) -> bytes:
+    """The AES-256-GCM key for chunks: bound to the whole header, not just the run."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=BODY_KEY_LABEL + header_digest)
+    return hkdf.derive(recording_key)
+
+
+@dataclass(frozen=True)
+class RecordingHeader:
+    run_id: str
+    chunk_size: int
+    segment_size: int
+    created_unix_ms: int
+    wrapped_key: bytes  # enc || HPKE ciphertext
+    version: int = FORMAT_VERSION
+
+    def encode(self) -> bytes:
+        rid = self.run_id.encode("utf-8")
+        fixed = _HEADER_FIXED.pack(
+            HEADER_MAGIC,
+            self.version,
+            KEM_ID_X25519_HKDF_SHA256,
+            KDF_ID_HKDF_SHA256,
+            AEAD_ID_AES_256_GCM,
+            self.chunk_size,
+            self.segment_size,
+            self.created_unix_ms,
+            len(rid),
+        )
+        return fixed + rid + self.wrapped_key
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RecordingHeader:
+        if len(raw) < _HEADER_FIXED.size or raw[:8] != HEADER_MAGIC:
+            raise UnsupportedFormatError("not a sealtrace recording (bad header magic)")
+        magic, version, kem, kdf, aead, chunk, segment, created, rid_len = (
+            _HEADER_FIXED.unpack_from(raw)
+        )
+        if version != FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"recording format version {version} is not supported (this build reads "
+                f"version {FORMAT_VERSION})"
+            )
+        if (kem, kdf, aead) != (KEM_ID_X25519_HKDF_SHA256, KDF_ID_HKDF_SHA256, AEAD_ID_AES_256_GCM):
+            raise UnsupportedFormatError(f"unsupported HPKE suite {kem:#06x}/{kdf:#06x}/{aead:#06x}")
+        expected = _HEADER_FIXED.size + rid_len + ENC_SIZE + WRAPPED_KEY_SIZE
+        if rid_len > MAX_RUN_ID_BYTES or len(raw) != expected:
+            raise TamperedError("header has the wrong length")
+        try:
+            check_sizes(chunk, segment)
+            run_id = raw[_HEADER_FIXED.size : _HEADER_FIXED.size + rid_len].decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            raise TamperedError("header fields are out of range") from None
+        return cls(
+            run_id=run_id,
+            chunk_size=chunk,
+            segment_size=segment,
+            created_unix_ms=created,
+            wrapped_key=raw[_HEADER_FIXED.size + rid_len :],
+            version=version,
+        )
+
+
+def header_digest(encoded_header: bytes) -> bytes:
+    return hashlib.sha256(encoded_header).digest()
+
+
+def validate_run_id(run_id: str) -> None:
+    raw = run_id.encode("utf-8")
+    if not raw or len(raw) > MAX_RUN_ID_BYTES or not run_id.isprintable():
+        raise ValueError(f"a run id is 1..{MAX_RUN_ID_BYTES} bytes of printable text")

@@ -1,0 +1,103 @@
+"""What can be said about a stored recording without (or with) its identity."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ._errors import IntegrityError
+from ._format import FLAG_FINAL, HEADER_OBJECT, segment_name
+from ._keys import Identity
+from ._reader import SealedReader, iter_chunk_records, read_header, segment_names
+from ._store import RecordingSource
+
+__all__ = ["SegmentReport", "describe_recording"]
+
+
+@dataclass
+class SegmentReport:
+    name: str
+    size: int
+    versions: int
+    chunks: int | None = None
+    first_chunk: int | None = None
+    has_final: bool = False
+    problem: str | None = None
+
+
+@dataclass
+class RecordingReport:
+    location: str
+    run_id: str
+    format_version: int
+    suite: str
+    chunk_size: int
+    segment_size: int
+    created: str
+    header_digest: str
+    header_versions: int
+    segments: list[SegmentReport] = field(default_factory=list)
+    # Without an identity: what the unauthenticated framing claims. With one: verified.
+    completeness: str = "unknown"
+    verified: bool = False
+    alarms: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_recording(source: RecordingSource, identity: Identity | None = None) -> RecordingReport:
+    """Header, segments and completeness. Structural problems are reported, not raised; with an
+    identity every chunk is authenticated and an IntegrityError propagates."""
+    listing = source.list()
+    header, digest = read_header(source, listing)
+    report = RecordingReport(
+        location=source.location,
+        run_id=header.run_id,
+        format_version=header.version,
+        suite="DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 / AES-256-GCM",
+        chunk_size=header.chunk_size,
+        segment_size=header.segment_size,
+        created=dt.datetime.fromtimestamp(header.created_unix_ms / 1000, dt.UTC).isoformat(),
+        header_digest=digest.hex(),
+        header_versions=listing.objects[HEADER_OBJECT].versions,
+        alarms=list(listing.alarms),
+    )
+    claims_final = False
+    try:
+        names = segment_names(listing)
+    except IntegrityError as exc:
+        names = sorted(n for n in listing.objects if n != HEADER_OBJECT)
+        report.alarms.append(str(exc))
+    for index, name in enumerate(names):
+        obj = listing.objects[name]
+        seg = SegmentReport(name=name, size=obj.size, versions=obj.versions)
+        report.segments.append(seg)
+        if name != segment_name(index):
+            seg.problem = "out of sequence"
+            continue
+        try:
+            records = list(iter_chunk_records(source.get(name), index, header, digest, None))
+        except IntegrityError as exc:
+            seg.problem = str(exc)
+            continue
+        seg.chunks = len(records)
+        seg.has_final = any(r.flags & FLAG_FINAL for r in records)
+        claims_final = claims_final or seg.has_final
+    if identity is None:
+        problems = any(s.problem for s in report.segments)
+        report.completeness = (
+            "damaged (see segments)"
+            if problems
+            else "claims complete (unverified: no identity given)"
+            if claims_final
+            else "incomplete (no final chunk)"
+        )
+        return report
+    reader = SealedReader(source, identity)
+    for _ in reader:
+        pass
+    report.verified = True
+    report.completeness = reader.status.describe()
+    return report

@@ -1,0 +1,188 @@
+"""The streaming reader: verifies and decrypts a sealed recording, chunk by chunk, in order.
+
+It yields only authenticated plaintext, and ends with a status that says "complete" only when
+the final chunk (whose flag is bound into its nonce) was authenticated. Everything that is not
+exactly what one writer produced for this header — a flipped bit, a dropped, duplicated,
+reordered or foreign segment, a cut inside a segment, trailing bytes — raises TamperedError at
+the first bad byte. A missing tail (segments never written) is the one thing that is not an
+error here: it is what a killed writer leaves, and it reads as incomplete after chunk N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ._errors import RunIdMismatchError, TamperedError, UsageError
+from ._format import (
+    AAD,
+    CHUNK_PREFIX,
+    FLAG_FINAL,
+    FLAG_SEGMENT_END,
+    FORMAT_VERSION,
+    HEADER_OBJECT,
+    KNOWN_FLAGS,
+    NONCE,
+    SEGMENT_HEADER,
+    SEGMENT_MAGIC,
+    TAG_SIZE,
+    RecordingHeader,
+    derive_body_key,
+    header_digest,
+    parse_segment_name,
+    segment_capacity,
+    segment_name,
+    unwrap_recording_key,
+)
+from ._keys import Identity
+from ._store import Listing, RecordingSource
+
+__all__ = ["ChunkRecord", "RecordingStatus", "SealedReader", "iter_chunk_records", "read_header"]
+
+
+@dataclass
+class RecordingStatus:
+    complete: bool = False
+    chunks: int = 0  # authenticated chunks, counted from 0; "incomplete after chunk N-1"
+    segments: int = 0
+    plaintext_bytes: int = 0
+    alarms: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.complete:
+            return f"complete: {self.chunks} chunks in {self.segments} segments"
+        if self.chunks == 0:
+            return "incomplete: no chunk was sealed"
+        return f"incomplete after chunk {self.chunks - 1}: the final chunk was never written"
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    offset: int  # of the ciphertext within the segment object
+    length: int  # ciphertext + tag
+    flags: int
+
+
+def max_segment_bytes(header: RecordingHeader) -> int:
+    capacity = segment_capacity(header.chunk_size, header.segment_size)
+    return SEGMENT_HEADER.size + capacity * (CHUNK_PREFIX.size + header.chunk_size + TAG_SIZE)
+
+
+def read_header(source: RecordingSource, listing: Listing) -> tuple[RecordingHeader, bytes]:
+    """The decoded header and its digest; UsageError if nothing is stored at the location."""
+    if HEADER_OBJECT not in listing.objects:
+        if any(parse_segment_name(name) is not None for name in listing.objects):
+            raise TamperedError(f"{source.location} has segments but no header")
+        raise UsageError(f"no sealtrace recording at {source.location}")
+    if listing.objects[HEADER_OBJECT].size > 4096:
+        raise TamperedError("header object is too large")
+    raw = source.get(HEADER_OBJECT)
+    return RecordingHeader.decode(raw), header_digest(raw)
+
+
+def segment_names(listing: Listing) -> list[str]:
+    """Segment names in order; TamperedError if one before the last present is missing."""
+    indices = sorted(i for i in map(parse_segment_name, listing.objects) if i is not None)
+    for expected, index in enumerate(indices):
+        if index != expected:
+            raise TamperedError(f"{segment_name(expected)} is missing but later segments exist")
+    return [segment_name(i) for i in indices]
+
+
+def iter_chunk_records(
+    data: bytes, index: int, header: RecordingHeader, digest: bytes, first_chunk: int | None
+) -> Iterator[ChunkRecord]:
+    """Structural walk of one segment object (no decryption). Checks everything checkable
+    without the key; first_chunk=None skips the counter-continuity check (for inspect)."""
+    name = segment_name(index)
+    if len(data) > max_segment_bytes(header):
+        raise TamperedError(f"{name} is larger than any segment this recording can have")
+    if len(data) < SEGMENT_HEADER.size:
+        raise TamperedError(f"{name} is truncated inside its segment header")
+    magic, version, seg_index, seg_first, seg_digest = SEGMENT_HEADER.unpack_from(data)
+    if magic != SEGMENT_MAGIC or version != FORMAT_VERSION:
+        raise TamperedError(f"{name} is not a version {FORMAT_VERSION} sealtrace segment")
+    if seg_digest != digest:
+        raise TamperedError(f"{name} belongs to another recording (header digest differs)")
+    if seg_index != index:
+        raise TamperedError(f"{name} holds segment {seg_index}: segments were moved or copied")
+    if first_chunk is not None and seg_first != first_chunk:
+        raise TamperedError(
+            f"{name} starts at chunk {seg_first}, expected {first_chunk}: chunks were dropped or repeated"
+        )
+    pos, ended = SEGMENT_HEADER.size, False
+    while pos < len(data):
+        if ended:
+            raise TamperedError(f"{name} has trailing bytes after its last chunk")
+        if len(data) - pos < CHUNK_PREFIX.size:
+            raise TamperedError(f"{name} is truncated inside a chunk header")
+        length, flags = CHUNK_PREFIX.unpack_from(data, pos)
+        pos += CHUNK_PREFIX.size
+        if flags & ~KNOWN_FLAGS or not TAG_SIZE <= length <= header.chunk_size + TAG_SIZE:
+            raise TamperedError(f"{name} has a malformed chunk header at byte {pos - CHUNK_PREFIX.size}")
+        if pos + length > len(data):
+            raise TamperedError(f"{name} is truncated inside a chunk")
+        yield ChunkRecord(pos, length, flags)
+        pos += length
+        ended = bool(flags & (FLAG_SEGMENT_END | FLAG_FINAL))
+    if not ended:
+        raise TamperedError(f"{name} ends without its closing chunk: the object was cut short")
+
+
+class SealedReader:
+    """Iterate to get verified plaintext chunks; `status` is final once iteration ends."""
+
+    def __init__(
+        self, source: RecordingSource, identity: Identity, *, expected_run_id: str | None = None
+    ) -> None:
+        self.source = source
+        listing = source.list()
+        self.header, self.header_digest = read_header(source, listing)
+        if expected_run_id is not None and self.header.run_id != expected_run_id:
+            raise RunIdMismatchError(
+                f"the recording at {source.location} is run {self.header.run_id!r}, "
+                f"not {expected_run_id!r}"
+            )
+        key = unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id)
+        self._aead = AESGCM(derive_body_key(key, self.header_digest))
+        del key
+        self._segments = segment_names(listing)
+        self.status = RecordingStatus(alarms=list(listing.alarms))
+        self._started = False
+
+    @property
+    def run_id(self) -> str:
+        return self.header.run_id
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._started:
+            raise RuntimeError("a SealedReader can be iterated once")
+        self._started = True
+        status, digest = self.status, self.header_digest
+        for index, name in enumerate(self._segments):
+            if status.complete:
+                raise TamperedError(f"{name} follows the final chunk")
+            data = memoryview(self.source.get(name))
+            for record in iter_chunk_records(data, index, self.header, digest, status.chunks):
+                nonce = NONCE.pack(status.chunks, record.flags & FLAG_FINAL)
+                aad = AAD.pack(digest, index, record.flags)
+                try:
+                    plaintext = self._aead.decrypt(
+                        nonce, data[record.offset : record.offset + record.length], aad
+                    )
+                except InvalidTag:
+                    raise TamperedError(
+                        f"chunk {status.chunks} in {name} failed authentication"
+                    ) from None
+                status.chunks += 1
+                status.plaintext_bytes += len(plaintext)
+                if record.flags & FLAG_FINAL:
+                    status.complete = True
+                yield plaintext
+            status.segments += 1
+
+    def read_all(self) -> bytes:
+        return b"".join(self)

@@ -1,0 +1,225 @@
+"""The `sealtrace` command line.
+
+Errors are one line on stderr and an exit code from DESIGN.md (0 ok, 2 usage, 3 divergence,
+4 integrity, 5 sandbox; 1 for an unreachable or failing store). A user mistake never prints a
+traceback; set SEALTRACE_DEBUG=1 to see one for an unexpected failure. Plaintext goes to
+stdout, never to a file unless --output names one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import click
+import typer
+
+from ._errors import IncompleteRecordingError, SealtraceError, UsageError
+from ._format import DEFAULT_CHUNK_SIZE, DEFAULT_SEGMENT_SIZE
+from ._inspect import describe_recording
+from ._keys import Identity, Recipient, write_keypair
+from ._reader import SealedReader
+from ._store import open_store
+from ._writer import SealedWriter
+
+app = typer.Typer(
+    name="sealtrace",
+    help="Record, seal, and open Python execution recordings.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+STDIN_READ = 1024 * 1024
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"sealtrace: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _guarded(func: F) -> F:
+    """Turn sealtrace errors into one line and their exit code."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SealtraceError as exc:
+            _fail(str(exc), exc.exit_code)
+        except ValueError as exc:
+            _fail(str(exc), 2)
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            # The reader of our stdout went away (e.g. `| head`): not our error to report.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if os.environ.get("SEALTRACE_DEBUG"):
+                raise
+            _fail(f"unexpected {exc.__class__.__name__}: {exc} (SEALTRACE_DEBUG=1 shows more)", 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _emit_json(payload: dict[str, Any]) -> None:
+    typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+@app.command()
+@_guarded
+def keygen(
+    out: Annotated[Path, typer.Option("--out", help="Directory for NAME.pub and NAME.key.")],
+    name: Annotated[str, typer.Option(help="Base name of the two files.")] = "sealtrace",
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a recipient (NAME.pub) and its private identity (NAME.key, mode 0600)."""
+    pub, key = write_keypair(out, name)
+    recipient = Recipient.load(pub)
+    if as_json:
+        _emit_json({"recipient": str(pub), "identity": str(key), "public_key": recipient.to_text()})
+    else:
+        typer.echo(f"recipient: {pub}\nidentity:  {key}  (keep private)")
+
+
+@app.command()
+@_guarded
+def seal(
+    recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
+    run_id: Annotated[str, typer.Option("--run-id", help="The run this recording belongs to.")],
+    output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
+    chunk_size: Annotated[int, typer.Option(help="Plaintext bytes per chunk.")] = DEFAULT_CHUNK_SIZE,
+    segment_size: Annotated[
+        int, typer.Option(help="Bytes per segment object.")
+    ] = DEFAULT_SEGMENT_SIZE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Seal standard input into a recording at OUTPUT."""
+    store = open_store(output)
+    if store.list().objects:
+        raise UsageError(f"{store.location} already holds a recording; recordings are written once")
+    writer = SealedWriter(
+        store, Recipient.load(recipient), run_id, chunk_size=chunk_size, segment_size=segment_size
+    )
+    stdin = sys.stdin.buffer
+    buffer = bytearray(STDIN_READ)
+    with writer:
+        while n := stdin.readinto(buffer):
+            writer.write(memoryview(buffer)[:n])
+    summary = {
+        "location": store.location,
+        "run_id": run_id,
+        "plaintext_bytes": writer.plaintext_bytes,
+        "chunks": writer.chunks_sealed,
+        "segments": writer.segments_written,
+        "header_digest": writer.header_digest.hex(),
+    }
+    if as_json:
+        _emit_json(summary)
+    else:
+        typer.echo(
+            f"sealed {writer.plaintext_bytes} bytes as run {run_id!r} into {store.location} "
+            f"({writer.chunks_sealed} chunks, {writer.segments_written} segments)",
+            err=True,
+        )
+
+
+@app.command("open")
+@_guarded
+def open_(
+    location: Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")],
+    identity: Annotated[Path, typer.Option("--identity", help="Private identity file.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Write plaintext here instead of stdout.")
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Refuse unless the recording is this run.")
+    ] = None,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option(help="Exit 0 for a recording whose writer never finished (still reported)."),
+    ] = False,
+) -> None:
+    """Verify and decrypt a recording to stdout (or --output)."""
+    reader = SealedReader(open_store(location), Identity.load(identity), expected_run_id=run_id)
+    for alarm in reader.status.alarms:
+        typer.echo(f"sealtrace: alarm: {alarm}", err=True)
+    if output is None:
+        _copy(reader, sys.stdout.buffer)
+    else:
+        _copy_to_file(reader, output, keep_partial=allow_incomplete)
+    status = reader.status
+    if not status.complete:
+        message = f"recording {reader.run_id!r} is {status.describe()}"
+        if not allow_incomplete:
+            raise IncompleteRecordingError(message, chunks=status.chunks)
+        typer.echo(f"sealtrace: warning: {message}", err=True)
+
+
+def _copy(reader: SealedReader, out: Any) -> None:
+    for chunk in reader:
+        out.write(chunk)
+    out.flush()
+
+
+def _copy_to_file(reader: SealedReader, path: Path, *, keep_partial: bool) -> None:
+    """Write via a temporary name so a failed open leaves no partial plaintext behind."""
+    if path.exists():
+        raise UsageError(f"refusing to overwrite {path}")
+    tmp = path.with_name(f".{path.name}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _copy(reader, out)
+        if reader.status.complete or keep_partial:
+            os.link(tmp, path)
+    finally:
+        tmp.unlink()
+
+
+@app.command()
+@_guarded
+def inspect(
+    location: Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")],
+    identity: Annotated[
+        Path | None, typer.Option("--identity", help="Also authenticate every chunk.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Describe a recording: header, segments, completeness, versions. Needs no key."""
+    report = describe_recording(
+        open_store(location), Identity.load(identity) if identity else None
+    )
+    if as_json:
+        _emit_json(report.as_dict())
+        return
+    typer.echo(f"recording   {report.location}")
+    typer.echo(f"run id      {report.run_id}")
+    typer.echo(f"format      v{report.format_version}, {report.suite}")
+    typer.echo(f"chunks      {report.chunk_size} bytes; segments up to {report.segment_size} bytes")
+    typer.echo(f"created     {report.created}")
+    typer.echo(f"header      sha256 {report.header_digest}  versions {report.header_versions}")
+    for seg in report.segments:
+        detail = seg.problem or f"{seg.chunks} chunks" + (", final" if seg.has_final else "")
+        typer.echo(f"  {seg.name}  {seg.size:>10} bytes  versions {seg.versions}  {detail}")
+    typer.echo(f"status      {report.completeness}")
+    for alarm in report.alarms:
+        typer.echo(f"ALARM       {alarm}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
