@@ -162,11 +162,15 @@ class SealedReader:
             raise RuntimeError("a SealedReader can be iterated once")
         self._started = True
         status, digest = self.status, self.header_digest
+        last = len(self._segments) - 1
         for index, name in enumerate(self._segments):
-            if status.complete:
-                raise TamperedError(f"{name} follows the final chunk")
             data = memoryview(self.source.get(name))
-            for record in iter_chunk_records(data, index, self.header, digest, status.chunks):
+            # Walk the whole segment before decrypting any of it, so a structural fault
+            # anywhere in it (a cut, trailing bytes) is refused before its plaintext leaves.
+            records = list(iter_chunk_records(data, index, self.header, digest, status.chunks))
+            if index < last and any(r.flags & FLAG_FINAL for r in records):
+                raise TamperedError(f"{segment_name(index + 1)} follows the final chunk")
+            for record in records:
                 nonce = NONCE.pack(status.chunks, record.flags & FLAG_FINAL)
                 aad = AAD.pack(digest, index, record.flags)
                 try:

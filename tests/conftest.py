@@ -1,0 +1,133 @@
+"""Shared fixtures. Services a test needs are started here, on loopback, and stopped after;
+a service that cannot start is an error, never a skip."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace.proxy import Identity, Recipient, write_keypair
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class KeyFiles:
+    recipient_path: Path
+    identity_path: Path
+
+    @property
+    def recipient(self) -> Recipient:
+        return Recipient.load(self.recipient_path)
+
+    @property
+    def identity(self) -> Identity:
+        return Identity.load(self.identity_path)
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> KeyFiles:
+    pub, key = write_keypair(tmp_path / "keys", "test")
+    return KeyFiles(pub, key)
+
+
+@pytest.fixture
+def other_keys(tmp_path: Path) -> KeyFiles:
+    pub, key = write_keypair(tmp_path / "other-keys", "other")
+    return KeyFiles(pub, key)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real moto server (S3 + KMS API) on a loopback port for this test session."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"moto server did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def aws_env(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {
+        "AWS_ENDPOINT_URL": moto_server,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def s3_client(aws_env: dict[str, str]) -> Any:
+    import boto3
+
+    return boto3.client("s3")
+
+
+@pytest.fixture
+def locked_bucket(s3_client: Any) -> str:
+    """A fresh versioned bucket with Object Lock enabled."""
+    name = f"sealtrace-test-{uuid.uuid4().hex[:12]}"
+    s3_client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    return name
+
+
+@pytest.fixture
+def unlocked_bucket(s3_client: Any) -> str:
+    name = f"sealtrace-plain-{uuid.uuid4().hex[:12]}"
+    s3_client.create_bucket(Bucket=name)
+    return name
+
+
+def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The real `sealtrace` console script in a subprocess."""
+    exe = Path(sys.executable).with_name("sealtrace")
+    return subprocess.run(
+        [str(exe), *args],
+        input=stdin,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
