@@ -126,7 +126,9 @@ def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> byte
 
 def derive_body_key(recording_key: bytes, header_digest: bytes) -> bytes:
     """The AES-256-GCM key for chunks: bound to the whole header, not just the run."""
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=BODY_KEY_LABEL + header_digest)
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=BODY_KEY_LABEL + header_digest
+    )
     return hkdf.derive(recording_key)
 
 
@@ -158,8 +160,8 @@ class RecordingHeader:
     def decode(cls, raw: bytes) -> RecordingHeader:
         if len(raw) < _HEADER_FIXED.size or raw[:8] != HEADER_MAGIC:
             raise UnsupportedFormatError("not a sealtrace recording (bad header magic)")
-        magic, version, kem, kdf, aead, chunk, segment, created, rid_len = (
-            _HEADER_FIXED.unpack_from(raw)
+        _, version, kem, kdf, aead, chunk, segment, created, rid_len = _HEADER_FIXED.unpack_from(
+            raw
         )
         if version != FORMAT_VERSION:
             raise UnsupportedFormatError(
@@ -167,7 +169,9 @@ class RecordingHeader:
                 f"version {FORMAT_VERSION})"
             )
         if (kem, kdf, aead) != (KEM_ID_X25519_HKDF_SHA256, KDF_ID_HKDF_SHA256, AEAD_ID_AES_256_GCM):
-            raise UnsupportedFormatError(f"unsupported HPKE suite {kem:#06x}/{kdf:#06x}/{aead:#06x}")
+            raise UnsupportedFormatError(
+                f"unsupported HPKE suite {kem:#06x}/{kdf:#06x}/{aead:#06x}"
+            )
         expected = _HEADER_FIXED.size + rid_len + ENC_SIZE + WRAPPED_KEY_SIZE
         if rid_len > MAX_RUN_ID_BYTES or len(raw) != expected:
             raise TamperedError("header has the wrong length")

@@ -47,7 +47,9 @@ class RecordingReport:
         return asdict(self)
 
 
-def describe_recording(source: RecordingSource, identity: Identity | None = None) -> RecordingReport:
+def describe_recording(
+    source: RecordingSource, identity: Identity | None = None
+) -> RecordingReport:
     """Header, segments and completeness. Structural problems are reported, not raised; with an
     identity every chunk is authenticated and an IntegrityError propagates."""
     listing = source.list()

@@ -93,7 +93,11 @@ def segment_names(listing: Listing) -> list[str]:
 
 
 def iter_chunk_records(
-    data: bytes, index: int, header: RecordingHeader, digest: bytes, first_chunk: int | None
+    data: bytes | memoryview,
+    index: int,
+    header: RecordingHeader,
+    digest: bytes,
+    first_chunk: int | None,
 ) -> Iterator[ChunkRecord]:
     """Structural walk of one segment object (no decryption). Checks everything checkable
     without the key; first_chunk=None skips the counter-continuity check (for inspect)."""
@@ -111,7 +115,8 @@ def iter_chunk_records(
         raise TamperedError(f"{name} holds segment {seg_index}: segments were moved or copied")
     if first_chunk is not None and seg_first != first_chunk:
         raise TamperedError(
-            f"{name} starts at chunk {seg_first}, expected {first_chunk}: chunks were dropped or repeated"
+            f"{name} starts at chunk {seg_first}, expected {first_chunk}: "
+            "chunks were dropped or repeated"
         )
     pos, ended = SEGMENT_HEADER.size, False
     while pos < len(data):
@@ -122,7 +127,9 @@ def iter_chunk_records(
         length, flags = CHUNK_PREFIX.unpack_from(data, pos)
         pos += CHUNK_PREFIX.size
         if flags & ~KNOWN_FLAGS or not TAG_SIZE <= length <= header.chunk_size + TAG_SIZE:
-            raise TamperedError(f"{name} has a malformed chunk header at byte {pos - CHUNK_PREFIX.size}")
+            raise TamperedError(
+                f"{name} has a malformed chunk header at byte {pos - CHUNK_PREFIX.size}"
+            )
         if pos + length > len(data):
             raise TamperedError(f"{name} is truncated inside a chunk")
         yield ChunkRecord(pos, length, flags)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,9 @@ class S3Options:
         try:
             days = int(raw)
         except ValueError:
-            raise UsageError(f"SEALTRACE_S3_RETENTION_DAYS must be an integer, not {raw!r}") from None
+            raise UsageError(
+                f"SEALTRACE_S3_RETENTION_DAYS must be an integer, not {raw!r}"
+            ) from None
         return cls(days, _env_flag("SEALTRACE_S3_ALLOW_UNLOCKED_BUCKET"))
 
     def __post_init__(self) -> None:
@@ -87,11 +88,18 @@ class S3Store:
             enabled = conf.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            if code not in {"ObjectLockConfigurationNotFoundError", "ObjectLockConfigurationNotFound"}:
-                raise StorageError(f"cannot read the lock of bucket {self.bucket}: {_describe(exc)}") from None
+            if code not in {
+                "ObjectLockConfigurationNotFoundError",
+                "ObjectLockConfigurationNotFound",
+            }:
+                raise StorageError(
+                    f"cannot read the lock of bucket {self.bucket}: {_describe(exc)}"
+                ) from None
             enabled = False
         except BotoCoreError as exc:
-            raise StorageError(f"cannot reach S3 for bucket {self.bucket}: {_describe(exc)}") from None
+            raise StorageError(
+                f"cannot reach S3 for bucket {self.bucket}: {_describe(exc)}"
+            ) from None
         if not enabled and not self.options.allow_unlocked_bucket:
             raise UsageError(
                 f"bucket {self.bucket} has no Object Lock; recordings must be immutable "
@@ -118,7 +126,9 @@ class S3Store:
                 **extra,
             )
         except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"cannot write {self._key(name)} to {self.bucket}: {_describe(exc)}") from None
+            raise StorageError(
+                f"cannot write {self._key(name)} to {self.bucket}: {_describe(exc)}"
+            ) from None
 
     def list(self) -> Listing:
         listing = Listing()
@@ -152,7 +162,7 @@ class S3Store:
                     f"{name} has {len(history) - 1} later version(s); only the oldest is read"
                 )
         for key, count in sorted(markers.items()):
-            listing.alarms.append(f"{key[len(self.prefix):]} has {count} delete marker(s)")
+            listing.alarms.append(f"{key[len(self.prefix) :]} has {count} delete marker(s)")
         self._listed = listing.objects
         return listing
 

@@ -10,7 +10,6 @@ when an s3:// location is used, so importing the recorder never imports boto3.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -203,4 +202,3 @@ def open_store(location: str, *, s3: S3Options | None = None) -> LocalDirStore |
     if "://" in location:
         raise UsageError(f"unsupported location {location!r}: use a path or s3://bucket/prefix")
     return LocalDirStore(Path(location))
-

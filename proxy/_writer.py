@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-
 from types import TracebackType
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -180,7 +179,12 @@ class SealedWriter:
         seg = self._segment
         if self._segment_chunks == 0:
             SEGMENT_HEADER.pack_into(
-                seg, 0, SEGMENT_MAGIC, FORMAT_VERSION, self._segment_index, self._counter,
+                seg,
+                0,
+                SEGMENT_MAGIC,
+                FORMAT_VERSION,
+                self._segment_index,
+                self._counter,
                 self.header_digest,
             )
             self._used = SEGMENT_HEADER.size

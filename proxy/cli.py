@@ -8,12 +8,13 @@ stdout, never to a file unless --output names one.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 import click
 import typer
@@ -98,7 +99,9 @@ def seal(
     recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
     run_id: Annotated[str, typer.Option("--run-id", help="The run this recording belongs to.")],
     output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
-    chunk_size: Annotated[int, typer.Option(help="Plaintext bytes per chunk.")] = DEFAULT_CHUNK_SIZE,
+    chunk_size: Annotated[
+        int, typer.Option(help="Plaintext bytes per chunk.")
+    ] = DEFAULT_CHUNK_SIZE,
     segment_size: Annotated[
         int, typer.Option(help="Bytes per segment object.")
     ] = DEFAULT_SEGMENT_SIZE,
@@ -111,7 +114,7 @@ def seal(
     writer = SealedWriter(
         store, Recipient.load(recipient), run_id, chunk_size=chunk_size, segment_size=segment_size
     )
-    stdin = sys.stdin.buffer
+    stdin = cast(io.BufferedIOBase, sys.stdin.buffer)
     buffer = bytearray(STDIN_READ)
     with writer:
         while n := stdin.readinto(buffer):
@@ -197,9 +200,7 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """Describe a recording: header, segments, completeness, versions. Needs no key."""
-    report = describe_recording(
-        open_store(location), Identity.load(identity) if identity else None
-    )
+    report = describe_recording(open_store(location), Identity.load(identity) if identity else None)
     if as_json:
         _emit_json(report.as_dict())
         return

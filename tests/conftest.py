@@ -120,7 +120,9 @@ def unlocked_bucket(s3_client: Any) -> str:
     return name
 
 
-def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """The real `sealtrace` console script in a subprocess."""
     exe = Path(sys.executable).with_name("sealtrace")
     return subprocess.run(

@@ -8,8 +8,8 @@ from sealtrace import _engine
 
 
 def test_built_for_this_interpreter() -> None:
-    assert _engine.PY_VERSION_BUILT == sys.version.split()[0]
-    assert _engine.PY_VERSION_HEX_BUILT == sys.hexversion
+    assert sys.version.split()[0] == _engine.PY_VERSION_BUILT
+    assert sys.hexversion == _engine.PY_VERSION_HEX_BUILT
 
 
 def test_counter_is_monotonic_and_refuses_to_wrap() -> None:

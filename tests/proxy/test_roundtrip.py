@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sealtrace.proxy import (
@@ -30,11 +31,15 @@ def sealing_plans(draw: st.DrawFn) -> tuple[bytes, int, int, list[int], set[int]
     return data, chunk, segment, cuts, flush_after
 
 
-def _seal(store: MemoryStore | LocalDirStore, plan: tuple[bytes, int, int, list[int], set[int]]) -> SealedWriter:
+def _seal(
+    store: MemoryStore | LocalDirStore, plan: tuple[bytes, int, int, list[int], set[int]]
+) -> SealedWriter:
     data, chunk, segment, cuts, flush_after = plan
-    writer = SealedWriter(store, IDENTITY.recipient, "run-prop", chunk_size=chunk, segment_size=segment)
+    writer = SealedWriter(
+        store, IDENTITY.recipient, "run-prop", chunk_size=chunk, segment_size=segment
+    )
     bounds = [0, *cuts, len(data)]
-    for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
         writer.write(data[a:b])
         if i in flush_after:
             writer.flush()
@@ -43,7 +48,9 @@ def _seal(store: MemoryStore | LocalDirStore, plan: tuple[bytes, int, int, list[
 
 @settings(max_examples=150, deadline=None)
 @given(sealing_plans())
-def test_any_plan_round_trips_and_reads_complete(plan: tuple[bytes, int, int, list[int], set[int]]) -> None:
+def test_any_plan_round_trips_and_reads_complete(
+    plan: tuple[bytes, int, int, list[int], set[int]],
+) -> None:
     store = MemoryStore()
     writer = _seal(store, plan)
     writer.close()
@@ -91,7 +98,9 @@ def test_default_sizes_round_trip_on_disk(tmp_path: Path, size: int) -> None:
 
 def test_memory_is_bounded_by_one_segment_and_one_chunk() -> None:
     store = MemoryStore()
-    writer = SealedWriter(store, IDENTITY.recipient, "run-mem", chunk_size=1024, segment_size=64 * 1024)
+    writer = SealedWriter(
+        store, IDENTITY.recipient, "run-mem", chunk_size=1024, segment_size=64 * 1024
+    )
     buffers = (id(writer._segment), id(writer._pending))
     for _ in range(500):
         writer.write(b"z" * 3000)

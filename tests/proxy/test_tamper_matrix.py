@@ -106,9 +106,19 @@ def _header_regions() -> dict[str, int]:
     rid = len(RUN_ID)
     enc = 34 + rid
     return {
-        "magic": 3, "version": 9, "kem_id": 11, "kdf_id": 13, "aead_id": 15, "chunk_size": 18,
-        "segment_size": 22, "created": 28, "run_id_length": 33, "run_id": 34 + rid // 2,
-        "enc": enc + 16, "wrapped_key": enc + 32 + 10, "wrapped_key_tag": enc + 32 + 32 + 8,
+        "magic": 3,
+        "version": 9,
+        "kem_id": 11,
+        "kdf_id": 13,
+        "aead_id": 15,
+        "chunk_size": 18,
+        "segment_size": 22,
+        "created": 28,
+        "run_id_length": 33,
+        "run_id": 34 + rid // 2,
+        "enc": enc + 16,
+        "wrapped_key": enc + 32 + 10,
+        "wrapped_key_tag": enc + 32 + 32 + 8,
     }
 
 
@@ -140,7 +150,9 @@ def _cases() -> dict[str, Mutation]:
             if k:
                 cases[f"truncate {seg} after chunk {k - 1}"] = truncate(seg, cut)
             cases[f"truncate {seg} inside chunk {k} header"] = truncate(seg, cut + 2)
-            cases[f"truncate {seg} inside chunk {k} body"] = truncate(seg, cut + CHUNK_PREFIX.size + 7)
+            cases[f"truncate {seg} inside chunk {k} body"] = truncate(
+                seg, cut + CHUNK_PREFIX.size + 7
+            )
     cases["truncate header"] = truncate("header", 40)
     cases["drop seg-000002 (tail: incomplete)"] = drop("seg-000002")
     cases["drop seg-000001 and seg-000002 (tail: incomplete)"] = drop("seg-000001", "seg-000002")
@@ -153,14 +165,18 @@ def _cases() -> dict[str, Mutation]:
     cases["duplicate seg-000002 as seg-000003"] = copy_over("seg-000002", "seg-000003")
     cases["reorder seg-000000 and seg-000001"] = swap("seg-000000", "seg-000001")
     cases["reorder seg-000001 and seg-000002"] = swap("seg-000001", "seg-000002")
-    cases["splice seg-000001 from a twin recording (same key, run, data)"] = splice("twin", "seg-000001")
+    cases["splice seg-000001 from a twin recording (same key, run, data)"] = splice(
+        "twin", "seg-000001"
+    )
     cases["splice seg-000001 from a recording to other keys"] = splice("foreign", "seg-000001")
     cases["splice header from a twin recording"] = splice("twin", "header")
     cases["splice header from a recording to other keys"] = splice("foreign", "header")
     cases["trailing garbage after the final segment"] = append("seg-000002", b"\x00" * 9)
     cases["trailing garbage after a middle segment"] = append("seg-000001", b"garbage")
     cases["trailing garbage after the header"] = append("header", b"\x01")
-    cases["extra garbage segment after the final one"] = lambda rec, _: (rec / "seg-000003").write_bytes(b"x" * 80)
+    cases["extra garbage segment after the final one"] = lambda rec, _: (
+        rec / "seg-000003"
+    ).write_bytes(b"x" * 80)
     return cases
 
 
@@ -197,7 +213,9 @@ def test_every_alteration_is_refused(
     _assert_refused(result.exit_code, result.stdout_bytes, result.stderr)
 
 
-def test_negative_control_the_untouched_recording_opens(recordings: tuple[Path, Path], keys: KeyFiles) -> None:
+def test_negative_control_the_untouched_recording_opens(
+    recordings: tuple[Path, Path], keys: KeyFiles
+) -> None:
     base, _ = recordings
     result = CliRunner().invoke(app, ["open", "--identity", str(keys.identity_path), str(base)])
     assert result.exit_code == 0, result.stderr
@@ -206,7 +224,9 @@ def test_negative_control_the_untouched_recording_opens(recordings: tuple[Path, 
 
 def test_wrong_identity_is_refused(recordings: tuple[Path, Path], other_keys: KeyFiles) -> None:
     base, _ = recordings
-    result = CliRunner().invoke(app, ["open", "--identity", str(other_keys.identity_path), str(base)])
+    result = CliRunner().invoke(
+        app, ["open", "--identity", str(other_keys.identity_path), str(base)]
+    )
     _assert_refused(result.exit_code, result.stdout_bytes, result.stderr)
     assert result.stdout_bytes == b""
     assert "wrong identity" in result.stderr
@@ -242,7 +262,12 @@ def test_a_missing_tail_is_reported_as_incomplete_and_allowed_only_on_request(
 
 
 @pytest.mark.parametrize(
-    "case", ["flip seg-000001 chunk1_body", "truncate seg-000002 after chunk 1", "drop seg-000002 (tail: incomplete)"]
+    "case",
+    [
+        "flip seg-000001 chunk1_body",
+        "truncate seg-000002 after chunk 1",
+        "drop seg-000002 (tail: incomplete)",
+    ],
 )
 def test_the_real_console_script_refuses_without_a_traceback(
     case: str, recordings: tuple[Path, Path], keys: KeyFiles, tmp_path: Path
