@@ -10,8 +10,9 @@ error here: it is what a killed writer leaves, and it reads as incomplete after 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -59,8 +60,7 @@ class RecordingStatus:
         return f"incomplete after chunk {self.chunks - 1}: the final chunk was never written"
 
 
-@dataclass(frozen=True)
-class ChunkRecord:
+class ChunkRecord(NamedTuple):
     offset: int  # of the ciphertext within the segment object
     length: int  # ciphertext + tag
     flags: int
@@ -165,10 +165,26 @@ class SealedReader:
         return self.header.run_id
 
     def __iter__(self) -> Iterator[bytes]:
+        """Verified plaintext chunks, each a new bytes object the caller may keep."""
+        for chunk in self._verified(None):
+            assert isinstance(chunk, bytes)
+            yield chunk
+
+    def copy_to(self, write: Callable[[memoryview], Any]) -> RecordingStatus:
+        """Stream verified plaintext to write() through one reused buffer (no per-chunk
+        allocation). write() must consume the view before returning."""
+        buffer = bytearray(self.header.chunk_size)
+        for view in self._verified(buffer):
+            write(view)
+        return self.status
+
+    def _verified(self, buffer: bytearray | None) -> Iterator[bytes | memoryview]:
         if self._started:
-            raise RuntimeError("a SealedReader can be iterated once")
+            raise RuntimeError("a SealedReader can be read once")
         self._started = True
-        status, digest = self.status, self.header_digest
+        status, digest, aead = self.status, self.header_digest, self._aead
+        out = memoryview(buffer) if buffer is not None else None
+        nonce, aad = bytearray(NONCE.size), bytearray(AAD.size)
         last = len(self._segments) - 1
         for index, name in enumerate(self._segments):
             data = memoryview(self.source.get(name))
@@ -177,20 +193,24 @@ class SealedReader:
             records = list(iter_chunk_records(data, index, self.header, digest, status.chunks))
             if index < last and any(r.flags & FLAG_FINAL for r in records):
                 raise TamperedError(f"{segment_name(index + 1)} follows the final chunk")
-            for record in records:
-                nonce = NONCE.pack(status.chunks, record.flags & FLAG_FINAL)
-                aad = AAD.pack(digest, index, record.flags)
+            for offset, length, flags in records:
+                NONCE.pack_into(nonce, 0, status.chunks, flags & FLAG_FINAL)
+                AAD.pack_into(aad, 0, digest, index, flags)
+                ciphertext = data[offset : offset + length]
+                plaintext: bytes | memoryview
                 try:
-                    plaintext = self._aead.decrypt(
-                        nonce, data[record.offset : record.offset + record.length], aad
-                    )
+                    if out is None:
+                        plaintext = aead.decrypt(nonce, ciphertext, aad)
+                    else:
+                        plaintext = out[: length - TAG_SIZE]
+                        aead.decrypt_into(nonce, ciphertext, aad, plaintext)
                 except InvalidTag:
                     raise TamperedError(
                         f"chunk {status.chunks} in {name} failed authentication"
                     ) from None
                 status.chunks += 1
                 status.plaintext_bytes += len(plaintext)
-                if record.flags & FLAG_FINAL:
+                if flags & FLAG_FINAL:
                     status.complete = True
                 yield plaintext
             status.segments += 1

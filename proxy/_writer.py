@@ -76,6 +76,8 @@ class SealedWriter:
         del recording_key
         self._capacity = segment_capacity(chunk_size, segment_size)
         record = CHUNK_PREFIX.size + chunk_size + TAG_SIZE
+        # One segment buffer for the writer's life, allocated up front and reused for every
+        # segment (allocating per segment would pay page faults again each time).
         self._segment = bytearray(SEGMENT_HEADER.size + self._capacity * record)
         self._segment_view = memoryview(self._segment)
         self._pending = bytearray(chunk_size)
@@ -174,6 +176,7 @@ class SealedWriter:
 
     def _drop_key(self) -> None:
         self._aead = None  # type: ignore[assignment]
+        self._segment_view.release()
 
     def _seal(self, plaintext: memoryview, flags: int) -> None:
         seg = self._segment

@@ -170,8 +170,7 @@ def open_(
 
 
 def _copy(reader: SealedReader, out: Any) -> None:
-    for chunk in reader:
-        out.write(chunk)
+    reader.copy_to(out.write)
     out.flush()
 
 
@@ -211,7 +210,8 @@ def inspect(
     typer.echo(f"created     {report.created}")
     typer.echo(f"header      sha256 {report.header_digest}  versions {report.header_versions}")
     for seg in report.segments:
-        detail = seg.problem or f"{seg.chunks} chunks" + (", final" if seg.has_final else "")
+        plural = "" if seg.chunks == 1 else "s"
+        detail = seg.problem or f"{seg.chunks} chunk{plural}" + (", final" if seg.has_final else "")
         typer.echo(f"  {seg.name}  {seg.size:>10} bytes  versions {seg.versions}  {detail}")
     typer.echo(f"status      {report.completeness}")
     for alarm in report.alarms:

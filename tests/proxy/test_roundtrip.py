@@ -101,7 +101,7 @@ def test_memory_is_bounded_by_one_segment_and_one_chunk() -> None:
     writer = SealedWriter(
         store, IDENTITY.recipient, "run-mem", chunk_size=1024, segment_size=64 * 1024
     )
-    buffers = (id(writer._segment), id(writer._pending))
+    buffers = (id(writer._segment), id(writer._pending))  # allocated once
     for _ in range(500):
         writer.write(b"z" * 3000)
     assert (id(writer._segment), id(writer._pending)) == buffers  # reused, never regrown

@@ -1,0 +1,54 @@
+# The two commands: `make demo` and `make test`. Both install what is missing first.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.sealtrace-installed
+PACKAGES := -p sealtrace.proxy -p sealtrace.sandbox -p sealtrace.agent -p sealtrace.server -p sealtrace._engine
+NATIVE := $(wildcard native/CMakeLists.txt native/src/* native/_engine.pyi)
+
+.PHONY: help setup podman lint typecheck test tier demo bench clean
+
+help:
+	@echo "make demo   - seal a sample into a local S3 (moto) store, inspect it, open it"
+	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
+	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
+	@echo "make bench  - sealing throughput vs raw AES-256-GCM (writes bench/results/seal.json)"
+
+$(STAMP): pyproject.toml $(NATIVE)
+	infra/local/bootstrap.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,server,agent]'
+	touch $@
+
+setup: $(STAMP)
+	infra/local/typecheck-tree.sh
+
+podman:
+	infra/local/podman-setup.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy $(PACKAGES)
+
+test: setup podman lint typecheck
+	$(BIN)/python -m pytest
+
+tier: setup podman
+	$(BIN)/python -m pytest -m "$(TIER)"
+
+demo: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" infra/local/demo.sh
+
+bench: setup
+	$(BIN)/python bench/seal.py
+
+clean:
+	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
