@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sealtrace.proxy import (
     DEFAULT_CHUNK_SIZE,
     DiscardSink,
-    MemoryStore,
     Identity,
+    MemoryStore,
     Recipient,
     SealedReader,
     SealedWriter,
@@ -105,7 +105,9 @@ def measure(size_mib: int, repeats: int) -> dict[str, float]:
     seal_setup, seal = best_pair(repeats, lambda: timed_seal(data, identity.recipient))
 
     pieces = [
-        aead.encrypt((i // DEFAULT_CHUNK_SIZE).to_bytes(12, "big"), data[i : i + DEFAULT_CHUNK_SIZE], None)
+        aead.encrypt(
+            (i // DEFAULT_CHUNK_SIZE).to_bytes(12, "big"), data[i : i + DEFAULT_CHUNK_SIZE], None
+        )
         for i in range(0, len(data), DEFAULT_CHUNK_SIZE)
     ]
     raw_dec = best_of(repeats, lambda: raw_chunked_decrypt(aead, pieces, out))
@@ -130,10 +132,14 @@ def measure(size_mib: int, repeats: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="1,16,64,256", help="MiB, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "seal.json")
+    parser.add_argument(
+        "--json", type=Path, default=Path(__file__).parent / "results" / "seal.json"
+    )
     args = parser.parse_args()
 
     rows = []
@@ -169,7 +175,12 @@ def main() -> None:
     except (OSError, StopIteration):
         pass
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"bench": "seal", "target_ratio": 0.8, "machine": machine, "results": rows}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps(
+            {"bench": "seal", "target_ratio": 0.8, "machine": machine, "results": rows}, indent=2
+        )
+        + "\n"
+    )
     print(f"\nwrote {args.json}")
 
 

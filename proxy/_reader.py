@@ -175,6 +175,7 @@ class SealedReader:
         allocation). write() must consume the view before returning."""
         buffer = bytearray(self.header.chunk_size)
         for view in self._verified(buffer):
+            assert isinstance(view, memoryview)
             write(view)
         return self.status
 
