@@ -133,3 +133,27 @@ def run_cli(
         timeout=120,
         check=False,
     )
+
+
+def seal_cli(
+    keys: KeyFiles,
+    location: str,
+    data: bytes,
+    *extra: str,
+    run_id: str = "run-test",
+    env: dict[str, str] | None = None,
+) -> None:
+    """Seal data to keys' recipient at location with the real console script; must succeed."""
+    proc = run_cli(
+        "seal",
+        "--recipient",
+        str(keys.recipient_path),
+        "--run-id",
+        run_id,
+        "--output",
+        location,
+        *extra,
+        stdin=data,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -8,23 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import KeyFiles, run_cli
+from ..conftest import KeyFiles, run_cli, seal_cli
 
 DATA = b"order 1234: total_price=0.00 promo=STAFF100\n" * 50
 
 
 def _seal(keys: KeyFiles, out: Path, run_id: str = "run-cli") -> None:
-    proc = run_cli(
-        "seal",
-        "--recipient",
-        str(keys.recipient_path),
-        "--run-id",
-        run_id,
-        "--output",
-        str(out),
-        stdin=DATA,
-    )
-    assert proc.returncode == 0, proc.stderr
+    seal_cli(keys, str(out), DATA, run_id=run_id)
 
 
 def _one_error(proc: object, code: int, needle: bytes) -> None:

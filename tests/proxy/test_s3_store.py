@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from sealtrace.proxy import S3Options, S3Store, SealedReader, SealedWriter, UsageError
 
-from ..conftest import KeyFiles, run_cli
+from ..conftest import KeyFiles, run_cli, seal_cli
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +21,7 @@ SIZES = ["--chunk-size", "4096", "--segment-size", "40000"]
 
 
 def _seal_cli(keys: KeyFiles, url: str, env: dict[str, str], run_id: str = "run-s3") -> None:
-    proc = run_cli(
-        "seal",
-        "--recipient",
-        str(keys.recipient_path),
-        "--run-id",
-        run_id,
-        "--output",
-        url,
-        *SIZES,
-        stdin=DATA,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
+    seal_cli(keys, url, DATA, *SIZES, run_id=run_id, env=env)
 
 
 def test_every_object_carries_compliance_retention(

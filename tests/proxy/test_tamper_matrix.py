@@ -193,6 +193,15 @@ def recordings(tmp_path: Path, keys: KeyFiles, other_keys: KeyFiles) -> tuple[Pa
     return base, spares
 
 
+def _altered(case: str, recordings: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A copy of the base recording with one alteration applied."""
+    base, spares = recordings
+    rec = tmp_path / "case"
+    shutil.copytree(base, rec)
+    CASES[case](rec, spares)
+    return rec
+
+
 def _assert_refused(exit_code: int, stdout: bytes, stderr: str) -> None:
     assert exit_code == 4, stderr
     assert "Traceback" not in stderr
@@ -205,10 +214,7 @@ def _assert_refused(exit_code: int, stdout: bytes, stderr: str) -> None:
 def test_every_alteration_is_refused(
     case: str, recordings: tuple[Path, Path], keys: KeyFiles, tmp_path: Path
 ) -> None:
-    base, spares = recordings
-    rec = tmp_path / "case"
-    shutil.copytree(base, rec)
-    CASES[case](rec, spares)
+    rec = _altered(case, recordings, tmp_path)
     result = CliRunner().invoke(app, ["open", "--identity", str(keys.identity_path), str(rec)])
     _assert_refused(result.exit_code, result.stdout_bytes, result.stderr)
 
@@ -272,9 +278,6 @@ def test_a_missing_tail_is_reported_as_incomplete_and_allowed_only_on_request(
 def test_the_real_console_script_refuses_without_a_traceback(
     case: str, recordings: tuple[Path, Path], keys: KeyFiles, tmp_path: Path
 ) -> None:
-    base, spares = recordings
-    rec = tmp_path / "case"
-    shutil.copytree(base, rec)
-    CASES[case](rec, spares)
+    rec = _altered(case, recordings, tmp_path)
     proc = run_cli("open", "--identity", str(keys.identity_path), str(rec))
     _assert_refused(proc.returncode, proc.stdout, proc.stderr.decode())
