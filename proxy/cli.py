@@ -8,6 +8,7 @@ stdout, never to a file unless --output names one.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -46,7 +47,6 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _guarded(func: F) -> F:
     """Turn sealtrace errors into one line and their exit code."""
-    import functools
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
