@@ -10,7 +10,7 @@ from ._errors import IntegrityError
 from ._format import FLAG_FINAL, HEADER_OBJECT, segment_name
 from ._keys import Identity
 from ._reader import SealedReader, iter_chunk_records, read_header, segment_names
-from ._store import RecordingSource
+from ._store import Listing, RecordingSource
 
 __all__ = ["SegmentReport", "describe_recording"]
 
@@ -66,6 +66,8 @@ def describe_recording(
         header_versions=listing.objects[HEADER_OBJECT].versions,
         alarms=list(listing.alarms),
     )
+    if identity is not None:
+        return _verified_report(report, source, identity, listing)
     claims_final = False
     try:
         names = segment_names(listing)
@@ -87,19 +89,36 @@ def describe_recording(
         seg.chunks = len(records)
         seg.has_final = any(r.flags & FLAG_FINAL for r in records)
         claims_final = claims_final or seg.has_final
-    if identity is None:
-        problems = any(s.problem for s in report.segments)
-        report.completeness = (
-            "damaged (see segments)"
-            if problems
-            else "claims complete (unverified: no identity given)"
-            if claims_final
-            else "incomplete (no final chunk)"
-        )
-        return report
+    problems = any(s.problem for s in report.segments)
+    report.completeness = (
+        "damaged (see segments)"
+        if problems
+        else "claims complete (unverified: no identity given)"
+        if claims_final
+        else "incomplete (no final chunk)"
+    )
+    return report
+
+
+def _verified_report(
+    report: RecordingReport, source: RecordingSource, identity: Identity, listing: Listing
+) -> RecordingReport:
+    """Authenticate every chunk in one pass; the reader's own structural walk supplies the
+    per-segment figures, so each segment is fetched once."""
     reader = SealedReader(source, identity)
-    for _ in reader:
-        pass
+    status = reader.copy_to(lambda _view: None)
+    last = len(status.segment_chunks) - 1
+    for index, chunks in enumerate(status.segment_chunks):
+        obj = listing.objects[segment_name(index)]
+        report.segments.append(
+            SegmentReport(
+                name=obj.name,
+                size=obj.size,
+                versions=obj.versions,
+                chunks=chunks,
+                has_final=status.complete and index == last,
+            )
+        )
     report.verified = True
-    report.completeness = reader.status.describe()
+    report.completeness = status.describe()
     return report

@@ -51,6 +51,7 @@ class RecordingStatus:
     segments: int = 0
     plaintext_bytes: int = 0
     alarms: list[str] = field(default_factory=list)
+    segment_chunks: list[int] = field(default_factory=list)  # authenticated, per segment read
 
     def describe(self) -> str:
         if self.complete:
@@ -215,6 +216,7 @@ class SealedReader:
                     status.complete = True
                 yield plaintext
             status.segments += 1
+            status.segment_chunks.append(len(records))
 
     def read_all(self) -> bytes:
         return b"".join(self)

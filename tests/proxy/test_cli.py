@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,17 @@ DATA = b"order 1234: total_price=0.00 promo=STAFF100\n" * 50
 
 def _seal(keys: KeyFiles, out: Path, run_id: str = "run-cli") -> None:
     seal_cli(keys, str(out), DATA, run_id=run_id)
+
+
+def _open_to_file(keys: KeyFiles, tmp_path: Path) -> subprocess.CompletedProcess[bytes]:
+    return run_cli(
+        "open",
+        "--identity",
+        str(keys.identity_path),
+        str(tmp_path / "rec"),
+        "--output",
+        str(tmp_path / "plain"),
+    )
 
 
 def _one_error(proc: object, code: int, needle: bytes) -> None:
@@ -33,32 +45,19 @@ def test_keygen_writes_a_private_identity_and_a_public_recipient(tmp_path: Path)
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert pub.name == "ops.pub" and info["public_key"] == pub.read_text().strip()
     assert pub.read_text().strip() not in key.read_text()
+    secret = key.read_text()
     again = run_cli("keygen", "--out", str(tmp_path / "k"), "--name", "ops")
     _one_error(again, 2, b"refusing to overwrite")
-    assert json.loads(proc.stdout)["identity"] == str(key) and key.read_text() == key.read_text()
+    assert key.read_text() == secret and pub.read_text().strip() == info["public_key"]
 
 
 def test_open_writes_plaintext_only_where_asked(tmp_path: Path, keys: KeyFiles) -> None:
     _seal(keys, tmp_path / "rec")
-    proc = run_cli(
-        "open",
-        "--identity",
-        str(keys.identity_path),
-        str(tmp_path / "rec"),
-        "--output",
-        str(tmp_path / "plain"),
-    )
+    proc = _open_to_file(keys, tmp_path)
     assert proc.returncode == 0 and proc.stdout == b""
     assert (tmp_path / "plain").read_bytes() == DATA
     assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o600
-    again = run_cli(
-        "open",
-        "--identity",
-        str(keys.identity_path),
-        str(tmp_path / "rec"),
-        "--output",
-        str(tmp_path / "plain"),
-    )
+    again = _open_to_file(keys, tmp_path)
     _one_error(again, 2, b"refusing to overwrite")
 
 
@@ -71,14 +70,7 @@ def test_a_refused_open_leaves_no_output_file(
     data = bytearray(seg.read_bytes())
     data[-3] ^= 1
     seg.write_bytes(data)
-    proc = run_cli(
-        "open",
-        "--identity",
-        str(keys.identity_path),
-        str(tmp_path / "rec"),
-        "--output",
-        str(tmp_path / "plain"),
-    )
+    proc = _open_to_file(keys, tmp_path)
     _one_error(proc, 4, b"failed authentication")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keys", "other-keys", "rec"]
 
@@ -95,6 +87,7 @@ def test_inspect_needs_no_key_and_verifies_with_one(tmp_path: Path, keys: KeyFil
         ).stdout
     )
     assert verified["verified"] is True and verified["completeness"].startswith("complete: ")
+    assert verified["segments"] == plain["segments"]  # same figures, now authenticated
     text = run_cli("inspect", str(tmp_path / "rec")).stdout.decode()
     assert "run id      run-inspect" in text and "seg-000000" in text
 
