@@ -218,7 +218,49 @@ def inspect(
         typer.echo(f"ALARM       {alarm}")
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+@_guarded
+def record(
+    recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
+    output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
+    command: Annotated[
+        list[str], typer.Argument(help="-- PYTHON [options] (script.py | -m module | -c code) [args]")
+    ],
+    app_root: Annotated[
+        list[Path] | None,
+        typer.Option("--app-root", help="Directory whose imported modules' sources are recorded."),
+    ] = None,
+    env_allow: Annotated[
+        list[str] | None,
+        typer.Option("--env-allow", help="Environment variable (or glob) recorded at start."),
+    ] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Name for this run.")] = None,
+) -> None:
+    """Run a Python program and record it at the call boundary into a sealed recording.
+
+    The program's stdout, stderr and exit status are its own. If recording fails, the program
+    still runs to completion and the failure is reported once on stderr.
+    """
+    from ._recording_cli import run_recorded
+
+    code = run_recorded(
+        Recipient.load(recipient), output, command,
+        app_roots=[str(p) for p in app_root or []], env_allow=list(env_allow or []),
+        run_id=run_id,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+def _load_commands() -> None:
+    """Commands of other sealtrace components, registered without the recorder importing them."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="sealtrace.cli"):
+        ep.load()(app)
+
+
 def main() -> None:
+    _load_commands()
     app()
 
 

@@ -1,0 +1,57 @@
+"""Entry point inside the recorded interpreter (`sealtrace record` starts it with -c).
+
+It must leave the application's behaviour alone: the recorder is installed before any
+application import, the target runs exactly as `python` would run it, and the process exits
+with the application's own status whether or not recording succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ._keys import Recipient
+from ._launch import Target, run_target
+from ._recorder import Recording
+from ._runtime import _report_stderr
+from ._store import open_store
+
+__all__ = ["BOOT_CODE", "main"]
+
+BOOT_CODE = (
+    "import sys\n"
+    "try:\n"
+    "    from sealtrace.proxy._boot import main\n"
+    "except ImportError as exc:\n"
+    "    sys.stderr.write(f'sealtrace: error: this interpreter cannot import sealtrace ({exc})\\n')\n"
+    "    raise SystemExit(2)\n"
+    "main()\n"
+)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    target = Target.from_dict(config["target"])
+    recording: Recording | None = None
+    try:
+        sink = open_store(config["store"])
+        recording = Recording(
+            Recipient.from_text(config["recipient"]), sink, target,
+            run_id=config["run_id"], app_roots=config["app_roots"],
+            env_allow=config["env_allow"],
+        )  # fmt: skip
+    except Exception as exc:
+        _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")
+    if recording is not None and not recording.start():
+        recording = None
+
+    def script_source(path: str) -> bytes:
+        if recording is not None and recording.main_source is not None:
+            return recording.main_source
+        with open(path, "rb") as f:
+            return f.read()
+
+    status, uncaught = run_target(target, script_source)
+    if recording is not None:
+        recording.finish(status, uncaught)
+    raise SystemExit(status)

@@ -1,0 +1,457 @@
+"""The value codec: a versioned, tagged binary encoding for what crosses the call boundary.
+
+Exact for every value it carries: ints of any size, floats bit for bit (-0.0, infinities,
+NaN payloads), str including lone surrogates, bytes, containers, exceptions as their qualified
+type plus args, and a fixed set of registered extension types (datetime, UUID, stat results,
+...). Bytes and str of BLOB_THRESHOLD or more are content-addressed: the encoder hands them to
+a blob callback once per digest and writes a 32-byte reference.
+
+It must never execute code while decoding: nothing is imported, no constructor named by the
+data is looked up outside the registry or an already-loaded module's exception classes, and
+pickle is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import IntegrityError
+
+__all__ = [
+    "BLOB_THRESHOLD",
+    "CODEC_VERSION",
+    "CodecError",
+    "Decoder",
+    "Encoder",
+    "UnencodableError",
+    "blob_digest",
+    "decode_value",
+    "encode_value",
+    "register_extension",
+]
+
+CODEC_VERSION = 1
+BLOB_THRESHOLD = 4096
+
+T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_COMPLEX = 0, 1, 2, 3, 4, 5, 6
+T_STR, T_BYTES, T_BYTEARRAY, T_BLOB_BYTES, T_BLOB_STR = 7, 8, 9, 10, 11
+T_TUPLE, T_LIST, T_DICT, T_SET, T_FROZENSET = 16, 17, 18, 19, 20
+T_EXCEPTION, T_EXTENSION = 32, 33
+
+_DOUBLE = struct.Struct("<d")
+_COMPLEX = struct.Struct("<dd")
+_MAX_DEPTH = 200
+
+
+class CodecError(IntegrityError):
+    """The bytes are not a valid encoding (exit 4: the recording cannot be trusted)."""
+
+
+class UnencodableError(TypeError):
+    """The value has no encoding; the recorder decides what that means for the call."""
+
+
+def blob_digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+# name -> (type, to_value, from_value). to_value turns an instance into encodable data;
+# from_value rebuilds it from that data and must not do I/O.
+_EXT_BY_NAME: dict[str, tuple[type, Callable[[Any], Any], Callable[[Any], Any]]] = {}
+_EXT_BY_TYPE: dict[type, str] = {}
+
+
+def register_extension(
+    name: str, cls: type, to_value: Callable[[Any], Any], from_value: Callable[[Any], Any]
+) -> None:
+    """Teach the codec one more exact type. Names are part of the format: never reuse one."""
+    _EXT_BY_NAME[name] = (cls, to_value, from_value)
+    _EXT_BY_TYPE[cls] = name
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+class Encoder:
+    """Encodes values into a caller-owned bytearray."""
+
+    __slots__ = ("_blob", "_lenient")
+
+    def __init__(
+        self, blob: Callable[[bytes, bytes], None] | None = None, *, lenient: bool = False
+    ) -> None:
+        # lenient: objects with no encoding become their type name (used for digests of
+        # arguments, where identity of the value is not needed, only a stable fingerprint).
+        self._blob = blob
+        self._lenient = lenient
+
+    def encode(self, out: bytearray, value: Any, depth: int = 0) -> None:
+        cls = value.__class__
+        if value is None:
+            out.append(T_NONE)
+        elif cls is bool:
+            out.append(T_TRUE if value else T_FALSE)
+        elif cls is int:
+            if -(1 << 62) <= value < (1 << 62):
+                out.append(T_INT)
+                _write_varint(out, (value << 1) ^ (value >> 63))
+            else:
+                raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+                out.append(T_BIGINT)
+                _write_varint(out, len(raw))
+                out += raw
+        elif cls is float:
+            out.append(T_FLOAT)
+            out += _DOUBLE.pack(value)
+        elif cls is str:
+            raw = value.encode("utf-8", "surrogatepass")
+            self._bytes(out, raw, T_STR, T_BLOB_STR)
+        elif cls is bytes:
+            self._bytes(out, value, T_BYTES, T_BLOB_BYTES)
+        elif cls is tuple or cls is list:
+            if depth > _MAX_DEPTH:
+                raise UnencodableError("nested too deeply")
+            out.append(T_TUPLE if cls is tuple else T_LIST)
+            _write_varint(out, len(value))
+            for item in value:
+                self.encode(out, item, depth + 1)
+        elif cls is dict:
+            if depth > _MAX_DEPTH:
+                raise UnencodableError("nested too deeply")
+            out.append(T_DICT)
+            _write_varint(out, len(value))
+            for key, item in value.items():
+                self.encode(out, key, depth + 1)
+                self.encode(out, item, depth + 1)
+        else:
+            self._other(out, value, cls, depth)
+
+    def _bytes(self, out: bytearray, raw: bytes, small: int, large: int) -> None:
+        if self._blob is not None and len(raw) >= BLOB_THRESHOLD:
+            digest = blob_digest(raw)
+            self._blob(digest, raw)
+            out.append(large)
+            out += digest
+        else:
+            out.append(small)
+            _write_varint(out, len(raw))
+            out += raw
+
+    def _other(self, out: bytearray, value: Any, cls: type, depth: int) -> None:
+        name = _EXT_BY_TYPE.get(cls)
+        if name is not None:
+            out.append(T_EXTENSION)
+            self.encode(out, name)
+            self.encode(out, _EXT_BY_NAME[name][1](value), depth + 1)
+        elif cls is bytearray or cls is memoryview:
+            out.append(T_BYTEARRAY if cls is bytearray else T_BYTES)
+            raw = bytes(value)
+            _write_varint(out, len(raw))
+            out += raw
+        elif cls is complex:
+            out.append(T_COMPLEX)
+            out += _COMPLEX.pack(value.real, value.imag)
+        elif cls is set or cls is frozenset:
+            items = list(value)
+            out.append(T_SET if cls is set else T_FROZENSET)
+            _write_varint(out, len(items))
+            for item in items:
+                self.encode(out, item, depth + 1)
+        elif isinstance(value, BaseException):
+            self._exception(out, value, depth)
+        elif self._lenient and isinstance(value, (int, str, tuple)):
+            # Digests only: an IntEnum or a namedtuple fingerprints as its plain value.
+            base = int if isinstance(value, int) else str if isinstance(value, str) else tuple
+            self.encode(out, base(value), depth)
+        elif self._lenient:
+            self.encode(out, f"<{cls.__module__}.{cls.__qualname__}>")
+        else:
+            raise UnencodableError(f"{cls.__module__}.{cls.__qualname__} has no encoding")
+
+    def _exception(self, out: bytearray, exc: BaseException, depth: int) -> None:
+        cls = exc.__class__
+        out.append(T_EXCEPTION)
+        self.encode(out, f"{cls.__module__}:{cls.__qualname__}")
+        args = exc.args
+        if isinstance(exc, OSError):
+            args = (exc.errno, exc.strerror, exc.filename, None, exc.filename2)
+        self.encode(out, _encodable(self, args, depth))
+        extra = {k: v for k, v in vars(exc).items() if not k.startswith("__")}
+        self.encode(out, _encodable(self, extra, depth))
+
+
+def _encodable(encoder: Encoder, value: Any, depth: int) -> Any:
+    """Drop what cannot be encoded from exception details rather than lose the exception."""
+    probe = bytearray()
+    if isinstance(value, dict):
+        kept = {}
+        for key, item in value.items():
+            try:
+                Encoder(lenient=False).encode(probe, item, depth + 1)
+            except UnencodableError:
+                continue
+            kept[key] = item
+        return kept
+    items = []
+    for item in value:
+        try:
+            Encoder(lenient=False).encode(probe, item, depth + 1)
+            items.append(item)
+        except UnencodableError:
+            items.append(repr(item))
+    return tuple(items)
+
+
+class RecordedException(Exception):
+    """Stands in for an exception whose class is not loaded in the replaying process."""
+
+
+class Decoder:
+    """Decodes from a buffer; `blobs` resolves content-addressed references."""
+
+    __slots__ = ("_blobs", "_buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview, blobs: dict[bytes, bytes] | None = None) -> None:
+        self._buf = buf
+        self._blobs = blobs if blobs is not None else {}
+        self.pos = 0
+
+    def varint(self) -> int:
+        buf, pos, shift, result = self._buf, self.pos, 0, 0
+        while True:
+            if pos >= len(buf):
+                raise CodecError("value cut short inside a length")
+            byte = buf[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 70:
+                raise CodecError("length too long")
+        self.pos = pos
+        return result
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self._buf):
+            raise CodecError("value cut short")
+        raw = bytes(self._buf[self.pos : end])
+        self.pos = end
+        return raw
+
+    def decode(self, depth: int = 0) -> Any:
+        if depth > _MAX_DEPTH:
+            raise CodecError("nested too deeply")
+        tag = self.take(1)[0]
+        if tag == T_NONE:
+            return None
+        if tag == T_FALSE:
+            return False
+        if tag == T_TRUE:
+            return True
+        if tag == T_INT:
+            z = self.varint()
+            return (z >> 1) ^ -(z & 1)
+        if tag == T_BIGINT:
+            return int.from_bytes(self.take(self.varint()), "little", signed=True)
+        if tag == T_FLOAT:
+            return _DOUBLE.unpack(self.take(8))[0]
+        if tag == T_COMPLEX:
+            real, imag = _COMPLEX.unpack(self.take(16))
+            return complex(real, imag)
+        if tag == T_STR:
+            return self._str(self.take(self.varint()))
+        if tag == T_BYTES:
+            return self.take(self.varint())
+        if tag == T_BYTEARRAY:
+            return bytearray(self.take(self.varint()))
+        if tag in (T_BLOB_BYTES, T_BLOB_STR):
+            digest = self.take(32)
+            raw = self._blobs.get(digest)
+            if raw is None:
+                raise CodecError(f"reference to a missing blob {digest.hex()[:16]}")
+            return raw if tag == T_BLOB_BYTES else self._str(raw)
+        if tag in (T_TUPLE, T_LIST, T_SET, T_FROZENSET):
+            items = [self.decode(depth + 1) for _ in range(self._count())]
+            if tag == T_TUPLE:
+                return tuple(items)
+            if tag == T_LIST:
+                return items
+            try:
+                return set(items) if tag == T_SET else frozenset(items)
+            except TypeError:
+                raise CodecError("unhashable item in a set") from None
+        if tag == T_DICT:
+            result = {}
+            for _ in range(self._count()):
+                key = self.decode(depth + 1)
+                try:
+                    result[key] = self.decode(depth + 1)
+                except TypeError:
+                    raise CodecError("unhashable dict key") from None
+            return result
+        if tag == T_EXCEPTION:
+            return self._exception(depth)
+        if tag == T_EXTENSION:
+            name = self.decode(depth + 1)
+            data = self.decode(depth + 1)
+            entry = _EXT_BY_NAME.get(name) if isinstance(name, str) else None
+            if entry is None:
+                raise CodecError(f"unknown extension type {name!r}")
+            try:
+                return entry[2](data)
+            except (TypeError, ValueError) as exc:
+                raise CodecError(f"bad {name} value: {exc}") from None
+        raise CodecError(f"unknown type tag {tag}")
+
+    def _count(self) -> int:
+        n = self.varint()
+        if n > len(self._buf) - self.pos:
+            raise CodecError("container longer than the data left")
+        return n
+
+    @staticmethod
+    def _str(raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise CodecError("invalid text") from None
+
+    def _exception(self, depth: int) -> BaseException:
+        qualified = self.decode(depth + 1)
+        args = self.decode(depth + 1)
+        extra = self.decode(depth + 1)
+        if not isinstance(qualified, str) or not isinstance(args, tuple):
+            raise CodecError("malformed exception")
+        cls = _exception_class(qualified)
+        exc: BaseException
+        if cls is None:
+            exc = RecordedException(qualified, *args)
+        elif issubclass(cls, OSError) and len(args) == 5:
+            errno, strerror, filename, _, filename2 = args
+            if filename is None:
+                exc = cls(errno, strerror) if errno is not None else cls()
+            else:
+                exc = cls(errno, strerror, filename, None, filename2)
+        else:
+            exc = cls.__new__(cls, *args)
+            exc.args = args
+        if isinstance(extra, dict):
+            for key, value in extra.items():
+                if isinstance(key, str):
+                    try:
+                        setattr(exc, key, value)
+                    except (AttributeError, TypeError):
+                        pass
+        return exc
+
+
+def _exception_class(qualified: str) -> type[BaseException] | None:
+    # Only classes of modules the process has already loaded: decoding never imports.
+    module_name, _, qualname = qualified.partition(":")
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, part, None)
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        return obj
+    return None
+
+
+def encode_value(value: Any, blob: Callable[[bytes, bytes], None] | None = None) -> bytes:
+    out = bytearray()
+    Encoder(blob).encode(out, value)
+    return bytes(out)
+
+
+def decode_value(data: bytes, blobs: dict[bytes, bytes] | None = None) -> Any:
+    decoder = Decoder(data, blobs)
+    value = decoder.decode()
+    if decoder.pos != len(data):
+        raise CodecError("trailing bytes after a value")
+    return value
+
+
+def _register_builtin_extensions() -> None:
+    import datetime as dt
+    import os
+    import time
+    import uuid
+
+    def tz_value(tz: dt.tzinfo | None) -> Any:
+        if tz is None:
+            return None
+        if isinstance(tz, dt.timezone):
+            return (tz.utcoffset(None), tz.tzname(None))
+        raise UnencodableError(f"tzinfo {type(tz).__qualname__} has no encoding")
+
+    def tz_from(value: Any) -> dt.tzinfo | None:
+        if value is None:
+            return None
+        offset, name = value
+        if offset == dt.timedelta(0) and name == "UTC":
+            return dt.timezone.utc
+        return dt.timezone(offset, name)
+
+    register_extension(
+        "timedelta",
+        dt.timedelta,
+        lambda v: (v.days, v.seconds, v.microseconds),
+        lambda v: dt.timedelta(v[0], v[1], v[2]),
+    )
+    register_extension(
+        "date", dt.date, lambda v: (v.year, v.month, v.day), lambda v: dt.date(*v)
+    )
+    register_extension(
+        "datetime",
+        dt.datetime,
+        lambda v: (
+            v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
+            tz_value(v.tzinfo), v.fold,
+        ),
+        lambda v: dt.datetime(*v[:7], tzinfo=tz_from(v[7]), fold=v[8]),
+    )
+    register_extension(
+        "time",
+        dt.time,
+        lambda v: (v.hour, v.minute, v.second, v.microsecond, tz_value(v.tzinfo), v.fold),
+        lambda v: dt.time(*v[:4], tzinfo=tz_from(v[4]), fold=v[5]),
+    )
+    register_extension("timezone", dt.timezone, tz_value, tz_from)
+    register_extension("uuid", uuid.UUID, lambda v: v.int, lambda v: uuid.UUID(int=v))
+    register_extension(
+        "stat_result",
+        os.stat_result,
+        lambda v: (tuple(v), {k: getattr(v, k) for k in _STAT_EXTRA if hasattr(v, k)}),
+        lambda v: os.stat_result(v[0], v[1]),
+    )
+    register_extension(
+        "struct_time",
+        time.struct_time,
+        lambda v: (tuple(v), v.tm_zone, v.tm_gmtoff),
+        lambda v: time.struct_time(v[0], {"tm_zone": v[1], "tm_gmtoff": v[2]}),
+    )
+    register_extension(
+        "terminal_size",
+        os.terminal_size,
+        tuple,
+        os.terminal_size,
+    )
+
+
+_STAT_EXTRA = (
+    "st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns", "st_ctime_ns",
+    "st_blksize", "st_blocks", "st_rdev",
+)  # fmt: skip
+
+_register_builtin_extensions()

@@ -1,0 +1,195 @@
+"""Adapters for the process's own nondeterminism: datetime, random seeding, the environment,
+and the determinism guard (threads, fork, ctypes).
+
+Each adapter runs identically when recording and when replaying; only the runtime differs.
+"""
+
+from __future__ import annotations
+
+import _thread
+import datetime as dt
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from ._boundary import Patcher
+from ._runtime import Runtime
+
+__all__ = [
+    "RecordedEnviron",
+    "install_datetime",
+    "install_environ",
+    "install_random",
+    "install_thread_guard",
+]
+
+
+def _as(cls: type, value: Any) -> Any:
+    if cls is type(value):
+        return value
+    if isinstance(value, dt.datetime):
+        return cls(
+            value.year, value.month, value.day, value.hour, value.minute, value.second,
+            value.microsecond, value.tzinfo, fold=value.fold,
+        )  # fmt: skip
+    return cls(value.year, value.month, value.day)
+
+
+def install_datetime(rt: Runtime, patcher: Patcher) -> None:
+    # datetime's clock reads happen in C; the methods themselves are the boundary.
+    base_now = dt.datetime.now
+    base_utcnow = dt.datetime.utcnow
+    call = rt.call
+    utc = dt.timezone.utc
+
+    def now(cls: Any, tz: dt.tzinfo | None = None) -> Any:
+        if tz is None:
+            return _as(cls, call("datetime.datetime.now", None, base_now))
+        if not isinstance(tz, dt.tzinfo):
+            raise TypeError("tzinfo argument must be None or of a tzinfo subclass")
+        stamp = call("datetime.datetime.now", ("utc",), lambda: base_now(utc))
+        return tz.fromutc(_as(cls, stamp.replace(tzinfo=None)).replace(tzinfo=tz))
+
+    def utcnow(cls: Any) -> Any:
+        return _as(cls, call("datetime.datetime.utcnow", None, base_utcnow))
+
+    def today(cls: Any) -> Any:
+        if issubclass(cls, dt.datetime):
+            return _as(cls, call("datetime.datetime.now", None, base_now))
+        return _as(cls, call("datetime.date.today", None, lambda: base_now().date()))
+
+    patcher.replace(dt.datetime, "now", classmethod(now))
+    patcher.replace(dt.datetime, "utcnow", classmethod(utcnow))
+    patcher.replace(dt.date, "today", classmethod(today))
+
+
+def install_random(rt: Runtime, patcher: Patcher) -> None:
+    import _random
+
+    base_seed = random.Random.seed
+    set_internal = _random.Random.setstate
+
+    def fresh_state() -> tuple[int, ...]:
+        return tuple(_random.Random().getstate())
+
+    def seed(self: random.Random, a: Any = None, version: int = 2) -> None:
+        if a is None:
+            # Unseeded generators draw from the OS inside C; the state is the boundary value.
+            state = rt.call("random.Random.seed", None, fresh_state)
+            set_internal(self, state)
+            self.gauss_next = None
+        else:
+            base_seed(self, a, version)
+
+    patcher.replace(random.Random, "seed", seed)
+    # The module-level generator was seeded at import, before the boundary existed, and the
+    # module's `seed` is a method bound to the old function.
+    patcher.replace(random, "seed", random._inst.seed)  # type: ignore[attr-defined]
+    random.seed()
+
+
+class RecordedEnviron(os._Environ):  # type: ignore[type-arg]
+    """os.environ as the program saw it: names known at start, values of the allowed names
+    known at start, every other value served by a boundary call the first time it is read."""
+
+    def __init__(self, rt: Runtime, known: dict[str, str], names: list[str], real: Any) -> None:
+        # os._Environ's own state is deliberately not used; every method is overridden.
+        self._rt = rt
+        self._known = dict(known)
+        self._names = dict.fromkeys(names)
+        self._real = real
+
+    def __getitem__(self, key: str) -> str:
+        value = self._known.get(key)
+        if value is not None:
+            return value
+        if key not in self._names:
+            raise KeyError(key)
+        real = self._real
+        value = self._rt.call("os.environ.__getitem__", (key,), lambda: real[key])
+        self._known[key] = value
+        return value
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            bad = value if isinstance(key, str) else key
+            raise TypeError(f"str expected, not {type(bad).__name__}")
+        os.putenv(key, value)
+        self._known[key] = value
+        self._names[key] = None
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._names:
+            raise KeyError(key)
+        os.unsetenv(key)
+        self._known.pop(key, None)
+        del self._names[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names
+
+    def __repr__(self) -> str:
+        return f"environ({{{', '.join(f'{k!r}: {self[k]!r}' for k in self._names)}}})"
+
+    def copy(self) -> dict[str, str]:
+        return dict(self)
+
+
+def install_environ(rt: Runtime, patcher: Patcher) -> None:
+    known: dict[str, str] = getattr(rt, "env_allowed", {})
+    names: list[str] = getattr(rt, "env_names", list(known))
+    patcher.replace(os, "environ", RecordedEnviron(rt, known, names, os.environ))
+
+
+def install_thread_guard(rt: Runtime, patcher: Patcher) -> None:
+    import threading
+
+    base_start = threading.Thread.start
+    base_new_thread = _thread.start_new_thread
+
+    def start(self: threading.Thread) -> None:
+        rt.unsupported("the application started a thread (threads are not supported in v1)")
+        base_start(self)
+
+    def start_new_thread(*args: Any, **kwargs: Any) -> Any:
+        rt.unsupported("the application started a thread (threads are not supported in v1)")
+        return base_new_thread(*args, **kwargs)
+
+    patcher.replace(threading.Thread, "start", start)
+    patcher.replace(_thread, "start_new_thread", start_new_thread)
+    for name in ("fork", "forkpty"):
+        base = getattr(os, name, None)
+        if base is not None:
+            patcher.replace(os, name, _forking(rt, name, base))
+    _guard_ctypes(rt, patcher)
+
+
+def _forking(rt: Runtime, name: str, base: Any) -> Any:
+    def fork(*args: Any) -> Any:
+        rt.unsupported(f"the application called os.{name}() (fork is not supported in v1)")
+        return base(*args)
+
+    return fork
+
+
+def _guard_ctypes(rt: Runtime, patcher: Patcher) -> None:
+    import ctypes
+
+    base_getitem = ctypes.CDLL.__getitem__
+    seen: set[str] = set()
+
+    def getitem(self: ctypes.CDLL, name_or_ordinal: Any) -> Any:
+        key = f"{getattr(self, '_name', '?')}:{name_or_ordinal}"
+        if key not in seen:
+            seen.add(key)
+            rt.note("ctypes", f"{key} is called behind the boundary; its effects are not recorded")
+        return base_getitem(self, name_or_ordinal)
+
+    patcher.replace(ctypes.CDLL, "__getitem__", getitem)

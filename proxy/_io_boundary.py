@@ -1,0 +1,398 @@
+"""Adapters for files and the standard streams.
+
+Files are intercepted at the raw layer: `open()` builds the real buffered and text layers of
+the io module on top of a BoundaryRaw, so decoding, newlines, buffering and readline behave
+exactly as in an unrecorded run, and only raw reads, writes and seeks cross the boundary.
+Reads are recorded with their bytes; writes are outputs, passed through when recording and
+compared byte for byte when replaying (replay never writes a file).
+
+Files under the interpreter's own trees (the standard library and site-packages) are not
+external: the replay image provides the same files, so they are opened directly.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ._boundary import Patcher
+from ._runtime import Runtime
+
+__all__ = ["BoundaryRaw", "DirEntry", "install_files", "install_stdio"]
+
+_VALID_MODE = frozenset("axrwb+t")
+
+
+class BoundaryRaw(io.RawIOBase):
+    """A raw file whose every operation is a boundary call."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        real: io.FileIO | None,
+        *,
+        oid: int,
+        label: str,
+        name: Any,
+        mode: str,
+        fd: int,
+        isatty: bool,
+        closefd: bool = True,
+    ) -> None:
+        super().__init__()
+        self._rt = rt
+        self._real = real
+        self._oid = oid
+        self._label = label
+        self.name = name
+        self.mode = mode
+        self._fd = fd
+        self._isatty = isatty
+        self.closefd = closefd
+
+    def readable(self) -> bool:
+        return "r" in self.mode or "+" in self.mode
+
+    def writable(self) -> bool:
+        return "r" not in self.mode or "+" in self.mode
+
+    def seekable(self) -> bool:
+        real = self._real
+        return bool(self._rt.call(f"{self._label}.seekable", (self._oid,), lambda: real.seekable()))  # type: ignore[union-attr]
+
+    def isatty(self) -> bool:
+        return self._isatty
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer: Any) -> int | None:
+        real, size = self._real, len(memoryview(buffer))
+        data = self._rt.call(f"{self._label}.read", (self._oid, size), lambda: real.read(size))  # type: ignore[union-attr]
+        if data is None:
+            return None
+        n = len(data)
+        memoryview(buffer).cast("B")[:n] = data
+        return n
+
+    def readall(self) -> bytes:
+        real = self._real
+        return self._rt.call(f"{self._label}.readall", (self._oid,), lambda: real.readall())  # type: ignore[union-attr,no-any-return]
+
+    def write(self, data: Any) -> int | None:
+        payload = bytes(data)
+        real = self._real
+        return self._rt.output(  # type: ignore[no-any-return]
+            f"{self._label}.write", (self._oid,), payload, lambda: real.write(payload)  # type: ignore[union-attr]
+        )
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        real = self._real
+        return self._rt.call(  # type: ignore[no-any-return]
+            f"{self._label}.seek", (self._oid, offset, whence), lambda: real.seek(offset, whence)  # type: ignore[union-attr]
+        )
+
+    def tell(self) -> int:
+        real = self._real
+        return self._rt.call(f"{self._label}.tell", (self._oid,), lambda: real.tell())  # type: ignore[union-attr,no-any-return]
+
+    def truncate(self, size: int | None = None) -> int:
+        real = self._real
+        return self._rt.call(  # type: ignore[no-any-return]
+            f"{self._label}.truncate", (self._oid, size), lambda: real.truncate(size)  # type: ignore[union-attr]
+        )
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        real = self._real
+        try:
+            if self.closefd:
+                self._rt.call(f"{self._label}.close", (self._oid,), lambda: real.close())  # type: ignore[union-attr]
+        finally:
+            super().close()
+
+    def __repr__(self) -> str:
+        return f"<_io.FileIO name={self.name!r} mode={self.mode!r} closefd={self.closefd!r}>"
+
+
+def _raw_mode(mode: str) -> tuple[str, str, bool]:
+    """(raw mode for FileIO, FileIO's own mode string, text?) with io.open's validation."""
+    if not isinstance(mode, str):
+        raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
+    modes = set(mode)
+    if modes - _VALID_MODE or len(mode) != len(modes):
+        raise ValueError(f"invalid mode: '{mode}'")
+    creating, reading, writing, appending = "x" in modes, "r" in modes, "w" in modes, "a" in modes
+    updating, text, binary = "+" in modes, "t" in modes, "b" in modes
+    if text and binary:
+        raise ValueError("can't have text and binary mode at once")
+    if creating + reading + writing + appending != 1:
+        raise ValueError("must have exactly one of create/read/write/append mode")
+    base = "x" if creating else "r" if reading else "w" if writing else "a"
+    raw = base + ("+" if updating else "")
+    readable = reading or updating
+    if creating:
+        shown = "xb+" if readable else "xb"
+    elif appending:
+        shown = "ab+" if readable else "ab"
+    elif reading or updating:
+        shown = "rb+" if (writing or updating) else "rb"
+    else:
+        shown = "wb"
+    return raw, shown, not binary
+
+
+def _layers(
+    raw: io.RawIOBase,
+    *,
+    mode: str,
+    text: bool,
+    buffering: int,
+    blksize: int,
+    isatty: bool,
+    encoding: str | None,
+    errors: str | None,
+    newline: str | None,
+    write_through: bool = False,
+) -> Any:
+    """Stack buffered and text layers exactly as io.open() would."""
+    line_buffering = buffering == 1 or (buffering < 0 and isatty)
+    if buffering == 1 or buffering < 0:
+        buffering = blksize if blksize > 1 else io.DEFAULT_BUFFER_SIZE
+    if buffering == 0:
+        if text:
+            raise ValueError("can't have unbuffered text I/O")
+        return raw
+    buffer: Any
+    if "+" in mode:
+        buffer = io.BufferedRandom(raw, buffering)  # type: ignore[arg-type]
+    elif any(c in mode for c in "wax"):
+        buffer = io.BufferedWriter(raw, buffering)
+    else:
+        buffer = io.BufferedReader(raw, buffering)
+    if not text:
+        return buffer
+    wrapper = io.TextIOWrapper(
+        buffer, encoding, errors, newline, line_buffering, write_through=write_through
+    )
+    wrapper.mode = mode  # type: ignore[misc]
+    return wrapper
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p + os.sep) for p in prefixes)
+
+
+def install_files(rt: Runtime, patcher: Patcher) -> None:
+    base_open = io.open
+    base_scandir = os.scandir
+    base_stat = os.stat
+    prefixes: tuple[str, ...] = tuple(getattr(rt, "passthrough_prefixes", ()))
+    intercepting = rt.intercepting  # type: ignore[attr-defined]
+
+    def boundary_open(
+        file: Any,
+        mode: str = "r",
+        buffering: int = -1,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        closefd: bool = True,
+        opener: Any = None,
+    ) -> Any:
+        if isinstance(file, int) or opener is not None or not intercepting():
+            return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        path = os.fspath(file)
+        text_path = os.fsdecode(path)
+        if _under(os.path.abspath(text_path), prefixes):
+            return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        raw_mode, shown, text = _raw_mode(mode)
+        if not text and (encoding is not None or errors is not None or newline is not None):
+            what = "an encoding" if encoding is not None else "errors" if errors else "a newline"
+            raise ValueError(f"binary mode doesn't take {what} argument")
+        holder: list[io.FileIO] = []
+
+        def really_open() -> tuple[int, bool, int]:
+            real = io.FileIO(path, raw_mode, closefd)
+            holder.append(real)
+            try:
+                blksize = base_stat(real.fileno()).st_blksize
+            except OSError:
+                blksize = io.DEFAULT_BUFFER_SIZE
+            return real.fileno(), real.isatty(), blksize
+
+        oid = rt.new_oid()
+        fd, isatty, blksize = rt.call("open", (text_path, raw_mode), really_open)
+        raw = BoundaryRaw(
+            rt, holder[0] if holder else None,
+            oid=oid, label="file", name=file, mode=shown, fd=fd, isatty=isatty,
+        )  # fmt: skip
+        try:
+            return _layers(
+                raw, mode=mode, text=text, buffering=buffering, blksize=blksize, isatty=isatty,
+                encoding=encoding, errors=errors, newline=newline,
+            )  # fmt: skip
+        except BaseException:
+            raw.close()
+            raise
+
+    boundary_open.__name__ = "open"
+    boundary_open.__doc__ = base_open.__doc__
+
+    def scandir(path: Any = ".") -> ScandirIterator:
+        if isinstance(path, int):
+            raise TypeError("sealtrace does not record os.scandir() on a file descriptor")
+        key = os.fspath(path)
+
+        def listing() -> list[tuple[Any, ...]]:
+            with base_scandir(key) as it:
+                return [_entry_fields(e) for e in it]
+
+        entries = rt.call("os.scandir", (key,), listing)
+        return ScandirIterator([DirEntry(rt, *fields) for fields in entries])
+
+    patcher.replace(builtins, "open", boundary_open)
+    patcher.replace(io, "open", boundary_open)
+    patcher.replace(os, "scandir", scandir)
+
+
+def _entry_fields(entry: os.DirEntry[Any]) -> tuple[Any, ...]:
+    def probe(fn: Any) -> Any:
+        try:
+            return fn()
+        except OSError as exc:
+            return exc
+
+    return (
+        entry.name, entry.path, entry.inode(), entry.is_symlink(),
+        probe(lambda: entry.is_dir()), probe(lambda: entry.is_dir(follow_symlinks=False)),
+        probe(lambda: entry.is_file()), probe(lambda: entry.is_file(follow_symlinks=False)),
+    )  # fmt: skip
+
+
+class DirEntry:
+    """os.DirEntry as it was when the directory was listed."""
+
+    def __init__(
+        self, rt: Runtime, name: Any, path: Any, inode: int, symlink: bool,
+        is_dir: Any, is_dir_nofollow: Any, is_file: Any, is_file_nofollow: Any,
+    ) -> None:  # fmt: skip
+        self._rt = rt
+        self.name, self.path = name, path
+        self._inode, self._symlink = inode, symlink
+        self._dir = (is_dir, is_dir_nofollow)
+        self._file = (is_file, is_file_nofollow)
+
+    def inode(self) -> int:
+        return self._inode
+
+    def is_symlink(self) -> bool:
+        return self._symlink
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return _answer(self._dir[0 if follow_symlinks else 1])
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return _answer(self._file[0 if follow_symlinks else 1])
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        path = self.path
+        base = os.stat.__wrapped__ if hasattr(os.stat, "__wrapped__") else os.stat
+        return self._rt.call(  # type: ignore[no-any-return]
+            "os.DirEntry.stat", (path, follow_symlinks),
+            lambda: base(path, follow_symlinks=follow_symlinks),
+        )  # fmt: skip
+
+    def __fspath__(self) -> Any:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"<DirEntry {self.name!r}>"
+
+
+def _answer(value: Any) -> bool:
+    if isinstance(value, OSError):
+        raise value
+    return bool(value)
+
+
+class ScandirIterator:
+    def __init__(self, entries: list[DirEntry]) -> None:
+        self._it: Iterator[DirEntry] = iter(entries)
+
+    def __iter__(self) -> ScandirIterator:
+        return self
+
+    def __next__(self) -> DirEntry:
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it = iter(())
+
+    def __enter__(self) -> ScandirIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+STDIO = (("stdin", 0, "rb"), ("stdout", 1, "wb"), ("stderr", 2, "wb"))
+
+
+def describe_stdio() -> dict[str, Any]:
+    """How the interpreter set up its standard streams (recorded, then rebuilt on replay)."""
+    config: dict[str, Any] = {}
+    for name, fd, _ in STDIO:
+        stream = getattr(sys, name, None)
+        if not isinstance(stream, io.TextIOWrapper):
+            continue
+        try:
+            if stream.fileno() != fd:
+                continue
+            blksize = os.fstat(fd).st_blksize
+            isatty = os.isatty(fd)
+        except (OSError, ValueError):
+            continue
+        config[name] = {
+            "encoding": stream.encoding,
+            "errors": stream.errors,
+            "line_buffering": stream.line_buffering,
+            "write_through": stream.write_through,
+            "buffered": not isinstance(stream.buffer, io.RawIOBase),
+            "blksize": blksize,
+            "isatty": isatty,
+        }
+    return config
+
+
+def install_stdio(rt: Runtime, patcher: Patcher) -> None:
+    # Rebuilt the way the interpreter builds them (Python/pylifecycle.c create_stdio).
+    config: dict[str, Any] = getattr(rt, "stdio", {})
+    for name, fd, mode in STDIO:
+        cfg = config.get(name)
+        if cfg is None:
+            continue
+        current = getattr(sys, name)
+        if current is not None and not rt.replaying:
+            current.flush()
+        real = io.FileIO(fd, mode, closefd=False) if not rt.replaying else None
+        raw = BoundaryRaw(
+            rt, real, oid=rt.new_oid(), label=name, name=f"<{name}>", mode=mode,
+            fd=fd, isatty=cfg["isatty"], closefd=False,
+        )  # fmt: skip
+        buffer: Any = raw
+        if cfg["buffered"]:
+            size = cfg["blksize"] if cfg["blksize"] > 1 else io.DEFAULT_BUFFER_SIZE
+            buffer = (io.BufferedReader if name == "stdin" else io.BufferedWriter)(raw, size)
+        stream = io.TextIOWrapper(
+            buffer, cfg["encoding"], cfg["errors"], "\n", cfg["line_buffering"],
+            write_through=cfg["write_through"],
+        )  # fmt: skip
+        stream.mode = mode[0]  # type: ignore[misc]
+        patcher.replace(sys, name, stream)
+        patcher.replace(sys, f"__{name}__", stream)

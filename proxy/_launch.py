@@ -1,0 +1,158 @@
+"""What to run and how: the target of a recording, started the way `python` itself would.
+
+Recording and replay both run the target through run_target(), so the program sees the same
+sys.argv, sys.path[0], __main__ module, exit status and traceback either way. The source of a
+script target comes from the caller (read from disk when recording, from the recording when
+replaying), never from run_target itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import UsageError
+
+__all__ = ["Target", "exit_status", "parse_command", "run_target"]
+
+# Options that take a separate argument, and options that cannot be recorded faithfully.
+_WITH_ARGUMENT = {"-W", "-X", "--check-hash-based-pycs"}
+_REFUSED = {
+    "-E": "-E ignores PYTHONHASHSEED, so the hash seed cannot be fixed and recorded",
+    "-I": "-I ignores PYTHONHASHSEED, so the hash seed cannot be fixed and recorded",
+    "-i": "interactive sessions cannot be recorded",
+    "-": "a program read from stdin cannot be recorded (save it to a file)",
+}
+_SEALTRACE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Target:
+    kind: str  # "script" | "module" | "code"
+    value: str
+    args: list[str] = field(default_factory=list)
+    python_options: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "args": list(self.args),
+            "python_options": list(self.python_options),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Target:
+        return cls(data["kind"], data["value"], list(data["args"]), list(data["python_options"]))
+
+
+def parse_command(command: list[str]) -> tuple[str, Target]:
+    """Split `PYTHON [options] (script | -m module | -c code) [args...]`."""
+    if not command:
+        raise UsageError("nothing to record: give the command after --, e.g. -- python3 app.py")
+    python, rest = command[0], command[1:]
+    options: list[str] = []
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token in ("-m", "-c"):
+            if i + 1 >= len(rest):
+                raise UsageError(f"{token} needs an argument")
+            kind = "module" if token == "-m" else "code"
+            return python, Target(kind, rest[i + 1], rest[i + 2 :], options)
+        if token in _REFUSED or (token.startswith("-") and not token.startswith("--")
+                                 and any(f"-{c}" in _REFUSED for c in token[1:])):  # fmt: skip
+            flag = token if token in _REFUSED else next(f"-{c}" for c in token[1:] if f"-{c}" in _REFUSED)
+            raise UsageError(f"cannot record with {flag}: {_REFUSED[flag]}")
+        if token == "--":
+            i += 1
+            break
+        if not token.startswith("-"):
+            break
+        if token[1:2] in ("m", "c") and len(token) > 2 and not token.startswith("--"):
+            raise UsageError(f"write {token[:2]} and its argument as separate words")
+        options.append(token)
+        if token in _WITH_ARGUMENT:
+            if i + 1 >= len(rest):
+                raise UsageError(f"{token} needs an argument")
+            options.append(rest[i + 1])
+            i += 1
+        i += 1
+    if i >= len(rest):
+        raise UsageError("no program to record: give a script, -m module or -c code")
+    return python, Target("script", rest[i], rest[i + 1 :], options)
+
+
+def exit_status(code: Any) -> tuple[int, str | None]:
+    """SystemExit's code as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0, None
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF if code >= 0 else code & 0xFF, None
+    return 1, str(code)
+
+
+def _trim_traceback(exc: BaseException) -> None:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SEALTRACE_DIR):
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+
+
+def run_target(
+    target: Target, script_source: Callable[[str], bytes] | None = None
+) -> tuple[int, str | None]:
+    """Run the target as `python` would; returns (exit status, uncaught exception or None)."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    safe_path = bool(getattr(sys.flags, "safe_path", False))
+    uncaught: str | None = None
+    try:
+        try:
+            if target.kind == "script":
+                assert script_source is not None
+                sys.argv = [target.value, *target.args]
+                if not safe_path:
+                    sys.path[0] = os.path.dirname(os.path.realpath(target.value))
+                source = script_source(target.value)
+                main.__file__ = target.value
+                main.__cached__ = None  # type: ignore[attr-defined]
+                code = compile(source, target.value, "exec", dont_inherit=True)
+                exec(code, main.__dict__)
+            elif target.kind == "module":
+                import runpy
+
+                sys.argv = ["-m", *target.args]
+                if not safe_path:
+                    sys.path[0] = os.getcwd()
+                runpy._run_module_as_main(target.value, alter_argv=True)  # type: ignore[attr-defined]
+            else:
+                sys.argv = ["-c", *target.args]
+                if not safe_path:
+                    sys.path[0] = ""
+                exec(compile(target.value, "<string>", "exec", dont_inherit=True), main.__dict__)
+            status = 0
+        except SystemExit as exc:
+            status, message = exit_status(exc.code)
+            if message is not None:
+                print(message, file=sys.stderr)
+        except BaseException as exc:
+            _trim_traceback(exc)
+            uncaught = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+    return status, uncaught

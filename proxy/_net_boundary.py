@@ -1,0 +1,555 @@
+"""Adapters for sockets, TLS and readiness (select, poll, epoll, selectors).
+
+`socket.socket` becomes `Socket`, a proxy that owns the real socket when recording and none
+when replaying; every operation on the operating system's socket is a boundary call keyed by
+the proxy's stable object id. TLS is recorded at the SSLSocket level: the application's
+plaintext, never TLS records. Readiness results are recorded as file descriptor numbers, which
+are the recorded ones on replay too, so selectors keep working against proxies.
+"""
+
+from __future__ import annotations
+
+import select
+import selectors
+import socket as socket_module
+from collections.abc import Iterable
+from typing import Any
+
+from ._boundary import Patcher
+from ._io_boundary import _layers
+from ._runtime import Runtime
+
+__all__ = ["Epoll", "Poll", "SSLSocket", "Socket", "install_select", "install_socket", "install_ssl"]
+
+_BaseSocket = socket_module.socket
+
+
+def _fd_of(obj: Any) -> int:
+    return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+class Socket:
+    """socket.socket, one boundary call per operating-system operation."""
+
+    _rt: Runtime
+
+    def __init__(
+        self,
+        family: int = -1,
+        type: int = -1,  # noqa: A002 - socket.socket's own parameter name
+        proto: int = -1,
+        fileno: int | None = None,
+    ) -> None:
+        holder: list[Any] = []
+
+        def create() -> tuple[int, int, int, int]:
+            real = _BaseSocket(family, type, proto, fileno)
+            holder.append(real)
+            return real.fileno(), int(real.family), int(real.type), real.proto
+
+        self._setup(self._rt.call("socket.socket", (family, type, proto, fileno), create), holder)
+
+    def _setup(self, info: tuple[int, int, int, int], holder: list[Any]) -> None:
+        self._real = holder[0] if holder else None
+        self._oid = self._rt.new_oid()
+        self._fd, self._family, self._type, self.proto = info
+        self._timeout: float | None = socket_module.getdefaulttimeout()
+        self._io_refs = 0
+        self._closed = False
+
+    @classmethod
+    def _adopt(cls, info: tuple[int, int, int, int], real: Any) -> Socket:
+        sock = cls.__new__(cls)
+        sock._setup(info, [real] if real is not None else [])
+        return sock
+
+    def _call(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
+        if self._fd < 0 and op != "close":
+            raise OSError(9, "Bad file descriptor")
+        return self._rt.call(f"socket.{op}", (self._oid, *key), fn)
+
+    # -- identity and local state ---------------------------------------------------------
+
+    @property
+    def family(self) -> socket_module.AddressFamily | int:
+        try:
+            return socket_module.AddressFamily(self._family)
+        except ValueError:
+            return self._family
+
+    @property
+    def type(self) -> socket_module.SocketKind | int:  # noqa: A003
+        try:
+            return socket_module.SocketKind(self._type)
+        except ValueError:
+            return self._type
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    @property
+    def timeout(self) -> float | None:
+        return self._timeout
+
+    def settimeout(self, value: float | None) -> None:
+        if value is not None:
+            value = float(value)
+            if value < 0:
+                raise ValueError("Timeout value out of range")
+        if self._real is not None:
+            self._real.settimeout(value)
+        self._timeout = value
+
+    def setblocking(self, flag: bool) -> None:
+        self.settimeout(None if flag else 0.0)
+
+    def getblocking(self) -> bool:
+        return self._timeout != 0.0
+
+    def __repr__(self) -> str:
+        closed = getattr(self, "_closed", False)
+        return (
+            f"<{type(self).__module__}.{type(self).__qualname__}"
+            f"{' [closed]' if closed else ''} fd={self._fd}, family={self._family}, "
+            f"type={self._type}, proto={self.proto}>"
+        )
+
+    def __enter__(self) -> Socket:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        if not self._closed:
+            self.close()
+
+    def __getstate__(self) -> Any:
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
+
+    # -- operations -------------------------------------------------------------------------
+
+    def connect(self, address: Any) -> None:
+        real = self._real
+        self._call("connect", (address,), lambda: real.connect(address))
+
+    def connect_ex(self, address: Any) -> int:
+        real = self._real
+        return int(self._call("connect_ex", (address,), lambda: real.connect_ex(address)))
+
+    def bind(self, address: Any) -> None:
+        real = self._real
+        self._call("bind", (address,), lambda: real.bind(address))
+
+    def listen(self, *backlog: int) -> None:
+        real = self._real
+        self._call("listen", backlog, lambda: real.listen(*backlog))
+
+    def accept(self) -> tuple[Socket, Any]:
+        holder: list[Any] = []
+        real = self._real
+
+        def accept() -> tuple[tuple[int, int, int, int], Any]:
+            conn, address = real.accept()
+            holder.append(conn)
+            return (conn.fileno(), int(conn.family), int(conn.type), conn.proto), address
+
+        info, address = self._call("accept", (), accept)
+        conn = Socket._adopt(info, holder[0] if holder else None)
+        if self._timeout is None and socket_module.getdefaulttimeout() is None:
+            conn._timeout = None
+        return conn, address
+
+    def dup(self) -> Socket:
+        holder: list[Any] = []
+        real = self._real
+
+        def dup() -> tuple[int, int, int, int]:
+            copy = real.dup()
+            holder.append(copy)
+            return copy.fileno(), int(copy.family), int(copy.type), copy.proto
+
+        return Socket._adopt(self._call("dup", (), dup), holder[0] if holder else None)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        payload, real = bytes(data), self._real
+        return int(
+            self._rt.output(
+                "socket.send", (self._oid, flags), payload, lambda: real.send(payload, flags)
+            )
+        )
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        payload, real = bytes(data), self._real
+        self._rt.output(
+            "socket.sendall", (self._oid, flags), payload, lambda: real.sendall(payload, flags)
+        )
+
+    def sendto(self, data: Any, *args: Any) -> int:
+        payload, real = bytes(data), self._real
+        return int(
+            self._rt.output(
+                "socket.sendto", (self._oid, *args), payload, lambda: real.sendto(payload, *args)
+            )
+        )
+
+    def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
+        return int(_BaseSocket._sendfile_use_send(self, file, offset, count))  # type: ignore[attr-defined]
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        real = self._real
+        return bytes(self._call("recv", (bufsize, flags), lambda: real.recv(bufsize, flags)))
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        size = nbytes or len(view)
+        real = self._real
+        data = self._call("recv_into", (size, flags), lambda: real.recv(size, flags))
+        view[: len(data)] = data
+        return len(data)
+
+    def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
+        real = self._real
+        data, address = self._call("recvfrom", (bufsize, flags), lambda: real.recvfrom(bufsize, flags))
+        return bytes(data), address
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        view = memoryview(buffer).cast("B")
+        size = nbytes or len(view)
+        real = self._real
+        data, address = self._call(
+            "recvfrom_into", (size, flags), lambda: real.recvfrom(size, flags)
+        )
+        view[: len(data)] = data
+        return len(data), address
+
+    def shutdown(self, how: int) -> None:
+        real = self._real
+        self._call("shutdown", (how,), lambda: real.shutdown(how))
+
+    def getpeername(self) -> Any:
+        real = self._real
+        return self._call("getpeername", (), lambda: real.getpeername())
+
+    def getsockname(self) -> Any:
+        real = self._real
+        return self._call("getsockname", (), lambda: real.getsockname())
+
+    def setsockopt(self, level: int, option: int, *value: Any) -> None:
+        real = self._real
+        self._call("setsockopt", (level, option, *value), lambda: real.setsockopt(level, option, *value))
+
+    def getsockopt(self, level: int, option: int, *buflen: int) -> Any:
+        real = self._real
+        return self._call("getsockopt", (level, option, *buflen), lambda: real.getsockopt(level, option, *buflen))
+
+    def makefile(self, mode: str = "r", buffering: int | None = None, *, encoding: str | None = None,
+                 errors: str | None = None, newline: str | None = None) -> Any:  # fmt: skip
+        if not set(mode) <= {"r", "w", "b"}:
+            raise ValueError(f"invalid mode {mode!r} (only r, w, b allowed)")
+        writing, reading = "w" in mode, "r" in mode or "w" not in mode
+        rawmode = ("r" if reading else "") + ("w" if writing else "")
+        raw = socket_module.SocketIO(self, rawmode)  # type: ignore[arg-type]
+        self._io_refs += 1
+        if buffering is None:
+            buffering = -1
+        layered_mode = "rb+" if reading and writing else ("wb" if writing else "rb")
+        return _layers(
+            raw, mode=layered_mode, text="b" not in mode, buffering=buffering,
+            blksize=0, isatty=False, encoding=encoding, errors=errors, newline=newline,
+        )  # fmt: skip
+
+    def _decref_socketios(self) -> None:
+        if self._io_refs > 0:
+            self._io_refs -= 1
+        if self._closed:
+            self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._io_refs <= 0 and self._fd >= 0:
+            real = self._real
+            self._call("close", (), lambda: real.close())
+            self._fd = -1
+
+    def detach(self) -> int:
+        real = self._real
+        fd = self._call("detach", (), lambda: real.detach())
+        self._closed, self._fd = True, -1
+        return int(fd)
+
+
+class SSLSocket(Socket):
+    """ssl.SSLSocket: the application's plaintext crosses the boundary, TLS records do not."""
+
+    context: Any
+    server_side: bool
+    server_hostname: str | None
+
+    def _op(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
+        return self._rt.call(f"ssl.{op}", (self._oid, *key), fn)
+
+    def read(self, len: int = 1024, buffer: Any = None) -> Any:  # noqa: A002
+        real = self._real
+        data = self._op("read", (len,), lambda: real.read(len))
+        if buffer is None:
+            return data
+        memoryview(buffer).cast("B")[: data.__len__()] = data
+        return data.__len__()
+
+    def write(self, data: Any) -> int:
+        payload, real = bytes(data), self._real
+        return int(self._rt.output("ssl.write", (self._oid,), payload, lambda: real.write(payload)))
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        payload, real = bytes(data), self._real
+        return int(self._rt.output("ssl.send", (self._oid, flags), payload, lambda: real.send(payload, flags)))
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        payload, real = bytes(data), self._real
+        self._rt.output("ssl.sendall", (self._oid, flags), payload, lambda: real.sendall(payload, flags))
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        real = self._real
+        return bytes(self._op("recv", (buflen, flags), lambda: real.recv(buflen, flags)))
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        size = nbytes or len(view)
+        real = self._real
+        data = self._op("recv_into", (size, flags), lambda: real.recv(size, flags))
+        view[: len(data)] = data
+        return len(data)
+
+    def do_handshake(self) -> None:
+        real = self._real
+        self._op("do_handshake", (), lambda: real.do_handshake())
+
+    def getpeercert(self, binary_form: bool = False) -> Any:
+        real = self._real
+        return self._op("getpeercert", (binary_form,), lambda: real.getpeercert(binary_form))
+
+    def cipher(self) -> Any:
+        real = self._real
+        return self._op("cipher", (), lambda: real.cipher())
+
+    def version(self) -> str | None:
+        real = self._real
+        return self._op("version", (), lambda: real.version())  # type: ignore[no-any-return]
+
+    def selected_alpn_protocol(self) -> str | None:
+        real = self._real
+        return self._op("selected_alpn_protocol", (), lambda: real.selected_alpn_protocol())  # type: ignore[no-any-return]
+
+    def pending(self) -> int:
+        real = self._real
+        return int(self._op("pending", (), lambda: real.pending()))
+
+    def unwrap(self) -> Socket:
+        real = self._real
+        holder: list[Any] = []
+
+        def unwrap() -> tuple[int, int, int, int]:
+            plain = real.unwrap()
+            holder.append(plain)
+            return plain.fileno(), int(plain.family), int(plain.type), plain.proto
+
+        return Socket._adopt(self._op("unwrap", (), unwrap), holder[0] if holder else None)
+
+
+def install_socket(rt: Runtime, patcher: Patcher) -> None:
+    proxy = type("socket", (Socket,), {"_rt": rt, "__module__": "socket"})
+    base_socketpair = socket_module.socketpair
+
+    def socketpair(*args: Any) -> tuple[Socket, Socket]:
+        holder: list[Any] = []
+
+        def pair() -> list[tuple[int, int, int, int]]:
+            socks = base_socketpair(*args)
+            holder.extend(socks)
+            return [(s.fileno(), int(s.family), int(s.type), s.proto) for s in socks]
+
+        infos = rt.call("socket.socketpair", args, pair)
+        reals = holder or [None, None]
+        return proxy._adopt(infos[0], reals[0]), proxy._adopt(infos[1], reals[1])
+
+    patcher.replace(socket_module, "socket", proxy)
+    patcher.replace(socket_module, "socketpair", socketpair)
+    patcher.replace(socket_module, "setdefaulttimeout", _wrap(rt, "socket.setdefaulttimeout", socket_module.setdefaulttimeout))
+
+
+def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
+    def wrapper(*args: Any) -> Any:
+        return rt.call(name, args, lambda: fn(*args))
+
+    return wrapper
+
+
+def install_ssl(rt: Runtime, patcher: Patcher) -> None:
+    import ssl
+
+    proxy = type("SSLSocket", (SSLSocket,), {"_rt": rt, "__module__": "ssl"})
+    base_wrap = ssl.SSLContext.wrap_socket
+
+    def wrap_socket(
+        self: ssl.SSLContext, sock: Any, server_side: bool = False,
+        do_handshake_on_connect: bool = True, suppress_ragged_eofs: bool = True,
+        server_hostname: str | None = None, session: Any = None,
+    ) -> Any:  # fmt: skip
+        if not isinstance(sock, Socket):
+            return base_wrap(self, sock, server_side, do_handshake_on_connect,
+                             suppress_ragged_eofs, server_hostname, session)  # fmt: skip
+        holder: list[Any] = []
+        real_plain = sock._real
+
+        def wrap() -> tuple[int, int, int, int]:
+            tls = base_wrap(self, real_plain, server_side, do_handshake_on_connect,
+                            suppress_ragged_eofs, server_hostname, session)  # fmt: skip
+            holder.append(tls)
+            return tls.fileno(), int(tls.family), int(tls.type), tls.proto
+
+        key = (sock._oid, server_side, do_handshake_on_connect, server_hostname)
+        info = rt.call("ssl.wrap_socket", key, wrap)
+        sock._closed, sock._fd = True, -1  # the plain socket was detached into the TLS one
+        wrapped = proxy._adopt(info, holder[0] if holder else None)
+        wrapped._timeout = sock._timeout
+        wrapped.context, wrapped.server_side = self, server_side
+        wrapped.server_hostname = server_hostname
+        return wrapped
+
+    patcher.replace(ssl.SSLContext, "wrap_socket", wrap_socket)
+    for name in ("load_verify_locations", "load_cert_chain", "load_dh_params"):
+        base = getattr(ssl.SSLContext, name)
+        patcher.replace(ssl.SSLContext, name, _context_call(rt, f"ssl.SSLContext.{name}", base))
+
+
+def _context_call(rt: Runtime, name: str, base: Any) -> Any:
+    # Loading certificates reads files from C; on replay the context is never used for TLS.
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return rt.call(name, (args, kwargs), lambda: base(self, *args, **kwargs))
+
+    return method
+
+
+class Poll:
+    """select.poll(): registrations are local; each poll() is a boundary call."""
+
+    _rt: Runtime
+    _base: Any
+
+    def __init__(self) -> None:
+        holder: list[Any] = []
+        base = type(self)._base
+
+        def create() -> None:
+            holder.append(base())
+
+        self._rt.call("select.poll", (), create)
+        self._real = holder[0] if holder else None
+        self._oid = self._rt.new_oid()
+
+    def register(self, fd: Any, eventmask: int = select.POLLIN | select.POLLPRI | select.POLLOUT) -> None:
+        number = _fd_of(fd)
+        if self._real is not None:
+            self._real.register(number, eventmask)
+
+    def modify(self, fd: Any, eventmask: int) -> None:
+        number = _fd_of(fd)
+        real = self._real
+        self._rt.call("select.poll.modify", (self._oid, number, eventmask), lambda: real.modify(number, eventmask))
+
+    def unregister(self, fd: Any) -> None:
+        number = _fd_of(fd)
+        real = self._real
+        self._rt.call("select.poll.unregister", (self._oid, number), lambda: real.unregister(number))
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        real = self._real
+        return list(self._rt.call("select.poll.poll", (self._oid, timeout), lambda: real.poll(timeout)))
+
+
+class Epoll:
+    """select.epoll(), recorded like Poll; its own descriptor number is the recorded one."""
+
+    _rt: Runtime
+    _base: Any
+
+    def __init__(self, sizehint: int = -1, flags: int = 0) -> None:
+        holder: list[Any] = []
+        base = type(self)._base
+
+        def create() -> int:
+            real = base(sizehint, flags)
+            holder.append(real)
+            return int(real.fileno())
+
+        self._fd = self._rt.call("select.epoll", (sizehint, flags), create)
+        self._real = holder[0] if holder else None
+        self._oid = self._rt.new_oid()
+        self.closed = False
+
+    def fileno(self) -> int:
+        return int(self._fd)
+
+    def _op(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
+        if self.closed:
+            raise ValueError("I/O operation on closed epoll object")
+        return self._rt.call(f"select.epoll.{op}", (self._oid, *key), fn)
+
+    def register(self, fd: Any, eventmask: int = select.EPOLLIN | select.EPOLLPRI | select.EPOLLOUT) -> None:
+        number, real = _fd_of(fd), self._real
+        self._op("register", (number, eventmask), lambda: real.register(number, eventmask))
+
+    def modify(self, fd: Any, eventmask: int) -> None:
+        number, real = _fd_of(fd), self._real
+        self._op("modify", (number, eventmask), lambda: real.modify(number, eventmask))
+
+    def unregister(self, fd: Any) -> None:
+        number, real = _fd_of(fd), self._real
+        self._op("unregister", (number,), lambda: real.unregister(number))
+
+    def poll(self, timeout: float | None = None, maxevents: int = -1) -> list[tuple[int, int]]:
+        real = self._real
+        return list(self._op("poll", (timeout, maxevents), lambda: real.poll(timeout, maxevents)))
+
+    def close(self) -> None:
+        if not self.closed:
+            real = self._real
+            self._rt.call("select.epoll.close", (self._oid,), lambda: real.close())
+            self.closed = True
+
+    def __enter__(self) -> Epoll:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self.close()
+
+
+def install_select(rt: Runtime, patcher: Patcher) -> None:
+    base_select = select.select
+
+    def select_(rlist: Iterable[Any], wlist: Iterable[Any], xlist: Iterable[Any], timeout: float | None = None) -> Any:  # fmt: skip
+        lists = (list(rlist), list(wlist), list(xlist))
+        fds = tuple([_fd_of(o) for o in group] for group in lists)
+
+        def ready() -> tuple[list[int], ...]:
+            result = base_select(*fds, timeout)
+            return tuple(
+                [i for i, fd in enumerate(group) if fd in chosen]
+                for group, chosen in zip(fds, result, strict=True)
+            )
+
+        picked = rt.call("select.select", (fds, timeout), ready)
+        return tuple([group[i] for i in indices] for group, indices in zip(lists, picked, strict=True))
+
+    patcher.replace(select, "select", select_)
+    classes: dict[str, type] = {}
+    for name, cls in (("poll", Poll), ("epoll", Epoll)):
+        base = getattr(select, name, None)
+        if base is not None:
+            classes[name] = type(name, (cls,), {"_rt": rt, "_base": base, "__module__": "select"})
+            patcher.replace(select, name, classes[name])
+    for selector, name in (("PollSelector", "poll"), ("EpollSelector", "epoll")):
+        owner = getattr(selectors, selector, None)
+        if owner is not None and name in classes:
+            patcher.replace(owner, "_selector_cls", classes[name])

@@ -1,0 +1,159 @@
+"""Adapter for subprocess: a child process is external, its results are recorded.
+
+`subprocess.Popen` becomes a proxy. When recording, the real child runs with unbuffered binary
+pipes underneath; the proxy builds the application-visible pipe objects itself (buffered, text
+when asked) over boundary raw files, so what the application reads from the child and writes
+to it crosses the boundary exactly once. communicate(), wait(), poll() and signals are boundary
+calls. Replay never starts a process.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from typing import Any
+
+from ._boundary import Patcher
+from ._io_boundary import BoundaryRaw, _layers
+from ._runtime import Runtime, args_digest
+
+__all__ = ["Popen", "install_subprocess"]
+
+_BasePopen = subprocess.Popen
+
+
+def _translate(data: bytes | None, encoding: str | None, errors: str | None) -> Any:
+    if data is None:
+        return None
+    return data.decode(encoding or "utf-8", errors or "strict").replace("\r\n", "\n").replace("\r", "\n")
+
+
+class Popen:
+    _rt: Runtime
+
+    def __init__(
+        self, args: Any, bufsize: int = -1, executable: Any = None, stdin: Any = None,
+        stdout: Any = None, stderr: Any = None, *, text: bool | None = None,
+        encoding: str | None = None, errors: str | None = None,
+        universal_newlines: bool | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        self.args = args
+        self.text_mode = bool(encoding or errors or text or universal_newlines)
+        if self.text_mode and encoding is None:
+            import locale
+
+            encoding = locale.getencoding()
+        self.encoding, self.errors = encoding, errors
+        self.returncode: int | None = None
+        self.stdin: Any = None
+        self.stdout: Any = None
+        self.stderr: Any = None
+        holder: list[Any] = []
+
+        def start() -> tuple[int, list[int | None]]:
+            real = _BasePopen(
+                args, 0, executable, stdin, stdout, stderr, text=False, **kwargs
+            )
+            holder.append(real)
+            pipes = [p.fileno() if p is not None else None for p in (real.stdin, real.stdout, real.stderr)]
+            return real.pid, pipes
+
+        env = kwargs.get("env")
+        key = (args, executable, kwargs.get("cwd"), None if env is None else args_digest(sorted(env.items())))
+        self.pid, fds = self._rt.call("subprocess.Popen", key, start)
+        self._real = holder[0] if holder else None
+        self._oid = self._rt.new_oid()
+        for index, (name, mode) in enumerate((("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb"))):
+            fd = fds[index]
+            if fd is None:
+                continue
+            real_pipe = getattr(self._real, name) if self._real is not None else None
+            raw = BoundaryRaw(
+                self._rt, real_pipe, oid=self._rt.new_oid(), label=f"subprocess.{name}",
+                name=fd, mode=mode, fd=fd, isatty=False,
+            )  # fmt: skip
+            stream = _layers(
+                raw, mode=mode, text=self.text_mode, buffering=bufsize,
+                blksize=io.DEFAULT_BUFFER_SIZE, isatty=False, encoding=encoding, errors=errors,
+                newline=None, write_through=name == "stdin",
+            )  # fmt: skip
+            setattr(self, name, stream)
+
+    def _call(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
+        return self._rt.call(f"subprocess.Popen.{op}", (self._oid, *key), fn)
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:  # noqa: A002
+        if input is not None and self.text_mode:
+            input = input.encode(self.encoding, self.errors or "strict")
+        real = self._real
+        for stream in (self.stdin,):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.flush()
+                except BrokenPipeError:
+                    pass
+
+        def communicate() -> tuple[bytes | None, bytes | None, int | None]:
+            out, err = real.communicate(input, timeout)
+            return out, err, real.returncode
+
+        payload = bytes(input) if input is not None else b""
+        out, err, code = self._rt.output(
+            "subprocess.Popen.communicate", (self._oid, timeout), payload, communicate
+        )
+        self.returncode = code
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None and not stream.closed:
+                _quiet_close(stream)
+        if self.text_mode:
+            out = _translate(out, self.encoding, self.errors)
+            err = _translate(err, self.encoding, self.errors)
+        return out, err
+
+    def wait(self, timeout: float | None = None) -> int:
+        real = self._real
+        self.returncode = self._call("wait", (timeout,), lambda: real.wait(timeout))
+        return self.returncode  # type: ignore[return-value]
+
+    def poll(self) -> int | None:
+        real = self._real
+        self.returncode = self._call("poll", (), lambda: real.poll())
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        real = self._real
+        self._call("send_signal", (sig,), lambda: real.send_signal(sig))
+
+    def terminate(self) -> None:
+        real = self._real
+        self._call("terminate", (), lambda: real.terminate())
+
+    def kill(self) -> None:
+        real = self._real
+        self._call("kill", (), lambda: real.kill())
+
+    def __enter__(self) -> Popen:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                _quiet_close(stream)
+        if self.stdin is not None:
+            _quiet_close(self.stdin)
+        self.wait()
+
+    def __repr__(self) -> str:
+        return f"<Popen: returncode: {self.returncode} args: {self.args!r}>"
+
+
+def _quiet_close(stream: Any) -> None:
+    try:
+        stream.close()
+    except BrokenPipeError:
+        pass
+
+
+def install_subprocess(rt: Runtime, patcher: Patcher) -> None:
+    proxy = type("Popen", (Popen,), {"_rt": rt, "__module__": "subprocess"})
+    patcher.replace(subprocess, "Popen", proxy)

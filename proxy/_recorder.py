@@ -1,0 +1,355 @@
+"""Recording a process: what the recording says about the run, and the recorder's lifecycle.
+
+`Recording` ties the pieces together: it describes the run (META), streams events through a
+SealedWriter whose objects are stored by a background thread, records the source of every
+module imported from the application roots, installs the boundary, and finishes with the exit
+status. It must never crash or block the application: any failure to set up, seal or store is
+reported once on stderr and the application runs on unrecorded.
+
+`start_recording()` is the embedding API: call it first thing in the main script (or from
+sitecustomize) and the rest of the process is recorded; when the same script is replayed,
+the call does nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import importlib.abc
+import importlib.machinery
+import os
+import re
+import secrets
+import site
+import sys
+import sysconfig
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._boundary import Patcher, install, libraries
+from ._codec import blob_digest
+from ._format import DEFAULT_CHUNK_SIZE
+from ._io_boundary import describe_stdio
+from ._keys import Recipient
+from ._launch import Target
+from ._runtime import BackgroundSink, RecordRuntime, _report_stderr
+from ._store import RecordingSink, open_store
+from ._stream import META, SOURCE
+from ._writer import SealedWriter
+
+__all__ = [
+    "DEFAULT_ENV_ALLOW",
+    "Recording",
+    "describe_run",
+    "installed_manifest",
+    "passthrough_prefixes",
+    "start_recording",
+]
+
+DEFAULT_ENV_ALLOW = (
+    "PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "PWD", "SHELL", "USER",
+    "LOGNAME", "TMPDIR", "PYTHON*",
+)  # fmt: skip
+REPLAYING = False  # set by the replaying process: start_recording() is then a no-op
+_SEGMENT_SIZE = 1024 * 1024
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_manifest() -> list[list[str]]:
+    """[name, version] of every installed distribution, sealtrace itself excluded."""
+    from importlib.metadata import distributions
+
+    found: dict[str, str] = {}
+    for dist in distributions():
+        name = dist.metadata["Name"]
+        if name and _canonical(name) != "sealtrace":
+            found.setdefault(_canonical(name), dist.version)
+    return [[name, found[name]] for name in sorted(found)]
+
+
+def passthrough_prefixes() -> list[str]:
+    """The interpreter's own trees: files there come with the replay image, not the recording."""
+    paths = sysconfig.get_paths()
+    candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    candidates += list(site.getsitepackages()) + [site.getusersitepackages()]
+    package = sys.modules["sealtrace"]
+    candidates += list(getattr(package, "__path__", []))
+    candidates += [os.path.dirname(os.path.abspath(__file__))]
+    seen: list[str] = []
+    for path in candidates:
+        if path:
+            real = os.path.realpath(path)
+            for p in (os.path.abspath(path), real):
+                if p not in seen:
+                    seen.append(p)
+    return seen
+
+
+def _allowed(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _zone_name() -> str | None:
+    if os.environ.get("TZ"):
+        return os.environ["TZ"]
+    try:
+        link = os.readlink("/etc/localtime")
+    except OSError:
+        return None
+    marker = "zoneinfo/"
+    return link.split(marker, 1)[1] if marker in link else None
+
+
+def describe_run(
+    target: Target,
+    *,
+    run_id: str,
+    app_roots: Sequence[str],
+    env_allow: Sequence[str],
+    hash_seed: str | None,
+    libs: Sequence[str],
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    allow = [*DEFAULT_ENV_ALLOW, *env_allow]
+    return {
+        "run_id": run_id,
+        "python": sys.version,
+        "executable": sys.executable,
+        "target": target.as_dict(),
+        "flags": {k: getattr(sys.flags, k) for k in dir(sys.flags) if not k.startswith(("_", "n_"))
+                  and isinstance(getattr(sys.flags, k), int) and k not in ("count", "index")},  # fmt: skip
+        "cwd": os.getcwd(),
+        "hash_seed": hash_seed,
+        "env": {k: v for k, v in env.items() if _allowed(k, allow)},
+        "env_names": list(env),
+        "env_allow": allow,
+        "path": list(sys.path),
+        "app_roots": [os.path.abspath(r) for r in app_roots],
+        "passthrough": passthrough_prefixes(),
+        "manifest": installed_manifest(),
+        "stdio": describe_stdio(),
+        "libraries": list(libs),
+        "timezone": {
+            "zone": _zone_name(),
+            "tzname": list(time.tzname),
+            "timezone": time.timezone,
+            "altzone": time.altzone,
+        },
+        "started": time.time(),
+    }
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+class SourceRecorder(importlib.abc.MetaPathFinder):
+    """Records the source of every module imported from the application roots, and runs
+    exactly the bytes it recorded."""
+
+    def __init__(self, recording: Recording) -> None:
+        self._rec = recording
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None:
+            return None
+        if not self._rec.is_app_file(spec.origin, spec.submodule_search_locations):
+            return spec
+        if spec.origin and spec.origin.endswith(".py"):
+            spec.loader = RecordingLoader(fullname, spec.origin, self._rec)
+        elif spec.origin is None and spec.submodule_search_locations:
+            self._rec.record_source(fullname, list(spec.submodule_search_locations)[0] + os.sep, True, b"")
+        else:
+            self._rec.note("native-module", f"{fullname} from {spec.origin} is not Python source")
+        return spec
+
+
+class RecordingLoader(importlib.machinery.SourceFileLoader):
+    def __init__(self, fullname: str, path: str, recording: Recording) -> None:
+        super().__init__(fullname, path)
+        self._rec = recording
+
+    def get_code(self, fullname: str) -> Any:
+        source = self.get_data(self.path)
+        self._rec.record_source(fullname, self.path, self.is_package(fullname), source)
+        return self.source_to_code(source, self.path)
+
+
+class Recording:
+    """One recorded run of this process, from start() until finish() or interpreter exit."""
+
+    def __init__(
+        self,
+        recipient: Recipient,
+        sink: RecordingSink,
+        target: Target,
+        *,
+        run_id: str | None = None,
+        app_roots: Sequence[str] = (),
+        env_allow: Sequence[str] = (),
+        sink_timeout: float = 60.0,
+    ) -> None:
+        self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+        self.target = target
+        self._recipient = recipient
+        self._sink = sink
+        self._app_roots = [os.path.abspath(r) for r in app_roots]
+        self._env_allow = list(env_allow)
+        self._sink_timeout = sink_timeout
+        self._async: BackgroundSink | None = None
+        self.runtime: RecordRuntime | None = None
+        self._patcher: Patcher | None = None
+        self._passthrough: list[str] = []
+        self._finished = False
+        self.main_source: bytes | None = None
+        self._preloaded: set[str] = set(sys.modules)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Install the recorder; False (reported once) if recording could not start."""
+        try:
+            libs = libraries()
+            meta = describe_run(
+                self.target, run_id=self.run_id, app_roots=self._app_roots,
+                env_allow=self._env_allow, hash_seed=os.environ.get("PYTHONHASHSEED"),
+                libs=[lib.name for lib in libs],
+            )  # fmt: skip
+            self._passthrough = meta["passthrough"]
+            self._async = BackgroundSink(self._sink)
+            writer = SealedWriter(
+                self._async, self._recipient, self.run_id,
+                chunk_size=DEFAULT_CHUNK_SIZE, segment_size=_SEGMENT_SIZE,
+            )  # fmt: skip
+            rt = self.runtime = RecordRuntime(writer)
+            rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
+            rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
+            rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
+            rt.record_mapping(META, meta)
+            if meta["hash_seed"] in (None, "random"):
+                _report_stderr(
+                    "PYTHONHASHSEED is not set: set ordering may differ on replay "
+                    "(`sealtrace record` sets it for you)"
+                )
+            if self.target.kind == "script":
+                with open(self.target.value, "rb") as f:
+                    self.main_source = f.read()
+                self.record_source("__main__", self.target.value, False, self.main_source)
+            for name, module in list(sys.modules.items()):
+                origin = getattr(module, "__file__", None)
+                if name != "__main__" and origin and origin.endswith(".py") and self.is_app_file(origin, None):
+                    with open(origin, "rb") as f:
+                        self.record_source(name, origin, hasattr(module, "__path__"), f.read())
+            sys.meta_path.insert(0, SourceRecorder(self))
+            self._patcher = install(rt, libs)
+        except Exception as exc:
+            _report_stderr(f"recording did not start: {exc.__class__.__name__}: {exc}; "
+                           "the application runs unrecorded")  # fmt: skip
+            if self.runtime is not None:
+                self.runtime.fail("could not install the boundary")
+            self._uninstall()
+            return False
+        return True
+
+    def finish(self, status: int | None, exception: str | None = None) -> str:
+        """Seal the end of the recording and wait for the store; returns the outcome."""
+        if self._finished or self.runtime is None:
+            return "not recording"
+        self._finished = True
+        rt = self.runtime
+        native = _native_modules(self._preloaded)
+        if native:
+            rt.note("native-modules", "extension modules loaded by the application (their own "
+                    f"I/O is behind the boundary): {', '.join(native)}")
+        rt.finish(-1 if status is None else status, exception)
+        self._uninstall()
+        if self._async is not None:
+            error = self._async.close(self._sink_timeout)
+            if error is not None and rt.outcome == "complete":
+                rt.outcome = f"failed: {error}"
+                _report_stderr(f"recording failed: {error}")
+        return rt.outcome or "complete"
+
+    def _uninstall(self) -> None:
+        if self._patcher is not None:
+            self._patcher.restore()
+            self._patcher = None
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, SourceRecorder)]
+
+    # -- used by the import hook -------------------------------------------------------------
+
+    def is_app_file(self, origin: str | None, locations: Any) -> bool:
+        path = origin or (list(locations)[0] if locations else None)
+        if not path:
+            return False
+        path = os.path.abspath(path)
+        return _under(path, self._app_roots) and not _under(path, self._passthrough)
+
+    def record_source(self, module: str, path: str, is_package: bool, source: bytes) -> None:
+        rt = self.runtime
+        if rt is None or not rt.active:
+            return
+        digest = blob_digest(source)
+        rt._blob(digest, source)
+        rt.record_value(SOURCE, (module, path, is_package, digest))
+
+    def note(self, what: str, detail: str) -> None:
+        if self.runtime is not None:
+            self.runtime.note(what, detail)
+
+
+def _native_modules(preloaded: set[str]) -> list[str]:
+    stdlib = os.path.dirname(os.__file__)
+    names = []
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None) or ""
+        if name not in preloaded and origin.endswith(".so") and not origin.startswith(stdlib):
+            names.append(name)
+    return sorted(names)
+
+
+def start_recording(
+    recipient: Recipient | str,
+    store: str | RecordingSink,
+    *,
+    run_id: str | None = None,
+    app_roots: Sequence[str] | None = None,
+    env_allow: Sequence[str] = (),
+) -> Recording | None:
+    """Record the rest of this process (embedding API). Call it before importing the
+    application; it finishes at interpreter exit. Returns None when replaying (the call is
+    then a no-op) or when recording could not start (reported once on stderr)."""
+    if REPLAYING:
+        return None
+    try:
+        key = recipient if isinstance(recipient, Recipient) else Recipient.load(Path(recipient))
+        sink = open_store(store) if isinstance(store, str) else store
+        target = _current_target()
+    except Exception as exc:
+        _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")
+        return None
+    roots = list(app_roots) if app_roots is not None else [_default_root(target)]
+    recording = Recording(key, sink, target, run_id=run_id, app_roots=roots, env_allow=env_allow)
+    if not recording.start():
+        return None
+    atexit.register(recording.finish, None)
+    return recording
+
+
+def _current_target() -> Target:
+    from ._launch import parse_command
+
+    _, target = parse_command(list(sys.orig_argv))
+    return target
+
+
+def _default_root(target: Target) -> str:
+    if target.kind == "script":
+        return os.path.dirname(os.path.realpath(target.value))
+    return os.getcwd()

@@ -1,0 +1,360 @@
+"""The runtime behind every boundary adapter, and its recording implementation.
+
+Adapters (the code installed at the call boundary) are written once, against `Runtime`:
+`call(name, key, fn)` runs `fn` and records its result when recording, and serves the recorded
+result without running `fn` when replaying; `output(...)` does the same for bytes the program
+writes or sends. So record and replay execute the same adapter code and the program sees the
+same objects either way.
+
+RecordRuntime must never crash or block the application: a failure inside the recorder (an
+unencodable value, a sink that fails or falls behind, a full disk) stops the recording, says
+so once on stderr, and lets the real call's result through untouched. Calls made while another
+boundary call is in progress, and calls from threads other than the one that installed the
+recorder (the recorder's own sink thread), pass straight through.
+"""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from ._codec import Encoder, UnencodableError, _write_varint
+from ._store import BytesLike, RecordingSink
+from ._stream import (
+    ARGS_DIGEST_SIZE,
+    CALL,
+    EXIT,
+    NAME,
+    NOTE,
+    OUTPUT,
+    STATUS_RAISED,
+    STATUS_RETURNED,
+    STOP,
+    stream_digest,
+    stream_prefix,
+)
+
+__all__ = ["BackgroundSink", "RecordRuntime", "Runtime", "args_digest", "caller_location"]
+
+T = TypeVar("T")
+
+_EMPTY_DIGEST = hashlib.blake2b(b"", digest_size=ARGS_DIGEST_SIZE).digest()
+_DRAIN_AT = 64 * 1024
+_SEALTRACE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_get_ident = _thread.get_ident
+_start_thread = _thread.start_new_thread  # captured before any patching
+_monotonic = time.monotonic
+_write_fd = os.write
+
+
+def args_digest(key: Any) -> bytes:
+    """A stable fingerprint of a call's arguments (objects count by their type name)."""
+    if key is None or key == ():
+        return _EMPTY_DIGEST
+    out = bytearray()
+    Encoder(lenient=True).encode(out, key)
+    return hashlib.blake2b(out, digest_size=ARGS_DIGEST_SIZE).digest()
+
+
+def caller_location(skip_stdlib: bool = False) -> str:
+    """file:line of the innermost frame outside sealtrace (for messages, never for events)."""
+    frame = sys._getframe(1)
+    stdlib = os.path.dirname(os.__file__)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SEALTRACE_DIR) and not (
+            skip_stdlib and filename.startswith(stdlib)
+        ):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+class Runtime(Protocol):
+    """What an adapter needs; RecordRuntime and sandbox's ReplayRuntime implement it."""
+
+    replaying: bool
+
+    def intercepting(self) -> bool: ...
+
+    def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
+
+    def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T: ...
+
+    def new_oid(self) -> int: ...
+
+    def unsupported(self, what: str) -> None: ...
+
+    def note(self, what: str, detail: str) -> None: ...
+
+
+class BackgroundSink:
+    """Puts sealed objects from a thread of its own, so the application never waits on the
+    store. It refuses (StorageError-free: it returns False) when the store falls behind by
+    more than max_pending bytes or has failed."""
+
+    def __init__(self, sink: RecordingSink, *, max_pending: int = 64 * 1024 * 1024) -> None:
+        self.location = getattr(sink, "location", "sink")
+        self._sink = sink
+        self._queue: queue.SimpleQueue[tuple[str, bytes] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._max_pending = max_pending
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self.error: str | None = None
+        _start_thread(self._run, ())
+
+    def put(self, name: str, data: BytesLike) -> None:
+        if self.error is not None:
+            raise OSError(self.error)
+        size = len(data)
+        if self._pending + size > self._max_pending:
+            raise OSError(f"the store {self.location} is more than {self._max_pending} bytes behind")
+        self._pending += size
+        self._queue.put((name, bytes(data)))
+
+    def close(self, timeout: float) -> str | None:
+        """Wait for every queued object to be stored; the error, if any, else None."""
+        self._queue.put(None)
+        if not self._done.acquire(timeout=timeout):
+            return f"the store {self.location} did not finish within {timeout:g}s"
+        return self.error
+
+    def _run(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                name, data = item
+                if self.error is None:
+                    try:
+                        self._sink.put(name, data)
+                    except Exception as exc:
+                        self.error = f"{exc.__class__.__name__}: {exc}"
+                self._pending -= len(data)
+        finally:
+            self._done.release()
+
+
+class RecordRuntime:
+    """Records boundary calls into the event stream and streams it into a writer."""
+
+    replaying = False
+
+    def __init__(
+        self,
+        writer: Any,
+        *,
+        flush_interval: float = 2.0,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        self._writer = writer  # a SealedWriter (or anything with write/flush/close/abort)
+        self._buf = bytearray(stream_prefix())
+        self._hasher = stream_digest()
+        self._names: dict[str, int] = {}
+        self._blobs: set[bytes] = set()
+        self._enc = Encoder(self._blob)
+        self._flush_interval = flush_interval
+        self._last_flush = _monotonic()
+        self._report = report or _report_stderr
+        self._main = _get_ident()
+        self.events = 0
+        self.depth = 0
+        self.active = True
+        self.outcome: str | None = None  # None while recording; why it ended otherwise
+        self._oids = 0
+
+    # -- the Runtime interface ---------------------------------------------------------------
+
+    def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
+        if self.depth or not self.active or _get_ident() != self._main:
+            return fn()
+        self.depth = 1
+        try:
+            result = fn()
+        except BaseException as exc:
+            self.depth = 0
+            self._event(CALL, name, key, None, STATUS_RAISED, exc)
+            raise
+        self.depth = 0
+        self._event(CALL, name, key, None, STATUS_RETURNED, result)
+        return result
+
+    def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
+        if self.depth or not self.active or _get_ident() != self._main:
+            return fn()
+        self.depth = 1
+        try:
+            result = fn()
+        except BaseException as exc:
+            self.depth = 0
+            self._event(OUTPUT, name, key, data, STATUS_RAISED, exc)
+            raise
+        self.depth = 0
+        self._event(OUTPUT, name, key, data, STATUS_RETURNED, result)
+        return result
+
+    def new_oid(self) -> int:
+        # Objects made inside another boundary call (a selector inside communicate()) do
+        # not exist on replay: they must not take an id.
+        if self.depth or _get_ident() != self._main:
+            return 0
+        self._oids += 1
+        return self._oids
+
+    def intercepting(self) -> bool:
+        """Whether a call made here goes through the boundary (adapters that build objects
+        ask before building a proxy)."""
+        return self.active and not self.depth and _get_ident() == self._main
+
+    def unsupported(self, what: str) -> None:
+        if self.active and _get_ident() == self._main:
+            self.stop(what, caller_location())
+
+    def note(self, what: str, detail: str) -> None:
+        if self.active:
+            self.record_mapping(NOTE, {"what": what, "detail": detail})
+
+    # -- records ------------------------------------------------------------------------------
+
+    def record_raw(self, kind: int, body: BytesLike) -> None:
+        """Append one record; a failure stops the recording, never the application."""
+        try:
+            rec = bytearray((kind,))
+            _write_varint(rec, len(body))
+            rec += body
+            self._hasher.update(rec)
+            self._buf += rec
+            if len(self._buf) >= _DRAIN_AT:
+                self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
+        except Exception as exc:
+            self.fail(f"{exc.__class__.__name__}: {exc}")
+
+    def record_mapping(self, kind: int, value: dict[str, Any]) -> None:
+        body = bytearray()
+        try:
+            self._enc.encode(body, value)
+        except UnencodableError as exc:
+            self.fail(f"cannot encode a {kind} record: {exc}")
+            return
+        self.record_raw(kind, body)
+
+    def record_value(self, kind: int, value: Any) -> None:
+        body = bytearray()
+        try:
+            self._enc.encode(body, value)
+        except UnencodableError as exc:
+            self.fail(f"cannot encode a record: {exc}")
+            return
+        self.record_raw(kind, body)
+
+    def _blob(self, digest: bytes, data: bytes) -> None:
+        if digest not in self._blobs:
+            self._blobs.add(digest)
+            self.record_raw(2, digest + data)
+
+    def _callee(self, name: str) -> int:
+        index = self._names.get(name)
+        if index is None:
+            index = self._names[name] = len(self._names)
+            body = bytearray()
+            self._enc.encode(body, name)
+            self.record_raw(NAME, body)
+        return index
+
+    def _event(
+        self, kind: int, name: str, key: Any, data: BytesLike | None, status: int, value: Any
+    ) -> None:
+        try:
+            body = bytearray()
+            _write_varint(body, self._callee(name))
+            body += _EMPTY_DIGEST if key is None else args_digest(key)
+            if kind == OUTPUT:
+                self._enc.encode(body, bytes(data) if data is not None else b"")
+            body.append(status)
+            try:
+                self._enc.encode(body, value)
+            except UnencodableError as exc:
+                self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
+                return
+            self.events += 1
+            self.record_raw(kind, body)
+            if not self.events & 255 and _monotonic() - self._last_flush > self._flush_interval:
+                self._drain(flush=True)
+        except Exception as exc:
+            self.fail(f"{exc.__class__.__name__}: {exc}")
+
+    def _drain(self, *, flush: bool = False) -> None:
+        if self._buf:
+            self._writer.write(self._buf)
+            self._buf.clear()
+        if flush:
+            self._writer.flush()
+            self._last_flush = _monotonic()
+
+    # -- endings ------------------------------------------------------------------------------
+
+    def stop(self, reason: str, where: str) -> None:
+        """End the recording early but cleanly: what was recorded stays replayable."""
+        if not self.active:
+            return
+        self.record_mapping(STOP, {"reason": reason, "where": where, "events": self.events})
+        if not self.active:  # recording the STOP itself failed
+            return
+        self.active = False
+        self.outcome = f"stopped: {reason} at {where}"
+        self._report(f"recording stopped: {reason} at {where}; the application continues")
+        self._close_writer()
+
+    def fail(self, reason: str) -> None:
+        """The recorder itself broke: abandon the recording, keep the application going."""
+        if self.outcome is not None and not self.active:
+            return
+        self.active = False
+        self.outcome = f"failed: {reason}"
+        self._report(f"recording failed: {reason}; the application continues unrecorded")
+        try:
+            self._writer.abort()
+        except Exception:
+            pass
+
+    def finish(self, status: int, exception: str | None = None) -> None:
+        if not self.active:
+            return
+        self.record_mapping(
+            EXIT,
+            {
+                "status": status,
+                "exception": exception,
+                "events": self.events,
+                "digest": self._hasher.copy().digest(),
+            },
+        )
+        if not self.active:
+            return
+        self.active = False
+        self.outcome = "complete"
+        self._close_writer()
+
+    def _close_writer(self) -> None:
+        try:
+            self._drain()
+            self._writer.close()
+        except Exception as exc:
+            self.outcome = f"failed: {exc.__class__.__name__}: {exc}"
+            self._report(f"recording failed while sealing its end: {exc}")
+
+
+def _report_stderr(message: str) -> None:
+    # Straight to fd 2: the recorder's own messages are not part of the recorded output.
+    try:
+        _write_fd(2, f"sealtrace: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass

@@ -1,0 +1,216 @@
+"""The event stream: the plaintext inside a sealed recording.
+
+    stream  = MAGIC (8 bytes) STREAM_VERSION (u16 LE) record*
+    record  = kind (u8) length (varint) body
+
+    META    encoded dict: argv, cwd, env, hash seed, python version and flags, manifest, ...
+    BLOB    32-byte SHA-256 digest, then the bytes it names (sources, large payloads)
+    SOURCE  encoded (module, path, is_package, digest): an application module's source
+    NAME    encoded str: the next callee index's name (index = count of NAME records so far)
+    CALL    callee (varint), args digest (16 bytes), status (u8), encoded result or exception
+    OUTPUT  callee (varint), args digest (16 bytes), encoded data, status (u8), encoded result
+    NOTE    encoded dict: something replay should report (native code loaded, ctypes used)
+    STOP    encoded dict: the recorder stopped early (thread started, fork, internal error);
+            no CALL/OUTPUT follows, and replay cannot go past this point
+    EXIT    encoded dict: the application's exit status, event count, stream digest
+
+Invariants:
+1. META is the first record; EXIT, when present, is the last.
+2. A BLOB precedes every reference to its digest; its bytes hash to its digest.
+3. A NAME precedes the first CALL/OUTPUT that uses its index.
+4. CALL/OUTPUT records are in the order the application made the calls: replay serves and
+   verifies them in exactly that order.
+5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes).
+6. Values are decoded only when served, so exception classes resolve against the modules the
+   replaying application has loaded by then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._codec import CodecError, Decoder, blob_digest, decode_value
+
+__all__ = [
+    "ARGS_DIGEST_SIZE",
+    "MAGIC",
+    "STREAM_VERSION",
+    "Event",
+    "ParsedStream",
+    "SourceFile",
+    "parse_stream",
+    "stream_prefix",
+]
+
+MAGIC = b"STRACEv\x00"
+STREAM_VERSION = 1
+ARGS_DIGEST_SIZE = 16
+
+META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT = 1, 2, 3, 4, 5, 6, 7, 8, 9
+KIND_NAMES = {
+    META: "META", BLOB: "BLOB", SOURCE: "SOURCE", NAME: "NAME", CALL: "CALL",
+    OUTPUT: "OUTPUT", NOTE: "NOTE", STOP: "STOP", EXIT: "EXIT",
+}  # fmt: skip
+
+STATUS_RETURNED, STATUS_RAISED = 0, 1
+
+
+def stream_prefix() -> bytes:
+    return MAGIC + STREAM_VERSION.to_bytes(2, "little")
+
+
+def stream_digest() -> Any:
+    return hashlib.blake2b(digest_size=32)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    module: str
+    path: str
+    is_package: bool
+    digest: bytes
+
+
+@dataclass
+class Event:
+    """One recorded call; `value` is the encoded result or exception, decoded on demand."""
+
+    index: int
+    callee: str
+    args_digest: bytes
+    raised: bool
+    value: bytes
+    data: bytes | None = None  # OUTPUT only: the bytes the application wrote or sent
+
+
+@dataclass
+class ParsedStream:
+    meta: dict[str, Any]
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    sources: dict[str, SourceFile] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    stop: dict[str, Any] | None = None
+    exit: dict[str, Any] | None = None
+    digest: bytes = b""
+
+    def decode(self, event: Event) -> Any:
+        return decode_value(event.value, self.blobs)
+
+
+def parse_stream(data: bytes) -> ParsedStream:
+    """Parse and structurally verify a whole event stream; CodecError (exit 4) on any fault."""
+    prefix = stream_prefix()
+    if not data.startswith(MAGIC):
+        raise CodecError("not a sealtrace event stream (bad magic)")
+    version = int.from_bytes(data[len(MAGIC) : len(prefix)], "little")
+    if version != STREAM_VERSION:
+        raise CodecError(f"event stream version {version} is not supported (this reads 1)")
+    view = memoryview(data)
+    reader = Decoder(view)
+    reader.pos = len(prefix)
+    hasher = stream_digest()
+    parsed: ParsedStream | None = None
+    names: list[str] = []
+    while reader.pos < len(view):
+        start = reader.pos
+        kind = reader.take(1)[0]
+        length = reader.varint()
+        body_start = reader.pos
+        if body_start + length > len(view):
+            raise CodecError(f"record at byte {start} is cut short")
+        body = view[body_start : body_start + length]
+        reader.pos = body_start + length
+        if parsed is None:
+            if kind != META:
+                raise CodecError("the event stream does not start with its META record")
+            meta = decode_value(bytes(body))
+            if not isinstance(meta, dict):
+                raise CodecError("META is not a mapping")
+            parsed = ParsedStream(meta=meta)
+        elif parsed.exit is not None:
+            raise CodecError("records follow EXIT")
+        elif kind == EXIT:
+            parsed.exit = _mapping(body, "EXIT")
+            parsed.digest = hasher.digest()
+            if parsed.exit.get("digest") != parsed.digest:
+                raise CodecError("the event stream digest does not match its EXIT record")
+            continue
+        else:
+            _parse_record(parsed, kind, body, names, start)
+        hasher.update(view[start : reader.pos])
+    if parsed is None:
+        raise CodecError("the event stream is empty")
+    if parsed.exit is None:
+        parsed.digest = hasher.digest()
+    return parsed
+
+
+def _mapping(body: memoryview, what: str) -> dict[str, Any]:
+    value = decode_value(bytes(body))
+    if not isinstance(value, dict):
+        raise CodecError(f"{what} is not a mapping")
+    return value
+
+
+def _parse_record(
+    parsed: ParsedStream, kind: int, body: memoryview, names: list[str], start: int
+) -> None:
+    if parsed.stop is not None and kind in (CALL, OUTPUT):
+        raise CodecError("calls follow STOP")
+    if kind == BLOB:
+        digest, payload = bytes(body[:32]), bytes(body[32:])
+        if len(digest) != 32 or blob_digest(payload) != digest:
+            raise CodecError(f"blob at byte {start} does not match its digest")
+        parsed.blobs[digest] = payload
+    elif kind == SOURCE:
+        value = decode_value(bytes(body))
+        if not (isinstance(value, tuple) and len(value) == 4):
+            raise CodecError("malformed SOURCE record")
+        module, path, is_package, digest = value
+        if digest not in parsed.blobs:
+            raise CodecError(f"source of {module!r} refers to a missing blob")
+        parsed.sources[module] = SourceFile(module, path, bool(is_package), digest)
+    elif kind == NAME:
+        name = decode_value(bytes(body))
+        if not isinstance(name, str):
+            raise CodecError("malformed NAME record")
+        names.append(name)
+    elif kind in (CALL, OUTPUT):
+        parsed.events.append(_parse_event(parsed, kind, body, names))
+    elif kind == NOTE:
+        parsed.notes.append(_mapping(body, "NOTE"))
+    elif kind == STOP:
+        parsed.stop = _mapping(body, "STOP")
+    else:
+        raise CodecError(f"unknown record kind {kind} at byte {start}")
+
+
+def _parse_event(parsed: ParsedStream, kind: int, body: memoryview, names: list[str]) -> Event:
+    dec = Decoder(body, parsed.blobs)
+    callee_index = dec.varint()
+    if callee_index >= len(names):
+        raise CodecError("a call names a callee that was never defined")
+    digest = dec.take(ARGS_DIGEST_SIZE)
+    data = None
+    if kind == OUTPUT:
+        data = dec.decode()
+        if not isinstance(data, bytes):
+            raise CodecError("OUTPUT data is not bytes")
+    status = dec.take(1)[0]
+    if status not in (STATUS_RETURNED, STATUS_RAISED):
+        raise CodecError("bad call status")
+    value_start = dec.pos
+    dec.decode()  # structural check now; the value itself is decoded when served
+    if dec.pos != len(body):
+        raise CodecError("trailing bytes in a call record")
+    return Event(
+        index=len(parsed.events),
+        callee=names[callee_index],
+        args_digest=digest,
+        raised=status == STATUS_RAISED,
+        value=bytes(body[value_start:]),
+        data=data,
+    )

@@ -1,0 +1,32 @@
+"""Every error sealtrace.sandbox raises, and the CLI exit code each one maps to.
+
+    SealtraceError (sealtrace.proxy)
+    ├── UsageError
+    │   └── ReplayEnvironmentError  exit 2: this interpreter cannot replay the recording
+    │                               (another Python version, a different distribution
+    │                               manifest, missing boundary libraries, other flags)
+    ├── DivergenceError             exit 3: the replayed program did not do what the
+    │                               recording says (the receipt names the first event)
+    └── ReplayCrashedError          exit 1: the replay process died without a receipt
+
+Integrity failures of the recording itself (tampered, truncated, wrong key, a corrupt event
+stream) are sealtrace.proxy's IntegrityError family: exit 4.
+"""
+
+from __future__ import annotations
+
+from sealtrace.proxy import SealtraceError, UsageError
+
+__all__ = ["DivergenceError", "ReplayCrashedError", "ReplayEnvironmentError"]
+
+
+class ReplayEnvironmentError(UsageError):
+    pass
+
+
+class DivergenceError(SealtraceError):
+    exit_code = 3
+
+
+class ReplayCrashedError(SealtraceError):
+    exit_code = 1

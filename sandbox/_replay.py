@@ -1,0 +1,325 @@
+"""The replaying process: re-executes a recorded run with every external call served from
+the recording and checked.
+
+Started by sealtrace.sandbox._session with the recorded hash seed, python options and
+environment; it reads the plaintext event stream from an inherited pipe, installs the same
+boundary adapters the recorder used (backed by ReplayRuntime), imports application modules
+from the recorded sources only, runs the target, and writes one JSON receipt to its result
+pipe. It never opens a network connection, never writes a file, and never reads the recorded
+input files: every external call is answered from the recording.
+
+The first divergence ends the process at once (exit 3) after writing the receipt, so no code
+runs past the point where replay stopped being faithful.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import time
+from typing import Any, NoReturn
+
+from sealtrace.proxy import _recorder
+from sealtrace.proxy._boundary import install, libraries
+from sealtrace.proxy._codec import CodecError
+from sealtrace.proxy._launch import Target, run_target
+from sealtrace.proxy._runtime import _SEALTRACE_DIR, args_digest
+from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_stream
+
+__all__ = ["RecordedSourceFinder", "ReplayRuntime", "main"]
+
+_PREVIEW = 48
+_monotonic = time.monotonic  # captured before the boundary replaces it
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+class ReplayRuntime:
+    """Serves recorded results in order and verifies each call against the recording."""
+
+    replaying = True
+
+    def __init__(self, parsed: ParsedStream, result_fd: int) -> None:
+        meta = parsed.meta
+        self.parsed = parsed
+        self.events = parsed.events
+        self.position = 0
+        self.outputs_matched = 0
+        self.output_bytes = 0
+        self.result_fd = result_fd
+        self.env_allowed: dict[str, str] = meta["env"]
+        self.env_names: list[str] = meta["env_names"]
+        self.stdio: dict[str, Any] = meta["stdio"]
+        self.passthrough_prefixes = tuple(meta["passthrough"])
+        self.app_files = {s.path for s in parsed.sources.values()}
+        self._oids = 0
+        self.started = _monotonic()
+
+    def intercepting(self) -> bool:
+        return True
+
+    def new_oid(self) -> int:
+        self._oids += 1
+        return self._oids
+
+    def note(self, what: str, detail: str) -> None:
+        pass
+
+    def call(self, name: str, key: Any, fn: Any) -> Any:
+        event = self._next(name, key)
+        value = self._value(event)
+        if event.raised:
+            raise value
+        return value
+
+    def output(self, name: str, key: Any, data: Any, fn: Any) -> Any:
+        event = self._next(name, key)
+        payload = bytes(data)
+        if event.data != payload:
+            self.diverge(event, name, key, output=payload)
+        self.outputs_matched += 1
+        self.output_bytes += len(payload)
+        value = self._value(event)
+        if event.raised:
+            raise value
+        return value
+
+    def unsupported(self, what: str) -> None:
+        if self.position == len(self.events) and self.parsed.stop is not None:
+            self.finish("stopped", None)
+        self.diverge(None, what, None)
+
+    def _value(self, event: Event) -> Any:
+        try:
+            return self.parsed.decode(event)
+        except CodecError as exc:
+            self._emit({"status": "corrupt", "error": f"event {event.index}: {exc}"}, 4)
+
+    def _next(self, name: str, key: Any) -> Event:
+        if self.position >= len(self.events):
+            if self.parsed.stop is not None:
+                self.finish("stopped", None)
+            self.diverge(None, name, key)
+        event = self.events[self.position]
+        if event.callee != name or event.args_digest != args_digest(key):
+            self.diverge(event, name, key)
+        self.position += 1
+        return event
+
+    # -- endings ------------------------------------------------------------------------------
+
+    def _locations(self) -> tuple[str, str | None]:
+        frame: Any = sys._getframe(1)
+        innermost = None
+        app = None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(_SEALTRACE_DIR):
+                where = f"{filename}:{frame.f_lineno}"
+                innermost = innermost or where
+                if app is None and filename in self.app_files:
+                    app = where
+            frame = frame.f_back
+        return innermost or "<unknown>", app
+
+    def diverge(self, event: Event | None, name: str, key: Any, *, output: bytes | None = None) -> NoReturn:
+        where, app_where = self._locations()
+        detail: dict[str, Any] = {
+            "event": event.index if event is not None else self.position,
+            "expected": _describe(event) if event is not None else (
+                "the end of the recording" if self.parsed.stop is None
+                else f"the recording's stop point ({self.parsed.stop.get('reason')})"
+            ),
+            "actual": f"{name}(args {args_digest(key).hex()[:12]})" if key is not ... else name,
+            "location": where,
+            "app_location": app_where,
+        }  # fmt: skip
+        if output is not None and event is not None and event.data is not None:
+            offset = next(
+                (i for i, (a, b) in enumerate(zip(event.data, output, strict=False)) if a != b),
+                min(len(event.data), len(output)),
+            )
+            detail.update(
+                offset=offset,
+                expected_bytes=event.data[offset : offset + _PREVIEW].decode("utf-8", "replace"),
+                actual_bytes=output[offset : offset + _PREVIEW].decode("utf-8", "replace"),
+                expected_length=len(event.data),
+                actual_length=len(output),
+            )
+        self.finish("diverged", detail)
+
+    def finish(self, status: str, divergence: dict[str, Any] | None, exit_status: int | None = None) -> NoReturn:
+        recorded_exit = self.parsed.exit
+        receipt = {
+            "status": status,
+            "run_id": self.parsed.meta.get("run_id"),
+            "events_replayed": self.position,
+            "events_recorded": len(self.events),
+            "outputs_matched": self.outputs_matched,
+            "output_bytes": self.output_bytes,
+            "exit_status": {
+                "recorded": recorded_exit.get("status") if recorded_exit else None,
+                "replayed": exit_status,
+            },
+            "stream_digest": self.parsed.digest.hex(),
+            "divergence": divergence,
+            "stop": self.parsed.stop,
+            "notes": [n for n in self.parsed.notes if n.get("detail") not in ("none", "")],
+            "seconds": round(_monotonic() - self.started, 6),
+        }
+        self._emit(receipt, 0 if status == "bit-exact" else 3)
+
+    def _emit(self, receipt: dict[str, Any], code: int) -> NoReturn:
+        data = json.dumps(receipt, default=_jsonable).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.result_fd, view) :]
+        os.close(self.result_fd)
+        os._exit(code)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    return repr(value)
+
+
+def _describe(event: Event) -> str:
+    return f"{event.callee}(args {event.args_digest.hex()[:12]})"
+
+
+class RecordedSourceFinder(importlib.abc.MetaPathFinder):
+    """Imports application modules from the recording; never from the application's files on
+    disk, which may have changed since the run (or not exist here at all)."""
+
+    def __init__(self, parsed: ParsedStream, app_roots: list[str], passthrough: list[str]) -> None:
+        self._sources = parsed.sources
+        self._blobs = parsed.blobs
+        self._roots = app_roots
+        self._passthrough = passthrough
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        source = self._sources.get(fullname)
+        if source is None:
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            origin = spec.origin if spec is not None else None
+            if origin and _under(origin, self._roots) and not _under(origin, self._passthrough):
+                raise ImportError(
+                    f"{fullname} was not imported when the run was recorded; replay does not "
+                    f"run its file on disk ({origin})",
+                    name=fullname,
+                )
+            return spec
+        if source.path.endswith(os.sep):
+            spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+            spec.submodule_search_locations = [source.path.rstrip(os.sep)]
+            return spec
+        loader = RecordedSourceLoader(source, self._blobs[source.digest])
+        spec = importlib.util.spec_from_file_location(
+            fullname, source.path, loader=loader,
+            submodule_search_locations=[os.path.dirname(source.path)] if source.is_package else None,
+        )  # fmt: skip
+        return spec
+
+
+class RecordedSourceLoader(importlib.abc.SourceLoader):
+    def __init__(self, source: SourceFile, data: bytes) -> None:
+        self._source = source
+        self._data = data
+
+    def get_filename(self, fullname: str) -> str:
+        return self._source.path
+
+    def get_data(self, path: str) -> bytes:
+        if path == self._source.path:
+            return self._data
+        raise OSError(f"replay reads only recorded sources, not {path}")
+
+    def is_package(self, fullname: str) -> bool:
+        return self._source.is_package
+
+    def path_stats(self, path: str) -> dict[str, Any]:
+        raise OSError("recorded sources have no bytecode cache")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _environment_problem(meta: dict[str, Any]) -> str | None:
+    flags = {k: getattr(sys.flags, k) for k in meta.get("flags", {})}
+    if flags != meta.get("flags", {}):
+        diff = sorted(k for k in flags if flags[k] != meta["flags"][k])
+        return f"interpreter flags differ from the recording: {', '.join(diff)}"
+    zone = meta.get("timezone") or {}
+    here = {"tzname": list(time.tzname), "timezone": time.timezone, "altzone": time.altzone}
+    if any(zone.get(k) != v for k, v in here.items()):
+        return (
+            f"the local time zone differs from the recording ({zone.get('tzname')} vs "
+            f"{here['tzname']}); set TZ to the recorded zone"
+        )
+    return None
+
+
+def main() -> None:
+    input_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    data = _read_all(input_fd)
+    try:
+        parsed = parse_stream(data)
+    except CodecError as exc:
+        os.write(result_fd, json.dumps({"status": "corrupt", "error": str(exc)}).encode())
+        os._exit(4)
+    del data
+    meta = parsed.meta
+    problem = _environment_problem(meta)
+    if problem is not None:
+        os.write(result_fd, json.dumps({"status": "environment", "error": problem}).encode())
+        os._exit(2)
+    _recorder.REPLAYING = True
+    rt = ReplayRuntime(parsed, result_fd)
+    target = Target.from_dict(meta["target"])
+    if os.path.isdir(meta["cwd"]):
+        os.chdir(meta["cwd"])
+    libs = libraries(meta["libraries"])
+    finder = RecordedSourceFinder(parsed, meta["app_roots"], meta["passthrough"])
+    main_source = parsed.sources.get("__main__")
+    sys.path[:] = list(meta["path"])
+    sys.meta_path.insert(0, finder)
+    install(rt, libs)
+
+    def script_source(path: str) -> bytes:
+        if main_source is None:
+            raise FileNotFoundError(2, "the recording holds no main script", path)
+        return parsed.blobs[main_source.digest]
+
+    status, _ = run_target(target, script_source)
+    if parsed.stop is not None:
+        rt.finish("stopped", None, status)
+    if rt.position < len(rt.events):
+        rt.diverge(rt.events[rt.position], "the program's exit", ...)
+    recorded = parsed.exit.get("status") if parsed.exit else None
+    if recorded is not None and recorded != -1 and recorded != status:
+        rt.finish(
+            "diverged",
+            {"event": rt.position, "expected": f"exit status {recorded}",
+             "actual": f"exit status {status}", "location": "<exit>", "app_location": None},
+            status,
+        )  # fmt: skip
+    rt.finish("bit-exact", None, status)
+
+
+if __name__ == "__main__":
+    main()

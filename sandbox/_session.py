@@ -1,0 +1,180 @@
+"""Replaying a recording locally: open it, check this interpreter can replay it, run the
+replaying process, and return its receipt.
+
+The plaintext goes from memory to the replaying process through a pipe; it is never written
+to a file. The replaying process gets the recorded environment (only the allowed variables),
+hash seed and python options, and nothing else from ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
+from sealtrace.proxy._codec import CodecError
+from sealtrace.proxy._recorder import installed_manifest
+from sealtrace.proxy._stream import ParsedStream, parse_stream
+
+from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
+
+__all__ = ["Receipt", "check_environment", "load_recording", "replay", "replay_location"]
+
+CHILD_CODE = "from sealtrace.sandbox._replay import main\nmain()\n"
+_STDERR_TAIL = 2000
+
+
+@dataclass
+class Receipt:
+    data: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.data.get("status"))
+
+    @property
+    def exact(self) -> bool:
+        return self.status == "bit-exact"
+
+    def message(self) -> str:
+        d = self.data
+        div = d.get("divergence")
+        if self.status == "stopped":
+            stop = d.get("stop") or {}
+            return (
+                f"the recording stops at event {d['events_replayed']}: {stop.get('reason')} at "
+                f"{stop.get('where')}; replay matched everything up to there but cannot go on"
+            )
+        if div is None:
+            return "replay is bit-exact"
+        where = div.get("location")
+        if div.get("app_location") and div.get("app_location") != where:
+            where = f"{div['app_location']} (in {where})"
+        text = (
+            f"divergence at event {div['event']}: expected {div['expected']} but the program "
+            f"made {div['actual']} at {where}"
+        )
+        if "offset" in div:
+            text += (
+                f"; output differs at byte {div['offset']}: expected {div['expected_bytes']!r}, "
+                f"got {div['actual_bytes']!r}"
+            )
+        return text
+
+
+def load_recording(
+    location: str, identity: Identity, run_id: str | None = None
+) -> tuple[bytes, ParsedStream]:
+    reader = SealedReader(open_store(location), identity, expected_run_id=run_id)
+    data = reader.read_all()
+    if not reader.status.complete:
+        raise IncompleteRecordingError(
+            f"recording {reader.run_id!r} is {reader.status.describe()}; replay needs the "
+            "whole run",
+            chunks=reader.status.chunks,
+        )
+    parsed = parse_stream(data)
+    return data, parsed
+
+
+def check_environment(meta: dict[str, Any]) -> None:
+    if meta.get("python") != sys.version:
+        raise ReplayEnvironmentError(
+            f"the run was recorded with Python {meta.get('python')!r}; this is {sys.version!r}"
+        )
+    recorded = {name: version for name, version in meta.get("manifest", [])}
+    here = {name: version for name, version in installed_manifest()}
+    problems = []
+    for name in sorted(set(recorded) | set(here)):
+        if name not in here:
+            problems.append(f"{name}=={recorded[name]} is missing")
+        elif name not in recorded:
+            problems.append(f"{name}=={here[name]} was not installed when recording")
+        elif recorded[name] != here[name]:
+            problems.append(f"{name} is {here[name]}, recorded {recorded[name]}")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ReplayEnvironmentError(f"the installed distributions differ from the recording: {shown}")
+
+
+def _child_env(meta: dict[str, Any]) -> dict[str, str]:
+    env = dict(meta["env"])
+    seed = meta.get("hash_seed")
+    if seed is not None:
+        env["PYTHONHASHSEED"] = seed
+    zone = (meta.get("timezone") or {}).get("zone")
+    if zone and "TZ" not in env:
+        env["TZ"] = zone
+    return env
+
+
+def replay(data: bytes, meta: dict[str, Any], *, timeout: float | None = None) -> Receipt:
+    """Run the replaying process over `data` (a plaintext event stream)."""
+    options = list(meta["target"]["python_options"])
+    input_read, input_write = os.pipe()
+    result_read, result_write = os.pipe()
+    argv = [sys.executable, *options, "-c", CHILD_CODE, str(input_read), str(result_write)]
+    try:
+        child = subprocess.Popen(
+            argv, pass_fds=(input_read, result_write), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_child_env(meta), cwd="/",
+        )  # fmt: skip
+    finally:
+        os.close(input_read)
+        os.close(result_write)
+
+    def feed() -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(input_write, view[: 1 << 20]) :]
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(input_write)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    stderr_chunks: list[bytes] = []
+    drain = threading.Thread(target=lambda: stderr_chunks.append(child.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    drain.start()
+    with os.fdopen(result_read, "rb") as results:
+        raw = results.read()
+    try:
+        code = child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise ReplayCrashedError(f"replay did not finish within {timeout:g}s") from None
+    feeder.join()
+    drain.join()
+    try:
+        receipt = json.loads(raw) if raw else None
+    except ValueError:
+        receipt = None
+    if not isinstance(receipt, dict):
+        tail = b"".join(stderr_chunks)[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
+        raise ReplayCrashedError(f"the replay process exited {code} without a receipt: {tail}")
+    if receipt.get("status") == "corrupt":
+        raise CodecError(f"the event stream is corrupt: {receipt.get('error')}")
+    if receipt.get("status") == "environment":
+        raise ReplayEnvironmentError(str(receipt.get("error")))
+    return Receipt(receipt)
+
+
+def replay_location(
+    location: str, identity: Identity, *, run_id: str | None = None, timeout: float | None = None
+) -> Receipt:
+    data, parsed = load_recording(location, identity, run_id)
+    check_environment(parsed.meta)
+    return replay(data, parsed.meta, timeout=timeout)
+
+
+def raise_for(receipt: Receipt) -> None:
+    if not receipt.exact:
+        raise DivergenceError(receipt.message())
