@@ -23,7 +23,8 @@ BOOT_CODE = (
     "try:\n"
     "    from sealtrace.proxy._boot import main\n"
     "except ImportError as exc:\n"
-    "    sys.stderr.write(f'sealtrace: error: this interpreter cannot import sealtrace ({exc})\\n')\n"
+    "    sys.stderr.write(f'sealtrace: error: this interpreter cannot import sealtrace '\n"
+    "                     f'({exc})\\n')\n"
     "    raise SystemExit(2)\n"
     "main()\n"
 )
@@ -36,10 +37,13 @@ def main() -> None:
     try:
         sink = open_store(config["store"])
         recording = Recording(
-            Recipient.from_text(config["recipient"]), sink, target,
-            run_id=config["run_id"], app_roots=config["app_roots"],
+            Recipient.from_text(config["recipient"]),
+            sink,
+            target,
+            run_id=config["run_id"],
+            app_roots=config["app_roots"],
             env_allow=config["env_allow"],
-        )  # fmt: skip
+        )
     except Exception as exc:
         _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")
     if recording is not None and not recording.start():

@@ -66,52 +66,98 @@ def _adapter(name: str, install: str) -> Entry:
 
 
 BUILTIN_LIBRARIES: tuple[Library, ...] = (
-    Library("time", _calls(
-        "time:time", "time:time_ns", "time:monotonic", "time:monotonic_ns",
-        "time:perf_counter", "time:perf_counter_ns", "time:process_time",
-        "time:process_time_ns", "time:thread_time", "time:sleep", "time:localtime",
-        "time:gmtime", "time:ctime", "time:asctime", "time:strftime",
-    )),
+    Library(
+        "time",
+        _calls(
+            "time:time",
+            "time:time_ns",
+            "time:monotonic",
+            "time:monotonic_ns",
+            "time:perf_counter",
+            "time:perf_counter_ns",
+            "time:process_time",
+            "time:process_time_ns",
+            "time:thread_time",
+            "time:sleep",
+            "time:localtime",
+            "time:gmtime",
+            "time:ctime",
+            "time:asctime",
+            "time:strftime",
+        ),
+    ),
     Library("datetime", (_adapter("datetime", "sealtrace.proxy._core_boundary:install_datetime"),)),
-    Library("random", (
-        *_calls("os:urandom", "os:getrandom"),
-        _adapter("random", "sealtrace.proxy._core_boundary:install_random"),
-    )),
+    Library(
+        "random",
+        (
+            *_calls("os:urandom", "os:getrandom"),
+            _adapter("random", "sealtrace.proxy._core_boundary:install_random"),
+        ),
+    ),
     Library("uuid", _calls("uuid:uuid1", "uuid:getnode")),
-    Library("process", _calls(
-        "os:getpid", "os:getppid", "os:getuid", "os:geteuid", "os:getgid", "os:getegid",
-        "os:getlogin", "os:cpu_count", "os:times", "os:uname", "os:get_terminal_size",
-        "os:getloadavg", "os:system",
-    )),
+    Library(
+        "process",
+        _calls(
+            "os:getpid",
+            "os:getppid",
+            "os:getuid",
+            "os:geteuid",
+            "os:getgid",
+            "os:getegid",
+            "os:getlogin",
+            "os:cpu_count",
+            "os:times",
+            "os:uname",
+            "os:get_terminal_size",
+            "os:getloadavg",
+            "os:system",
+        ),
+    ),
     Library("environ", (_adapter("environ", "sealtrace.proxy._core_boundary:install_environ"),)),
-    Library("concurrency", (
-        _adapter("threads", "sealtrace.proxy._core_boundary:install_thread_guard"),
-    )),
-    Library("files", (
-        *_calls(
-            "os:stat", "os:lstat", "os:listdir", "os:access", "os:readlink", "os:getcwd",
-            "os:getcwdb", "os.path:realpath",
+    Library(
+        "concurrency", (_adapter("threads", "sealtrace.proxy._core_boundary:install_thread_guard"),)
+    ),
+    Library(
+        "files",
+        (
+            *_calls(
+                "os:stat",
+                "os:lstat",
+                "os:listdir",
+                "os:access",
+                "os:readlink",
+                "os:getcwd",
+                "os:getcwdb",
+                "os.path:realpath",
+            ),
+            _adapter("files", "sealtrace.proxy._io_boundary:install_files"),
         ),
-        _adapter("files", "sealtrace.proxy._io_boundary:install_files"),
-    )),
+    ),
     Library("stdio", (_adapter("stdio", "sealtrace.proxy._io_boundary:install_stdio"),)),
-    Library("socket", (
-        *_calls(
-            "_socket:getaddrinfo", "_socket:gethostname", "_socket:gethostbyname",
-            "_socket:gethostbyname_ex", "_socket:gethostbyaddr", "_socket:getnameinfo",
-            "_socket:getservbyname", "_socket:getservbyport", "_socket:getdefaulttimeout",
+    Library(
+        "socket",
+        (
+            *_calls(
+                "_socket:getaddrinfo",
+                "_socket:gethostname",
+                "_socket:gethostbyname",
+                "_socket:gethostbyname_ex",
+                "_socket:gethostbyaddr",
+                "_socket:getnameinfo",
+                "_socket:getservbyname",
+                "_socket:getservbyport",
+                "_socket:getdefaulttimeout",
+            ),
+            _adapter("socket", "sealtrace.proxy._net_boundary:install_socket"),
         ),
-        _adapter("socket", "sealtrace.proxy._net_boundary:install_socket"),
-    )),
+    ),
     Library("select", (_adapter("select", "sealtrace.proxy._net_boundary:install_select"),)),
     Library("ssl", (_adapter("ssl", "sealtrace.proxy._net_boundary:install_ssl"),)),
-    Library("subprocess", (
-        _adapter("subprocess", "sealtrace.proxy._proc_boundary:install_subprocess"),
-    )),
-    Library("sqlite3", (
-        _adapter("sqlite3", "sealtrace.proxy._sqlite_boundary:install_sqlite3"),
-    )),
-)  # fmt: skip
+    Library(
+        "subprocess", (_adapter("subprocess", "sealtrace.proxy._proc_boundary:install_subprocess"),)
+    ),
+    Library("sqlite3", (_adapter("sqlite3", "sealtrace.proxy._sqlite_boundary:install_sqlite3"),)),
+)
 
 _REGISTERED: dict[str, Library] = {}
 
@@ -129,7 +175,7 @@ def libraries(names: Iterable[str] | None = None) -> list[Library]:
     for ep in entry_points(group="sealtrace.boundary"):
         try:
             lib = ep.load()
-        except Exception:  # a broken plugin must not break the recorded application
+        except Exception:  # noqa: S112 - a broken plugin must not break the application
             continue
         if isinstance(lib, Library):
             found.setdefault(lib.name, lib)

@@ -13,6 +13,7 @@ pickle is never used.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 import sys
@@ -169,8 +170,14 @@ class Encoder:
             self._exception(out, value, depth)
         elif self._lenient and isinstance(value, (int, str, tuple)):
             # Digests only: an IntEnum or a namedtuple fingerprints as its plain value.
-            base = int if isinstance(value, int) else str if isinstance(value, str) else tuple
-            self.encode(out, base(value), depth)
+            plain: Any = (
+                int(value)
+                if isinstance(value, int)
+                else str(value)
+                if isinstance(value, str)
+                else tuple(value)
+            )
+            self.encode(out, plain, depth)
         elif self._lenient:
             self.encode(out, f"<{cls.__module__}.{cls.__qualname__}>")
         else:
@@ -348,10 +355,8 @@ class Decoder:
         if isinstance(extra, dict):
             for key, value in extra.items():
                 if isinstance(key, str):
-                    try:
+                    with contextlib.suppress(AttributeError, TypeError):
                         setattr(exc, key, value)
-                    except (AttributeError, TypeError):
-                        pass
         return exc
 
 
@@ -400,7 +405,7 @@ def _register_builtin_extensions() -> None:
             return None
         offset, name = value
         if offset == dt.timedelta(0) and name == "UTC":
-            return dt.timezone.utc
+            return dt.UTC
         return dt.timezone(offset, name)
 
     register_extension(
@@ -409,23 +414,30 @@ def _register_builtin_extensions() -> None:
         lambda v: (v.days, v.seconds, v.microseconds),
         lambda v: dt.timedelta(v[0], v[1], v[2]),
     )
-    register_extension(
-        "date", dt.date, lambda v: (v.year, v.month, v.day), lambda v: dt.date(*v)
-    )
+    register_extension("date", dt.date, lambda v: (v.year, v.month, v.day), lambda v: dt.date(*v))
     register_extension(
         "datetime",
         dt.datetime,
         lambda v: (
-            v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
-            tz_value(v.tzinfo), v.fold,
+            v.year,
+            v.month,
+            v.day,
+            v.hour,
+            v.minute,
+            v.second,
+            v.microsecond,
+            tz_value(v.tzinfo),
+            v.fold,
         ),
-        lambda v: dt.datetime(*v[:7], tzinfo=tz_from(v[7]), fold=v[8]),
+        lambda v: dt.datetime(
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6], tzinfo=tz_from(v[7]), fold=v[8]
+        ),
     )
     register_extension(
         "time",
         dt.time,
         lambda v: (v.hour, v.minute, v.second, v.microsecond, tz_value(v.tzinfo), v.fold),
-        lambda v: dt.time(*v[:4], tzinfo=tz_from(v[4]), fold=v[5]),
+        lambda v: dt.time(v[0], v[1], v[2], v[3], tzinfo=tz_from(v[4]), fold=v[5]),
     )
     register_extension("timezone", dt.timezone, tz_value, tz_from)
     register_extension("uuid", uuid.UUID, lambda v: v.int, lambda v: uuid.UUID(int=v))
@@ -450,8 +462,15 @@ def _register_builtin_extensions() -> None:
 
 
 _STAT_EXTRA = (
-    "st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns", "st_ctime_ns",
-    "st_blksize", "st_blocks", "st_rdev",
-)  # fmt: skip
+    "st_atime",
+    "st_mtime",
+    "st_ctime",
+    "st_atime_ns",
+    "st_mtime_ns",
+    "st_ctime_ns",
+    "st_blksize",
+    "st_blocks",
+    "st_rdev",
+)
 
 _register_builtin_extensions()

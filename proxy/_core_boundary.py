@@ -30,9 +30,16 @@ def _as(cls: type, value: Any) -> Any:
         return value
     if isinstance(value, dt.datetime):
         return cls(
-            value.year, value.month, value.day, value.hour, value.minute, value.second,
-            value.microsecond, value.tzinfo, fold=value.fold,
-        )  # fmt: skip
+            value.year,
+            value.month,
+            value.day,
+            value.hour,
+            value.minute,
+            value.second,
+            value.microsecond,
+            value.tzinfo,
+            fold=value.fold,
+        )
     return cls(value.year, value.month, value.day)
 
 
@@ -41,7 +48,7 @@ def install_datetime(rt: Runtime, patcher: Patcher) -> None:
     base_now = dt.datetime.now
     base_utcnow = dt.datetime.utcnow
     call = rt.call
-    utc = dt.timezone.utc
+    utc = dt.UTC
 
     def now(cls: Any, tz: dt.tzinfo | None = None) -> Any:
         if tz is None:
@@ -78,14 +85,14 @@ def install_random(rt: Runtime, patcher: Patcher) -> None:
             # Unseeded generators draw from the OS inside C; the state is the boundary value.
             state = rt.call("random.Random.seed", None, fresh_state)
             set_internal(self, state)
-            self.gauss_next = None
+            self.gauss_next = None  # type: ignore[attr-defined]
         else:
             base_seed(self, a, version)
 
     patcher.replace(random.Random, "seed", seed)
     # The module-level generator was seeded at import, before the boundary existed, and the
     # module's `seed` is a method bound to the old function.
-    patcher.replace(random, "seed", random._inst.seed)  # type: ignore[attr-defined]
+    patcher.replace(random, "seed", random._inst.seed)
     random.seed()
 
 
@@ -101,20 +108,20 @@ class RecordedEnviron(os._Environ):  # type: ignore[type-arg]
         self._real = real
 
     def __getitem__(self, key: str) -> str:
-        value = self._known.get(key)
-        if value is not None:
-            return value
+        known = self._known.get(key)
+        if known is not None:
+            return known
         if key not in self._names:
             raise KeyError(key)
         real = self._real
-        value = self._rt.call("os.environ.__getitem__", (key,), lambda: real[key])
+        value: str = self._rt.call("os.environ.__getitem__", (key,), lambda: real[key])
         self._known[key] = value
         return value
 
     def __setitem__(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not isinstance(value, str):
-            bad = value if isinstance(key, str) else key
-            raise TypeError(f"str expected, not {type(bad).__name__}")
+        for item in (key, value):
+            if not isinstance(item, str):
+                raise TypeError(f"str expected, not {type(item).__name__}")
         os.putenv(key, value)
         self._known[key] = value
         self._names[key] = None

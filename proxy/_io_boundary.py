@@ -33,7 +33,7 @@ class BoundaryRaw(io.RawIOBase):
     def __init__(
         self,
         rt: Runtime,
-        real: io.FileIO | None,
+        real: Any,
         *,
         oid: int,
         label: str,
@@ -45,7 +45,7 @@ class BoundaryRaw(io.RawIOBase):
     ) -> None:
         super().__init__()
         self._rt = rt
-        self._real = real
+        self._real: Any = real
         self._oid = oid
         self._label = label
         self.name = name
@@ -62,7 +62,7 @@ class BoundaryRaw(io.RawIOBase):
 
     def seekable(self) -> bool:
         real = self._real
-        return bool(self._rt.call(f"{self._label}.seekable", (self._oid,), lambda: real.seekable()))  # type: ignore[union-attr]
+        return bool(self._rt.call(f"{self._label}.seekable", (self._oid,), lambda: real.seekable()))
 
     def isatty(self) -> bool:
         return self._isatty
@@ -72,7 +72,7 @@ class BoundaryRaw(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int | None:
         real, size = self._real, len(memoryview(buffer))
-        data = self._rt.call(f"{self._label}.read", (self._oid, size), lambda: real.read(size))  # type: ignore[union-attr]
+        data = self._rt.call(f"{self._label}.read", (self._oid, size), lambda: real.read(size))
         if data is None:
             return None
         n = len(data)
@@ -81,29 +81,38 @@ class BoundaryRaw(io.RawIOBase):
 
     def readall(self) -> bytes:
         real = self._real
-        return self._rt.call(f"{self._label}.readall", (self._oid,), lambda: real.readall())  # type: ignore[union-attr,no-any-return]
+        data: bytes = self._rt.call(f"{self._label}.readall", (self._oid,), lambda: real.readall())
+        return data
 
     def write(self, data: Any) -> int | None:
         payload = bytes(data)
         real = self._real
         return self._rt.output(  # type: ignore[no-any-return]
-            f"{self._label}.write", (self._oid,), payload, lambda: real.write(payload)  # type: ignore[union-attr]
+            f"{self._label}.write",
+            (self._oid,),
+            payload,
+            lambda: real.write(payload),
         )
 
     def seek(self, offset: int, whence: int = 0) -> int:
         real = self._real
         return self._rt.call(  # type: ignore[no-any-return]
-            f"{self._label}.seek", (self._oid, offset, whence), lambda: real.seek(offset, whence)  # type: ignore[union-attr]
+            f"{self._label}.seek",
+            (self._oid, offset, whence),
+            lambda: real.seek(offset, whence),
         )
 
     def tell(self) -> int:
         real = self._real
-        return self._rt.call(f"{self._label}.tell", (self._oid,), lambda: real.tell())  # type: ignore[union-attr,no-any-return]
+        position: int = self._rt.call(f"{self._label}.tell", (self._oid,), lambda: real.tell())
+        return position
 
     def truncate(self, size: int | None = None) -> int:
         real = self._real
         return self._rt.call(  # type: ignore[no-any-return]
-            f"{self._label}.truncate", (self._oid, size), lambda: real.truncate(size)  # type: ignore[union-attr]
+            f"{self._label}.truncate",
+            (self._oid, size),
+            lambda: real.truncate(size),
         )
 
     def close(self) -> None:
@@ -112,7 +121,7 @@ class BoundaryRaw(io.RawIOBase):
         real = self._real
         try:
             if self.closefd:
-                self._rt.call(f"{self._label}.close", (self._oid,), lambda: real.close())  # type: ignore[union-attr]
+                self._rt.call(f"{self._label}.close", (self._oid,), lambda: real.close())
         finally:
             super().close()
 
@@ -170,7 +179,7 @@ def _layers(
         return raw
     buffer: Any
     if "+" in mode:
-        buffer = io.BufferedRandom(raw, buffering)  # type: ignore[arg-type]
+        buffer = io.BufferedRandom(raw, buffering)
     elif any(c in mode for c in "wax"):
         buffer = io.BufferedWriter(raw, buffering)
     else:
@@ -193,7 +202,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     base_scandir = os.scandir
     base_stat = os.stat
     prefixes: tuple[str, ...] = tuple(getattr(rt, "passthrough_prefixes", ()))
-    intercepting = rt.intercepting  # type: ignore[attr-defined]
+    intercepting = rt.intercepting
 
     def boundary_open(
         file: Any,
@@ -229,14 +238,27 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
         oid = rt.new_oid()
         fd, isatty, blksize = rt.call("open", (text_path, raw_mode), really_open)
         raw = BoundaryRaw(
-            rt, holder[0] if holder else None,
-            oid=oid, label="file", name=file, mode=shown, fd=fd, isatty=isatty,
-        )  # fmt: skip
+            rt,
+            holder[0] if holder else None,
+            oid=oid,
+            label="file",
+            name=file,
+            mode=shown,
+            fd=fd,
+            isatty=isatty,
+        )
         try:
             return _layers(
-                raw, mode=mode, text=text, buffering=buffering, blksize=blksize, isatty=isatty,
-                encoding=encoding, errors=errors, newline=newline,
-            )  # fmt: skip
+                raw,
+                mode=mode,
+                text=text,
+                buffering=buffering,
+                blksize=blksize,
+                isatty=isatty,
+                encoding=encoding,
+                errors=errors,
+                newline=newline,
+            )
         except BaseException:
             raw.close()
             raise
@@ -269,19 +291,32 @@ def _entry_fields(entry: os.DirEntry[Any]) -> tuple[Any, ...]:
             return exc
 
     return (
-        entry.name, entry.path, entry.inode(), entry.is_symlink(),
-        probe(lambda: entry.is_dir()), probe(lambda: entry.is_dir(follow_symlinks=False)),
-        probe(lambda: entry.is_file()), probe(lambda: entry.is_file(follow_symlinks=False)),
-    )  # fmt: skip
+        entry.name,
+        entry.path,
+        entry.inode(),
+        entry.is_symlink(),
+        probe(lambda: entry.is_dir()),
+        probe(lambda: entry.is_dir(follow_symlinks=False)),
+        probe(lambda: entry.is_file()),
+        probe(lambda: entry.is_file(follow_symlinks=False)),
+    )
 
 
 class DirEntry:
     """os.DirEntry as it was when the directory was listed."""
 
     def __init__(
-        self, rt: Runtime, name: Any, path: Any, inode: int, symlink: bool,
-        is_dir: Any, is_dir_nofollow: Any, is_file: Any, is_file_nofollow: Any,
-    ) -> None:  # fmt: skip
+        self,
+        rt: Runtime,
+        name: Any,
+        path: Any,
+        inode: int,
+        symlink: bool,
+        is_dir: Any,
+        is_dir_nofollow: Any,
+        is_file: Any,
+        is_file_nofollow: Any,
+    ) -> None:
         self._rt = rt
         self.name, self.path = name, path
         self._inode, self._symlink = inode, symlink
@@ -303,10 +338,11 @@ class DirEntry:
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
         path = self.path
         base = os.stat.__wrapped__ if hasattr(os.stat, "__wrapped__") else os.stat
-        return self._rt.call(  # type: ignore[no-any-return]
-            "os.DirEntry.stat", (path, follow_symlinks),
+        return self._rt.call(
+            "os.DirEntry.stat",
+            (path, follow_symlinks),
             lambda: base(path, follow_symlinks=follow_symlinks),
-        )  # fmt: skip
+        )
 
     def __fspath__(self) -> Any:
         return self.path
@@ -382,17 +418,28 @@ def install_stdio(rt: Runtime, patcher: Patcher) -> None:
             current.flush()
         real = io.FileIO(fd, mode, closefd=False) if not rt.replaying else None
         raw = BoundaryRaw(
-            rt, real, oid=rt.new_oid(), label=name, name=f"<{name}>", mode=mode,
-            fd=fd, isatty=cfg["isatty"], closefd=False,
-        )  # fmt: skip
+            rt,
+            real,
+            oid=rt.new_oid(),
+            label=name,
+            name=f"<{name}>",
+            mode=mode,
+            fd=fd,
+            isatty=cfg["isatty"],
+            closefd=False,
+        )
         buffer: Any = raw
         if cfg["buffered"]:
             size = cfg["blksize"] if cfg["blksize"] > 1 else io.DEFAULT_BUFFER_SIZE
             buffer = (io.BufferedReader if name == "stdin" else io.BufferedWriter)(raw, size)
         stream = io.TextIOWrapper(
-            buffer, cfg["encoding"], cfg["errors"], "\n", cfg["line_buffering"],
+            buffer,
+            cfg["encoding"],
+            cfg["errors"],
+            "\n",
+            cfg["line_buffering"],
             write_through=cfg["write_through"],
-        )  # fmt: skip
+        )
         stream.mode = mode[0]  # type: ignore[misc]
         patcher.replace(sys, name, stream)
         patcher.replace(sys, f"__{name}__", stream)

@@ -63,13 +63,20 @@ def parse_command(command: list[str]) -> tuple[str, Target]:
         if token in ("-m", "-c"):
             if i + 1 >= len(rest):
                 raise UsageError(f"{token} needs an argument")
-            kind = "module" if token == "-m" else "code"
+            kind = "module" if token == "-m" else "code"  # noqa: S105 - not a secret
             return python, Target(kind, rest[i + 1], rest[i + 2 :], options)
-        if token in _REFUSED or (token.startswith("-") and not token.startswith("--")
-                                 and any(f"-{c}" in _REFUSED for c in token[1:])):  # fmt: skip
-            flag = token if token in _REFUSED else next(f"-{c}" for c in token[1:] if f"-{c}" in _REFUSED)
+        if token in _REFUSED or (
+            token.startswith("-")
+            and not token.startswith("--")
+            and any(f"-{c}" in _REFUSED for c in token[1:])
+        ):
+            flag = (
+                token
+                if token in _REFUSED
+                else next(f"-{c}" for c in token[1:] if f"-{c}" in _REFUSED)
+            )
             raise UsageError(f"cannot record with {flag}: {_REFUSED[flag]}")
-        if token == "--":
+        if token == "--":  # noqa: S105 - an option marker, not a secret
             i += 1
             break
         if not token.startswith("-"):
@@ -93,7 +100,7 @@ def exit_status(code: Any) -> tuple[int, str | None]:
     if code is None:
         return 0, None
     if isinstance(code, int) and not isinstance(code, bool):
-        return code & 0xFF if code >= 0 else code & 0xFF, None
+        return code & 0xFF, None
     return 1, str(code)
 
 
@@ -124,7 +131,7 @@ def run_target(
                 main.__file__ = target.value
                 main.__cached__ = None  # type: ignore[attr-defined]
                 code = compile(source, target.value, "exec", dont_inherit=True)
-                exec(code, main.__dict__)
+                exec(code, main.__dict__)  # noqa: S102 - running the program is the point
             elif target.kind == "module":
                 import runpy
 
@@ -136,7 +143,8 @@ def run_target(
                 sys.argv = ["-c", *target.args]
                 if not safe_path:
                     sys.path[0] = ""
-                exec(compile(target.value, "<string>", "exec", dont_inherit=True), main.__dict__)
+                code = compile(target.value, "<string>", "exec", dont_inherit=True)
+                exec(code, main.__dict__)  # noqa: S102
             status = 0
         except SystemExit as exc:
             status, message = exit_status(exc.code)

@@ -19,7 +19,15 @@ from ._boundary import Patcher
 from ._io_boundary import _layers
 from ._runtime import Runtime
 
-__all__ = ["Epoll", "Poll", "SSLSocket", "Socket", "install_select", "install_socket", "install_ssl"]
+__all__ = [
+    "Epoll",
+    "Poll",
+    "SSLSocket",
+    "Socket",
+    "install_select",
+    "install_socket",
+    "install_ssl",
+]
 
 _BaseSocket = socket_module.socket
 
@@ -36,7 +44,7 @@ class Socket:
     def __init__(
         self,
         family: int = -1,
-        type: int = -1,  # noqa: A002 - socket.socket's own parameter name
+        type: int = -1,
         proto: int = -1,
         fileno: int | None = None,
     ) -> None:
@@ -50,7 +58,7 @@ class Socket:
         self._setup(self._rt.call("socket.socket", (family, type, proto, fileno), create), holder)
 
     def _setup(self, info: tuple[int, int, int, int], holder: list[Any]) -> None:
-        self._real = holder[0] if holder else None
+        self._real: Any = holder[0] if holder else None
         self._oid = self._rt.new_oid()
         self._fd, self._family, self._type, self.proto = info
         self._timeout: float | None = socket_module.getdefaulttimeout()
@@ -78,7 +86,7 @@ class Socket:
             return self._family
 
     @property
-    def type(self) -> socket_module.SocketKind | int:  # noqa: A003
+    def type(self) -> socket_module.SocketKind | int:
         try:
             return socket_module.SocketKind(self._type)
         except ValueError:
@@ -210,7 +218,9 @@ class Socket:
 
     def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
         real = self._real
-        data, address = self._call("recvfrom", (bufsize, flags), lambda: real.recvfrom(bufsize, flags))
+        data, address = self._call(
+            "recvfrom", (bufsize, flags), lambda: real.recvfrom(bufsize, flags)
+        )
         return bytes(data), address
 
     def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
@@ -237,14 +247,25 @@ class Socket:
 
     def setsockopt(self, level: int, option: int, *value: Any) -> None:
         real = self._real
-        self._call("setsockopt", (level, option, *value), lambda: real.setsockopt(level, option, *value))
+        self._call(
+            "setsockopt", (level, option, *value), lambda: real.setsockopt(level, option, *value)
+        )
 
     def getsockopt(self, level: int, option: int, *buflen: int) -> Any:
         real = self._real
-        return self._call("getsockopt", (level, option, *buflen), lambda: real.getsockopt(level, option, *buflen))
+        return self._call(
+            "getsockopt", (level, option, *buflen), lambda: real.getsockopt(level, option, *buflen)
+        )
 
-    def makefile(self, mode: str = "r", buffering: int | None = None, *, encoding: str | None = None,
-                 errors: str | None = None, newline: str | None = None) -> Any:  # fmt: skip
+    def makefile(
+        self,
+        mode: str = "r",
+        buffering: int | None = None,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+    ) -> Any:
         if not set(mode) <= {"r", "w", "b"}:
             raise ValueError(f"invalid mode {mode!r} (only r, w, b allowed)")
         writing, reading = "w" in mode, "r" in mode or "w" not in mode
@@ -255,9 +276,16 @@ class Socket:
             buffering = -1
         layered_mode = "rb+" if reading and writing else ("wb" if writing else "rb")
         return _layers(
-            raw, mode=layered_mode, text="b" not in mode, buffering=buffering,
-            blksize=0, isatty=False, encoding=encoding, errors=errors, newline=newline,
-        )  # fmt: skip
+            raw,
+            mode=layered_mode,
+            text="b" not in mode,
+            buffering=buffering,
+            blksize=0,
+            isatty=False,
+            encoding=encoding,
+            errors=errors,
+            newline=newline,
+        )
 
     def _decref_socketios(self) -> None:
         if self._io_refs > 0:
@@ -289,7 +317,7 @@ class SSLSocket(Socket):
     def _op(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
         return self._rt.call(f"ssl.{op}", (self._oid, *key), fn)
 
-    def read(self, len: int = 1024, buffer: Any = None) -> Any:  # noqa: A002
+    def read(self, len: int = 1024, buffer: Any = None) -> Any:
         real = self._real
         data = self._op("read", (len,), lambda: real.read(len))
         if buffer is None:
@@ -303,11 +331,17 @@ class SSLSocket(Socket):
 
     def send(self, data: Any, flags: int = 0) -> int:
         payload, real = bytes(data), self._real
-        return int(self._rt.output("ssl.send", (self._oid, flags), payload, lambda: real.send(payload, flags)))
+        return int(
+            self._rt.output(
+                "ssl.send", (self._oid, flags), payload, lambda: real.send(payload, flags)
+            )
+        )
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         payload, real = bytes(data), self._real
-        self._rt.output("ssl.sendall", (self._oid, flags), payload, lambda: real.sendall(payload, flags))
+        self._rt.output(
+            "ssl.sendall", (self._oid, flags), payload, lambda: real.sendall(payload, flags)
+        )
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         real = self._real
@@ -358,7 +392,7 @@ class SSLSocket(Socket):
 
 
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
-    proxy = type("socket", (Socket,), {"_rt": rt, "__module__": "socket"})
+    proxy: Any = type("socket", (Socket,), {"_rt": rt, "__module__": "socket"})
     base_socketpair = socket_module.socketpair
 
     def socketpair(*args: Any) -> tuple[Socket, Socket]:
@@ -375,7 +409,11 @@ def install_socket(rt: Runtime, patcher: Patcher) -> None:
 
     patcher.replace(socket_module, "socket", proxy)
     patcher.replace(socket_module, "socketpair", socketpair)
-    patcher.replace(socket_module, "setdefaulttimeout", _wrap(rt, "socket.setdefaulttimeout", socket_module.setdefaulttimeout))
+    patcher.replace(
+        socket_module,
+        "setdefaulttimeout",
+        _wrap(rt, "socket.setdefaulttimeout", socket_module.setdefaulttimeout),
+    )
 
 
 def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
@@ -388,23 +426,41 @@ def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
 def install_ssl(rt: Runtime, patcher: Patcher) -> None:
     import ssl
 
-    proxy = type("SSLSocket", (SSLSocket,), {"_rt": rt, "__module__": "ssl"})
+    proxy: Any = type("SSLSocket", (SSLSocket,), {"_rt": rt, "__module__": "ssl"})
     base_wrap = ssl.SSLContext.wrap_socket
 
     def wrap_socket(
-        self: ssl.SSLContext, sock: Any, server_side: bool = False,
-        do_handshake_on_connect: bool = True, suppress_ragged_eofs: bool = True,
-        server_hostname: str | None = None, session: Any = None,
-    ) -> Any:  # fmt: skip
+        self: ssl.SSLContext,
+        sock: Any,
+        server_side: bool = False,
+        do_handshake_on_connect: bool = True,
+        suppress_ragged_eofs: bool = True,
+        server_hostname: str | None = None,
+        session: Any = None,
+    ) -> Any:
         if not isinstance(sock, Socket):
-            return base_wrap(self, sock, server_side, do_handshake_on_connect,
-                             suppress_ragged_eofs, server_hostname, session)  # fmt: skip
+            return base_wrap(
+                self,
+                sock,
+                server_side,
+                do_handshake_on_connect,
+                suppress_ragged_eofs,
+                server_hostname,
+                session,
+            )
         holder: list[Any] = []
         real_plain = sock._real
 
         def wrap() -> tuple[int, int, int, int]:
-            tls = base_wrap(self, real_plain, server_side, do_handshake_on_connect,
-                            suppress_ragged_eofs, server_hostname, session)  # fmt: skip
+            tls = base_wrap(
+                self,
+                real_plain,
+                server_side,
+                do_handshake_on_connect,
+                suppress_ragged_eofs,
+                server_hostname,
+                session,
+            )
             holder.append(tls)
             return tls.fileno(), int(tls.family), int(tls.type), tls.proto
 
@@ -445,10 +501,12 @@ class Poll:
             holder.append(base())
 
         self._rt.call("select.poll", (), create)
-        self._real = holder[0] if holder else None
+        self._real: Any = holder[0] if holder else None
         self._oid = self._rt.new_oid()
 
-    def register(self, fd: Any, eventmask: int = select.POLLIN | select.POLLPRI | select.POLLOUT) -> None:
+    def register(
+        self, fd: Any, eventmask: int = select.POLLIN | select.POLLPRI | select.POLLOUT
+    ) -> None:
         number = _fd_of(fd)
         if self._real is not None:
             self._real.register(number, eventmask)
@@ -456,16 +514,24 @@ class Poll:
     def modify(self, fd: Any, eventmask: int) -> None:
         number = _fd_of(fd)
         real = self._real
-        self._rt.call("select.poll.modify", (self._oid, number, eventmask), lambda: real.modify(number, eventmask))
+        self._rt.call(
+            "select.poll.modify",
+            (self._oid, number, eventmask),
+            lambda: real.modify(number, eventmask),
+        )
 
     def unregister(self, fd: Any) -> None:
         number = _fd_of(fd)
         real = self._real
-        self._rt.call("select.poll.unregister", (self._oid, number), lambda: real.unregister(number))
+        self._rt.call(
+            "select.poll.unregister", (self._oid, number), lambda: real.unregister(number)
+        )
 
     def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
         real = self._real
-        return list(self._rt.call("select.poll.poll", (self._oid, timeout), lambda: real.poll(timeout)))
+        return list(
+            self._rt.call("select.poll.poll", (self._oid, timeout), lambda: real.poll(timeout))
+        )
 
 
 class Epoll:
@@ -484,7 +550,7 @@ class Epoll:
             return int(real.fileno())
 
         self._fd = self._rt.call("select.epoll", (sizehint, flags), create)
-        self._real = holder[0] if holder else None
+        self._real: Any = holder[0] if holder else None
         self._oid = self._rt.new_oid()
         self.closed = False
 
@@ -496,7 +562,9 @@ class Epoll:
             raise ValueError("I/O operation on closed epoll object")
         return self._rt.call(f"select.epoll.{op}", (self._oid, *key), fn)
 
-    def register(self, fd: Any, eventmask: int = select.EPOLLIN | select.EPOLLPRI | select.EPOLLOUT) -> None:
+    def register(
+        self, fd: Any, eventmask: int = select.EPOLLIN | select.EPOLLPRI | select.EPOLLOUT
+    ) -> None:
         number, real = _fd_of(fd), self._real
         self._op("register", (number, eventmask), lambda: real.register(number, eventmask))
 
@@ -528,19 +596,26 @@ class Epoll:
 def install_select(rt: Runtime, patcher: Patcher) -> None:
     base_select = select.select
 
-    def select_(rlist: Iterable[Any], wlist: Iterable[Any], xlist: Iterable[Any], timeout: float | None = None) -> Any:  # fmt: skip
+    def select_(
+        rlist: Iterable[Any],
+        wlist: Iterable[Any],
+        xlist: Iterable[Any],
+        timeout: float | None = None,
+    ) -> Any:
         lists = (list(rlist), list(wlist), list(xlist))
         fds = tuple([_fd_of(o) for o in group] for group in lists)
 
         def ready() -> tuple[list[int], ...]:
-            result = base_select(*fds, timeout)
+            result = base_select(fds[0], fds[1], fds[2], timeout)
             return tuple(
                 [i for i, fd in enumerate(group) if fd in chosen]
                 for group, chosen in zip(fds, result, strict=True)
             )
 
         picked = rt.call("select.select", (fds, timeout), ready)
-        return tuple([group[i] for i in indices] for group, indices in zip(lists, picked, strict=True))
+        return tuple(
+            [group[i] for i in indices] for group, indices in zip(lists, picked, strict=True)
+        )
 
     patcher.replace(select, "select", select_)
     classes: dict[str, type] = {}

@@ -9,6 +9,7 @@ calls. Replay never starts a process.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 from typing import Any
@@ -25,18 +26,31 @@ _BasePopen = subprocess.Popen
 def _translate(data: bytes | None, encoding: str | None, errors: str | None) -> Any:
     if data is None:
         return None
-    return data.decode(encoding or "utf-8", errors or "strict").replace("\r\n", "\n").replace("\r", "\n")
+    return (
+        data.decode(encoding or "utf-8", errors or "strict")
+        .replace("\r\n", "\n")
+        .replace("\r", "\n")
+    )
 
 
 class Popen:
     _rt: Runtime
 
     def __init__(
-        self, args: Any, bufsize: int = -1, executable: Any = None, stdin: Any = None,
-        stdout: Any = None, stderr: Any = None, *, text: bool | None = None,
-        encoding: str | None = None, errors: str | None = None,
-        universal_newlines: bool | None = None, **kwargs: Any,
-    ) -> None:  # fmt: skip
+        self,
+        args: Any,
+        bufsize: int = -1,
+        executable: Any = None,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        *,
+        text: bool | None = None,
+        encoding: str | None = None,
+        errors: str | None = None,
+        universal_newlines: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.args = args
         self.text_mode = bool(encoding or errors or text or universal_newlines)
         if self.text_mode and encoding is None:
@@ -51,17 +65,23 @@ class Popen:
         holder: list[Any] = []
 
         def start() -> tuple[int, list[int | None]]:
-            real = _BasePopen(
-                args, 0, executable, stdin, stdout, stderr, text=False, **kwargs
-            )
+            real = _BasePopen(args, 0, executable, stdin, stdout, stderr, text=False, **kwargs)
             holder.append(real)
-            pipes = [p.fileno() if p is not None else None for p in (real.stdin, real.stdout, real.stderr)]
+            pipes = [
+                p.fileno() if p is not None else None
+                for p in (real.stdin, real.stdout, real.stderr)
+            ]
             return real.pid, pipes
 
         env = kwargs.get("env")
-        key = (args, executable, kwargs.get("cwd"), None if env is None else args_digest(sorted(env.items())))
+        key = (
+            args,
+            executable,
+            kwargs.get("cwd"),
+            None if env is None else args_digest(sorted(env.items())),
+        )
         self.pid, fds = self._rt.call("subprocess.Popen", key, start)
-        self._real = holder[0] if holder else None
+        self._real: Any = holder[0] if holder else None
         self._oid = self._rt.new_oid()
         for index, (name, mode) in enumerate((("stdin", "wb"), ("stdout", "rb"), ("stderr", "rb"))):
             fd = fds[index]
@@ -69,29 +89,40 @@ class Popen:
                 continue
             real_pipe = getattr(self._real, name) if self._real is not None else None
             raw = BoundaryRaw(
-                self._rt, real_pipe, oid=self._rt.new_oid(), label=f"subprocess.{name}",
-                name=fd, mode=mode, fd=fd, isatty=False,
-            )  # fmt: skip
+                self._rt,
+                real_pipe,
+                oid=self._rt.new_oid(),
+                label=f"subprocess.{name}",
+                name=fd,
+                mode=mode,
+                fd=fd,
+                isatty=False,
+            )
             stream = _layers(
-                raw, mode=mode, text=self.text_mode, buffering=bufsize,
-                blksize=io.DEFAULT_BUFFER_SIZE, isatty=False, encoding=encoding, errors=errors,
-                newline=None, write_through=name == "stdin",
-            )  # fmt: skip
+                raw,
+                mode=mode,
+                text=self.text_mode,
+                buffering=bufsize,
+                blksize=io.DEFAULT_BUFFER_SIZE,
+                isatty=False,
+                encoding=encoding,
+                errors=errors,
+                newline=None,
+                write_through=name == "stdin",
+            )
             setattr(self, name, stream)
 
     def _call(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
         return self._rt.call(f"subprocess.Popen.{op}", (self._oid, *key), fn)
 
-    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:  # noqa: A002
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
         if input is not None and self.text_mode:
             input = input.encode(self.encoding, self.errors or "strict")
         real = self._real
         for stream in (self.stdin,):
             if stream is not None and not stream.closed:
-                try:
+                with contextlib.suppress(BrokenPipeError):
                     stream.flush()
-                except BrokenPipeError:
-                    pass
 
         def communicate() -> tuple[bytes | None, bytes | None, int | None]:
             out, err = real.communicate(input, timeout)
@@ -113,7 +144,7 @@ class Popen:
     def wait(self, timeout: float | None = None) -> int:
         real = self._real
         self.returncode = self._call("wait", (timeout,), lambda: real.wait(timeout))
-        return self.returncode  # type: ignore[return-value]
+        return self.returncode
 
     def poll(self) -> int | None:
         real = self._real
@@ -148,10 +179,8 @@ class Popen:
 
 
 def _quiet_close(stream: Any) -> None:
-    try:
+    with contextlib.suppress(BrokenPipeError):
         stream.close()
-    except BrokenPipeError:
-        pass
 
 
 def install_subprocess(rt: Runtime, patcher: Patcher) -> None:

@@ -49,9 +49,20 @@ __all__ = [
 ]
 
 DEFAULT_ENV_ALLOW = (
-    "PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "PWD", "SHELL", "USER",
-    "LOGNAME", "TMPDIR", "PYTHON*",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TERM",
+    "PWD",
+    "SHELL",
+    "USER",
+    "LOGNAME",
+    "TMPDIR",
+    "PYTHON*",
+)
 REPLAYING = False  # set by the replaying process: start_recording() is then a no-op
 _SEGMENT_SIZE = 1024 * 1024
 
@@ -76,7 +87,7 @@ def passthrough_prefixes() -> list[str]:
     """The interpreter's own trees: files there come with the replay image, not the recording."""
     paths = sysconfig.get_paths()
     candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    candidates += list(site.getsitepackages()) + [site.getusersitepackages()]
+    candidates += [*site.getsitepackages(), site.getusersitepackages()]
     package = sys.modules["sealtrace"]
     candidates += list(getattr(package, "__path__", []))
     candidates += [os.path.dirname(os.path.abspath(__file__))]
@@ -121,8 +132,13 @@ def describe_run(
         "python": sys.version,
         "executable": sys.executable,
         "target": target.as_dict(),
-        "flags": {k: getattr(sys.flags, k) for k in dir(sys.flags) if not k.startswith(("_", "n_"))
-                  and isinstance(getattr(sys.flags, k), int) and k not in ("count", "index")},  # fmt: skip
+        "flags": {
+            k: getattr(sys.flags, k)
+            for k in dir(sys.flags)
+            if not k.startswith(("_", "n_"))
+            and isinstance(getattr(sys.flags, k), int)
+            and k not in ("count", "index")
+        },
         "cwd": os.getcwd(),
         "hash_seed": hash_seed,
         "env": {k: v for k, v in env.items() if _allowed(k, allow)},
@@ -164,7 +180,9 @@ class SourceRecorder(importlib.abc.MetaPathFinder):
         if spec.origin and spec.origin.endswith(".py"):
             spec.loader = RecordingLoader(fullname, spec.origin, self._rec)
         elif spec.origin is None and spec.submodule_search_locations:
-            self._rec.record_source(fullname, list(spec.submodule_search_locations)[0] + os.sep, True, b"")
+            self._rec.record_source(
+                fullname, next(iter(spec.submodule_search_locations)) + os.sep, True, b""
+            )
         else:
             self._rec.note("native-module", f"{fullname} from {spec.origin} is not Python source")
         return spec
@@ -217,16 +235,22 @@ class Recording:
         try:
             libs = libraries()
             meta = describe_run(
-                self.target, run_id=self.run_id, app_roots=self._app_roots,
-                env_allow=self._env_allow, hash_seed=os.environ.get("PYTHONHASHSEED"),
+                self.target,
+                run_id=self.run_id,
+                app_roots=self._app_roots,
+                env_allow=self._env_allow,
+                hash_seed=os.environ.get("PYTHONHASHSEED"),
                 libs=[lib.name for lib in libs],
-            )  # fmt: skip
+            )
             self._passthrough = meta["passthrough"]
             self._async = BackgroundSink(self._sink)
             writer = SealedWriter(
-                self._async, self._recipient, self.run_id,
-                chunk_size=DEFAULT_CHUNK_SIZE, segment_size=_SEGMENT_SIZE,
-            )  # fmt: skip
+                self._async,
+                self._recipient,
+                self.run_id,
+                chunk_size=DEFAULT_CHUNK_SIZE,
+                segment_size=_SEGMENT_SIZE,
+            )
             rt = self.runtime = RecordRuntime(writer)
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
@@ -243,14 +267,21 @@ class Recording:
                 self.record_source("__main__", self.target.value, False, self.main_source)
             for name, module in list(sys.modules.items()):
                 origin = getattr(module, "__file__", None)
-                if name != "__main__" and origin and origin.endswith(".py") and self.is_app_file(origin, None):
+                if (
+                    name != "__main__"
+                    and origin
+                    and origin.endswith(".py")
+                    and self.is_app_file(origin, None)
+                ):
                     with open(origin, "rb") as f:
                         self.record_source(name, origin, hasattr(module, "__path__"), f.read())
             sys.meta_path.insert(0, SourceRecorder(self))
             self._patcher = install(rt, libs)
         except Exception as exc:
-            _report_stderr(f"recording did not start: {exc.__class__.__name__}: {exc}; "
-                           "the application runs unrecorded")  # fmt: skip
+            _report_stderr(
+                f"recording did not start: {exc.__class__.__name__}: {exc}; "
+                "the application runs unrecorded"
+            )
             if self.runtime is not None:
                 self.runtime.fail("could not install the boundary")
             self._uninstall()
@@ -265,8 +296,11 @@ class Recording:
         rt = self.runtime
         native = _native_modules(self._preloaded)
         if native:
-            rt.note("native-modules", "extension modules loaded by the application (their own "
-                    f"I/O is behind the boundary): {', '.join(native)}")
+            rt.note(
+                "native-modules",
+                "extension modules loaded by the application (their own "
+                f"I/O is behind the boundary): {', '.join(native)}",
+            )
         rt.finish(-1 if status is None else status, exception)
         self._uninstall()
         if self._async is not None:
@@ -285,7 +319,7 @@ class Recording:
     # -- used by the import hook -------------------------------------------------------------
 
     def is_app_file(self, origin: str | None, locations: Any) -> bool:
-        path = origin or (list(locations)[0] if locations else None)
+        path = origin or (next(iter(locations)) if locations else None)
         if not path:
             return False
         path = os.path.abspath(path)

@@ -16,6 +16,7 @@ recorder (the recorder's own sink thread), pass straight through.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import hashlib
 import os
 import queue
@@ -64,7 +65,7 @@ def args_digest(key: Any) -> bytes:
 
 def caller_location(skip_stdlib: bool = False) -> str:
     """file:line of the innermost frame outside sealtrace (for messages, never for events)."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     stdlib = os.path.dirname(os.__file__)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -72,7 +73,7 @@ def caller_location(skip_stdlib: bool = False) -> str:
             skip_stdlib and filename.startswith(stdlib)
         ):
             return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return "<unknown>"
 
 
@@ -115,7 +116,9 @@ class BackgroundSink:
             raise OSError(self.error)
         size = len(data)
         if self._pending + size > self._max_pending:
-            raise OSError(f"the store {self.location} is more than {self._max_pending} bytes behind")
+            raise OSError(
+                f"the store {self.location} is more than {self._max_pending} bytes behind"
+            )
         self._pending += size
         self._queue.put((name, bytes(data)))
 
@@ -306,7 +309,7 @@ class RecordRuntime:
         if not self.active:
             return
         self.record_mapping(STOP, {"reason": reason, "where": where, "events": self.events})
-        if not self.active:  # recording the STOP itself failed
+        if not self._still_active():  # recording the STOP itself failed
             return
         self.active = False
         self.outcome = f"stopped: {reason} at {where}"
@@ -320,10 +323,8 @@ class RecordRuntime:
         self.active = False
         self.outcome = f"failed: {reason}"
         self._report(f"recording failed: {reason}; the application continues unrecorded")
-        try:
+        with contextlib.suppress(Exception):
             self._writer.abort()
-        except Exception:
-            pass
 
     def finish(self, status: int, exception: str | None = None) -> None:
         if not self.active:
@@ -337,11 +338,15 @@ class RecordRuntime:
                 "digest": self._hasher.copy().digest(),
             },
         )
-        if not self.active:
+        if not self._still_active():
             return
         self.active = False
         self.outcome = "complete"
         self._close_writer()
+
+    def _still_active(self) -> bool:
+        # Recording a record can fail and deactivate the runtime behind the caller's back.
+        return self.active
 
     def _close_writer(self) -> None:
         try:
@@ -354,7 +359,5 @@ class RecordRuntime:
 
 def _report_stderr(message: str) -> None:
     # Straight to fd 2: the recorder's own messages are not part of the recorded output.
-    try:
+    with contextlib.suppress(OSError):
         _write_fd(2, f"sealtrace: {message}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from ._boundary import Patcher
 from ._runtime import Runtime
@@ -40,7 +40,7 @@ class Cursor:
     def __init__(self, connection: Connection, real: Any) -> None:
         self.connection = connection
         self._rt = connection._rt
-        self._real = real
+        self._real: Any = real
         self._oid = self._rt.new_oid()
         self.description: Any = None
         self.rowcount = -1
@@ -89,7 +89,9 @@ class Cursor:
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
         count, real = self.arraysize if size is None else size, self._real
-        return [self._row(r) for r in self._call("fetchmany", (count,), lambda: real.fetchmany(count))]
+        return [
+            self._row(r) for r in self._call("fetchmany", (count,), lambda: real.fetchmany(count))
+        ]
 
     def fetchall(self) -> list[Any]:
         real = self._real
@@ -119,7 +121,7 @@ class Connection:
     _rt: Runtime
 
     def __init__(self, real: Any, database: Any) -> None:
-        self._real = real
+        self._real: Any = real
         self._oid = self._rt.new_oid()
         self.row_factory: Any = None
         self._database = database
@@ -132,13 +134,13 @@ class Connection:
         cursor = Cursor(self, real.cursor() if real is not None else None)
         return factory(cursor) if factory is not None and factory is not sqlite3.Cursor else cursor
 
-    def execute(self, sql: str, parameters: Any = ()) -> Cursor:
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
         return self.cursor().execute(sql, parameters)
 
-    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Cursor:
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
         return self.cursor().executemany(sql, seq_of_parameters)
 
-    def executescript(self, sql_script: str) -> Cursor:
+    def executescript(self, sql_script: str) -> Any:
         return self.cursor().executescript(sql_script)
 
     def commit(self) -> None:
@@ -182,12 +184,15 @@ class Connection:
         if self._real is not None:
             self._real.text_factory = value
 
-    def create_function(self, name: str, narg: int, func: Any, *, deterministic: bool = False) -> None:
+    def create_function(
+        self, name: str, narg: int, func: Any, *, deterministic: bool = False
+    ) -> None:
         real = self._real
         self._call(
-            "create_function", (name, narg, deterministic),
+            "create_function",
+            (name, narg, deterministic),
             lambda: real.create_function(name, narg, func, deterministic=deterministic),
-        )  # fmt: skip
+        )
 
     def iterdump(self) -> Iterator[str]:
         real = self._real
@@ -196,7 +201,7 @@ class Connection:
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         if exc_type is None:
             self.commit()
         else:
@@ -207,15 +212,30 @@ class Connection:
 def install_sqlite3(rt: Runtime, patcher: Patcher) -> None:
     proxy = type("Connection", (Connection,), {"_rt": rt, "__module__": "sqlite3"})
 
-    def connect(database: Any, timeout: float = 5.0, detect_types: int = 0,
-                isolation_level: str | None = "DEFERRED", check_same_thread: bool = True,
-                factory: Any = None, cached_statements: int = 128, uri: bool = False) -> Any:  # fmt: skip
+    def connect(
+        database: Any,
+        timeout: float = 5.0,
+        detect_types: int = 0,
+        isolation_level: str | None = "DEFERRED",
+        check_same_thread: bool = True,
+        factory: Any = None,
+        cached_statements: int = 128,
+        uri: bool = False,
+    ) -> Any:
         holder: list[Any] = []
 
         def open_db() -> None:
             holder.append(
-                _base_connect(database, timeout, detect_types, isolation_level,
-                              check_same_thread, sqlite3.Connection, cached_statements, uri)  # fmt: skip
+                _base_connect(
+                    database,
+                    timeout,
+                    detect_types,
+                    isolation_level,  # type: ignore[arg-type]
+                    check_same_thread,
+                    sqlite3.Connection,
+                    cached_statements,
+                    uri,
+                )
             )
 
         rt.call("sqlite3.connect", (str(database), detect_types, isolation_level, uri), open_db)

@@ -224,7 +224,8 @@ def record(
     recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
     output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
     command: Annotated[
-        list[str], typer.Argument(help="-- PYTHON [options] (script.py | -m module | -c code) [args]")
+        list[str],
+        typer.Argument(help="-- PYTHON [options] (script.py | -m module | -c code) [args]"),
     ],
     app_root: Annotated[
         list[Path] | None,

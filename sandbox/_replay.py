@@ -128,18 +128,23 @@ class ReplayRuntime:
             frame = frame.f_back
         return innermost or "<unknown>", app
 
-    def diverge(self, event: Event | None, name: str, key: Any, *, output: bytes | None = None) -> NoReturn:
+    def diverge(
+        self, event: Event | None, name: str, key: Any, *, output: bytes | None = None
+    ) -> NoReturn:
         where, app_where = self._locations()
         detail: dict[str, Any] = {
             "event": event.index if event is not None else self.position,
-            "expected": _describe(event) if event is not None else (
-                "the end of the recording" if self.parsed.stop is None
+            "expected": _describe(event)
+            if event is not None
+            else (
+                "the end of the recording"
+                if self.parsed.stop is None
                 else f"the recording's stop point ({self.parsed.stop.get('reason')})"
             ),
             "actual": f"{name}(args {args_digest(key).hex()[:12]})" if key is not ... else name,
             "location": where,
             "app_location": app_where,
-        }  # fmt: skip
+        }
         if output is not None and event is not None and event.data is not None:
             offset = next(
                 (i for i, (a, b) in enumerate(zip(event.data, output, strict=False)) if a != b),
@@ -154,7 +159,9 @@ class ReplayRuntime:
             )
         self.finish("diverged", detail)
 
-    def finish(self, status: str, divergence: dict[str, Any] | None, exit_status: int | None = None) -> NoReturn:
+    def finish(
+        self, status: str, divergence: dict[str, Any] | None, exit_status: int | None = None
+    ) -> NoReturn:
         recorded_exit = self.parsed.exit
         receipt = {
             "status": status,
@@ -222,9 +229,13 @@ class RecordedSourceFinder(importlib.abc.MetaPathFinder):
             return spec
         loader = RecordedSourceLoader(source, self._blobs[source.digest])
         spec = importlib.util.spec_from_file_location(
-            fullname, source.path, loader=loader,
-            submodule_search_locations=[os.path.dirname(source.path)] if source.is_package else None,
-        )  # fmt: skip
+            fullname,
+            source.path,
+            loader=loader,
+            submodule_search_locations=[os.path.dirname(source.path)]
+            if source.is_package
+            else None,
+        )
         return spec
 
 
@@ -314,10 +325,15 @@ def main() -> None:
     if recorded is not None and recorded != -1 and recorded != status:
         rt.finish(
             "diverged",
-            {"event": rt.position, "expected": f"exit status {recorded}",
-             "actual": f"exit status {status}", "location": "<exit>", "app_location": None},
+            {
+                "event": rt.position,
+                "expected": f"exit status {recorded}",
+                "actual": f"exit status {status}",
+                "location": "<exit>",
+                "app_location": None,
+            },
             status,
-        )  # fmt: skip
+        )
     rt.finish("bit-exact", None, status)
 
 

@@ -98,8 +98,12 @@ def check_environment(meta: dict[str, Any]) -> None:
         elif recorded[name] != here[name]:
             problems.append(f"{name} is {here[name]}, recorded {recorded[name]}")
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise ReplayEnvironmentError(f"the installed distributions differ from the recording: {shown}")
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise ReplayEnvironmentError(
+            f"the installed distributions differ from the recording: {shown}"
+        )
 
 
 def _child_env(meta: dict[str, Any]) -> dict[str, str]:
@@ -121,9 +125,14 @@ def replay(data: bytes, meta: dict[str, Any], *, timeout: float | None = None) -
     argv = [sys.executable, *options, "-c", CHILD_CODE, str(input_read), str(result_write)]
     try:
         child = subprocess.Popen(
-            argv, pass_fds=(input_read, result_write), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_child_env(meta), cwd="/",
-        )  # fmt: skip
+            argv,
+            pass_fds=(input_read, result_write),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=_child_env(meta),
+            cwd="/",
+        )
     finally:
         os.close(input_read)
         os.close(result_write)
