@@ -453,6 +453,8 @@ def _register_builtin_extensions() -> None:
         lambda v: (tuple(v), v.tm_zone, v.tm_gmtoff),
         lambda v: time.struct_time(v[0], {"tm_zone": v[1], "tm_gmtoff": v[2]}),
     )
+    for name, cls in (("times_result", os.times_result), ("uname_result", os.uname_result)):
+        register_extension(name, cls, tuple, cls)
     register_extension(
         "terminal_size",
         os.terminal_size,

@@ -9,14 +9,15 @@ are the recorded ones on replay too, so selectors keep working against proxies.
 
 from __future__ import annotations
 
+import io
 import select
 import selectors
 import socket as socket_module
+import ssl  # before socket.socket is replaced: ssl.SSLSocket must subclass the real one
 from collections.abc import Iterable
 from typing import Any
 
 from ._boundary import Patcher
-from ._io_boundary import _layers
 from ._runtime import Runtime
 
 __all__ = [
@@ -40,6 +41,7 @@ class Socket:
     """socket.socket, one boundary call per operating-system operation."""
 
     _rt: Runtime
+    _plain: Any  # the installed socket.socket proxy class, for accepted and dup'ed sockets
 
     def __init__(
         self,
@@ -163,7 +165,7 @@ class Socket:
             return (conn.fileno(), int(conn.family), int(conn.type), conn.proto), address
 
         info, address = self._call("accept", (), accept)
-        conn = Socket._adopt(info, holder[0] if holder else None)
+        conn = self._plain._adopt(info, holder[0] if holder else None)
         if self._timeout is None and socket_module.getdefaulttimeout() is None:
             conn._timeout = None
         return conn, address
@@ -177,7 +179,7 @@ class Socket:
             holder.append(copy)
             return copy.fileno(), int(copy.family), int(copy.type), copy.proto
 
-        return Socket._adopt(self._call("dup", (), dup), holder[0] if holder else None)
+        return self._plain._adopt(self._call("dup", (), dup), holder[0] if holder else None)
 
     def send(self, data: Any, flags: int = 0) -> int:
         payload, real = bytes(data), self._real
@@ -268,24 +270,32 @@ class Socket:
     ) -> Any:
         if not set(mode) <= {"r", "w", "b"}:
             raise ValueError(f"invalid mode {mode!r} (only r, w, b allowed)")
+        # As socket.socket.makefile builds it.
         writing, reading = "w" in mode, "r" in mode or "w" not in mode
+        binary = "b" in mode
         rawmode = ("r" if reading else "") + ("w" if writing else "")
         raw = socket_module.SocketIO(self, rawmode)  # type: ignore[arg-type]
         self._io_refs += 1
         if buffering is None:
             buffering = -1
-        layered_mode = "rb+" if reading and writing else ("wb" if writing else "rb")
-        return _layers(
-            raw,
-            mode=layered_mode,
-            text="b" not in mode,
-            buffering=buffering,
-            blksize=0,
-            isatty=False,
-            encoding=encoding,
-            errors=errors,
-            newline=newline,
-        )
+        if buffering < 0:
+            buffering = io.DEFAULT_BUFFER_SIZE
+        if buffering == 0:
+            if not binary:
+                raise ValueError("unbuffered streams must be binary")
+            return raw
+        buffer: Any
+        if reading and writing:
+            buffer = io.BufferedRWPair(raw, raw, buffering)
+        elif reading:
+            buffer = io.BufferedReader(raw, buffering)
+        else:
+            buffer = io.BufferedWriter(raw, buffering)
+        if binary:
+            return buffer
+        text = io.TextIOWrapper(buffer, encoding, errors, newline)
+        text.mode = mode  # type: ignore[misc]
+        return text
 
     def _decref_socketios(self) -> None:
         if self._io_refs > 0:
@@ -388,11 +398,12 @@ class SSLSocket(Socket):
             holder.append(plain)
             return plain.fileno(), int(plain.family), int(plain.type), plain.proto
 
-        return Socket._adopt(self._op("unwrap", (), unwrap), holder[0] if holder else None)
+        return self._plain._adopt(self._op("unwrap", (), unwrap), holder[0] if holder else None)
 
 
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
     proxy: Any = type("socket", (Socket,), {"_rt": rt, "__module__": "socket"})
+    proxy._plain = proxy
     base_socketpair = socket_module.socketpair
 
     def socketpair(*args: Any) -> tuple[Socket, Socket]:
@@ -424,9 +435,10 @@ def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
 
 
 def install_ssl(rt: Runtime, patcher: Patcher) -> None:
-    import ssl
-
-    proxy: Any = type("SSLSocket", (SSLSocket,), {"_rt": rt, "__module__": "ssl"})
+    plain = socket_module.socket if issubclass(socket_module.socket, Socket) else None
+    proxy: Any = type(
+        "SSLSocket", (SSLSocket,), {"_rt": rt, "_plain": plain, "__module__": "ssl"}
+    )
     base_wrap = ssl.SSLContext.wrap_socket
 
     def wrap_socket(

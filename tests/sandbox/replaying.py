@@ -1,0 +1,90 @@
+"""Record a program with the real `sealtrace record`, then replay it with `sealtrace replay`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sealtrace.proxy import Identity
+from sealtrace.sandbox._session import load_recording
+
+from ..conftest import KeyFiles, run_cli
+
+PYTHON = sys.executable
+
+
+@dataclass
+class Recorded:
+    proc: subprocess.CompletedProcess[bytes]
+    location: Path
+
+    def callees(self, identity: Identity) -> list[str]:
+        _, parsed = load_recording(str(self.location), identity)
+        return [e.callee for e in parsed.events]
+
+
+def write_app(directory: Path, source: str, name: str = "app.py") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def record(
+    keys: KeyFiles,
+    location: Path,
+    command: list[str],
+    *options: str,
+    env: dict[str, str] | None = None,
+    stdin: bytes = b"",
+    cwd: Path | None = None,
+) -> Recorded:
+    exe = Path(sys.executable).with_name("sealtrace")
+    argv = [str(exe), "record", "--recipient", str(keys.recipient_path), "--output", str(location)]
+    proc = subprocess.run(
+        [*argv, *options, "--", *command],
+        input=stdin,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+    return Recorded(proc, location)
+
+
+def replay(
+    keys: KeyFiles, location: Path, *extra: str, prefix: list[str] | None = None
+) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any] | None]:
+    if prefix:
+        exe = Path(sys.executable).with_name("sealtrace")
+        proc = subprocess.run(
+            [*prefix, str(exe), "replay", str(location), "--identity", str(keys.identity_path),
+             "--json", *extra],
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+    else:
+        proc = run_cli(
+            "replay", str(location), "--identity", str(keys.identity_path), "--json", *extra
+        )
+    try:
+        receipt = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        receipt = None
+    return proc, receipt
+
+
+def assert_bit_exact(
+    proc: subprocess.CompletedProcess[bytes], receipt: dict[str, Any] | None
+) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert receipt is not None and receipt["status"] == "bit-exact", receipt
+    assert receipt["events_replayed"] == receipt["events_recorded"] > 0
+    assert receipt["exit_status"]["replayed"] == receipt["exit_status"]["recorded"]
+    return receipt
