@@ -38,10 +38,16 @@ from ._store import (
 from ._writer import SealedWriter
 
 if TYPE_CHECKING:
+    from ._boundary import Entry as BoundaryEntry
+    from ._boundary import Library as BoundaryLibrary
+    from ._boundary import register as register_boundary
+    from ._recorder import Recording, start_recording
     from ._s3 import S3Options, S3Store
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "BoundaryEntry",
+    "BoundaryLibrary",
     "DEFAULT_SEGMENT_SIZE",
     "FORMAT_VERSION",
     "DiscardSink",
@@ -52,6 +58,7 @@ __all__ = [
     "LocalDirStore",
     "MemoryStore",
     "Recipient",
+    "Recording",
     "RecordingSink",
     "RecordingSource",
     "RecordingStatus",
@@ -70,16 +77,28 @@ __all__ = [
     "describe_recording",
     "generate_identity",
     "open_store",
+    "register_boundary",
+    "start_recording",
     "write_keypair",
 ]
 
-_LAZY = {"S3Options", "S3Store"}
+_LAZY = {
+    # The S3 store pulls in boto3, and the recorder the boundary adapters: load each only
+    # when someone asks for it.
+    "S3Options": ("_s3", "S3Options"),
+    "S3Store": ("_s3", "S3Store"),
+    "Recording": ("_recorder", "Recording"),
+    "start_recording": ("_recorder", "start_recording"),
+    "BoundaryEntry": ("_boundary", "Entry"),
+    "BoundaryLibrary": ("_boundary", "Library"),
+    "register_boundary": ("_boundary", "register"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The S3 store pulls in boto3; load it only when someone asks for it.
     if name in _LAZY:
-        from . import _s3
+        import importlib
 
-        return getattr(_s3, name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

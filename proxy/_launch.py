@@ -37,6 +37,9 @@ class Target:
     value: str
     args: list[str] = field(default_factory=list)
     python_options: list[str] = field(default_factory=list)
+    # Embedded: the recording began inside the running program (start_recording), after the
+    # interpreter had set sys.path itself; replay then keeps the recorded sys.path as it is.
+    embedded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -44,11 +47,18 @@ class Target:
             "value": self.value,
             "args": list(self.args),
             "python_options": list(self.python_options),
+            "embedded": self.embedded,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Target:
-        return cls(data["kind"], data["value"], list(data["args"]), list(data["python_options"]))
+        return cls(
+            data["kind"],
+            data["value"],
+            list(data["args"]),
+            list(data["python_options"]),
+            bool(data.get("embedded", False)),
+        )
 
 
 def parse_command(command: list[str]) -> tuple[str, Target]:
@@ -99,8 +109,8 @@ def exit_status(code: Any) -> tuple[int, str | None]:
     """SystemExit's code as the interpreter turns it into an exit status."""
     if code is None:
         return 0, None
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code & 0xFF, None
+    if isinstance(code, int):  # bool too: SystemExit(True) exits 1 and prints nothing
+        return int(code) & 0xFF, None
     return 1, str(code)
 
 
@@ -118,14 +128,14 @@ def run_target(
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
-    safe_path = bool(getattr(sys.flags, "safe_path", False))
+    keep_path = bool(getattr(sys.flags, "safe_path", False)) or target.embedded
     uncaught: str | None = None
     try:
         try:
             if target.kind == "script":
                 assert script_source is not None
                 sys.argv = [target.value, *target.args]
-                if not safe_path:
+                if not keep_path:
                     sys.path[0] = os.path.dirname(os.path.realpath(target.value))
                 source = script_source(target.value)
                 main.__file__ = target.value
@@ -136,12 +146,12 @@ def run_target(
                 import runpy
 
                 sys.argv = ["-m", *target.args]
-                if not safe_path:
+                if not keep_path:
                     sys.path[0] = os.getcwd()
                 runpy._run_module_as_main(target.value, alter_argv=True)  # type: ignore[attr-defined]
             else:
                 sys.argv = ["-c", *target.args]
-                if not safe_path:
+                if not keep_path:
                     sys.path[0] = ""
                 code = compile(target.value, "<string>", "exec", dont_inherit=True)
                 exec(code, main.__dict__)  # noqa: S102
@@ -154,7 +164,15 @@ def run_target(
             _trim_traceback(exc)
             uncaught = f"{type(exc).__module__}.{type(exc).__qualname__}"
             status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-            sys.excepthook(type(exc), exc, exc.__traceback__)
+            if sys.excepthook is sys.__excepthook__:
+                # The interpreter's own hook reads the source through the file descriptor
+                # in C, behind the boundary; the traceback module prints the same text
+                # through open(), which the boundary serves.
+                import traceback
+
+                traceback.print_exception(exc, file=sys.stderr)
+            else:
+                sys.excepthook(type(exc), exc, exc.__traceback__)
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):

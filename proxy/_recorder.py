@@ -301,7 +301,7 @@ class Recording:
                 "extension modules loaded by the application (their own "
                 f"I/O is behind the boundary): {', '.join(native)}",
             )
-        rt.finish(-1 if status is None else status, exception)
+        rt.finish(status, exception)
         self._uninstall()
         if self._async is not None:
             error = self._async.close(self._sink_timeout)
@@ -380,6 +380,7 @@ def _current_target() -> Target:
     from ._launch import parse_command
 
     _, target = parse_command(list(sys.orig_argv))
+    target.embedded = True
     return target
 
 

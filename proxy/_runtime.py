@@ -326,7 +326,7 @@ class RecordRuntime:
         with contextlib.suppress(Exception):
             self._writer.abort()
 
-    def finish(self, status: int, exception: str | None = None) -> None:
+    def finish(self, status: int | None, exception: str | None = None) -> None:
         if not self.active:
             return
         self.record_mapping(

@@ -224,9 +224,9 @@ def record(
     recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
     output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
     command: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(help="-- PYTHON [options] (script.py | -m module | -c code) [args]"),
-    ],
+    ] = None,
     app_root: Annotated[
         list[Path] | None,
         typer.Option("--app-root", help="Directory whose imported modules' sources are recorded."),
@@ -245,7 +245,7 @@ def record(
     from ._recording_cli import run_recorded
 
     code = run_recorded(
-        Recipient.load(recipient), output, command,
+        Recipient.load(recipient), output, command or [],
         app_roots=[str(p) for p in app_root or []], env_allow=list(env_allow or []),
         run_id=run_id,
     )  # fmt: skip

@@ -33,7 +33,11 @@ from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_strea
 __all__ = ["RecordedSourceFinder", "ReplayRuntime", "main"]
 
 _PREVIEW = 48
-_monotonic = time.monotonic  # captured before the boundary replaces it
+_CONTEXT = 24
+# Captured before the boundary replaces anything: the runtime's own I/O is never served.
+_monotonic = time.monotonic
+_write = os.write
+_close = os.close
 
 
 def _under(path: str, roots: list[str]) -> bool:
@@ -150,10 +154,11 @@ class ReplayRuntime:
                 (i for i, (a, b) in enumerate(zip(event.data, output, strict=False)) if a != b),
                 min(len(event.data), len(output)),
             )
+            start = max(0, offset - _CONTEXT)
             detail.update(
                 offset=offset,
-                expected_bytes=event.data[offset : offset + _PREVIEW].decode("utf-8", "replace"),
-                actual_bytes=output[offset : offset + _PREVIEW].decode("utf-8", "replace"),
+                expected_bytes=event.data[start : offset + _PREVIEW].decode("utf-8", "replace"),
+                actual_bytes=output[start : offset + _PREVIEW].decode("utf-8", "replace"),
                 expected_length=len(event.data),
                 actual_length=len(output),
             )
@@ -186,8 +191,8 @@ class ReplayRuntime:
         data = json.dumps(receipt, default=_jsonable).encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(self.result_fd, view) :]
-        os.close(self.result_fd)
+            view = view[_write(self.result_fd, view) :]
+        _close(self.result_fd)
         os._exit(code)
 
 
@@ -309,6 +314,10 @@ def main() -> None:
     main_source = parsed.sources.get("__main__")
     sys.path[:] = list(meta["path"])
     sys.meta_path.insert(0, finder)
+    # The recorder computed these before installing the boundary, which filled sysconfig's
+    # and site's caches with unrecorded calls; fill them here too, or the program's first
+    # sysconfig.get_path() would make boundary calls the recording does not have.
+    _recorder.passthrough_prefixes()
     install(rt, libs)
 
     def script_source(path: str) -> bytes:
@@ -322,7 +331,7 @@ def main() -> None:
     if rt.position < len(rt.events):
         rt.diverge(rt.events[rt.position], "the program's exit", ...)
     recorded = parsed.exit.get("status") if parsed.exit else None
-    if recorded is not None and recorded != -1 and recorded != status:
+    if recorded is not None and recorded != status:
         rt.finish(
             "diverged",
             {

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
+from sealtrace.proxy import UsageError
+from sealtrace.proxy._boundary import libraries
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._recorder import installed_manifest
 from sealtrace.proxy._stream import ParsedStream, parse_stream
@@ -61,7 +63,7 @@ class Receipt:
         )
         if "offset" in div:
             text += (
-                f"; output differs at byte {div['offset']}: expected {div['expected_bytes']!r}, "
+                f"; output differs at byte {div['offset']}: recorded {div['expected_bytes']!r}, "
                 f"got {div['actual_bytes']!r}"
             )
         return text
@@ -83,6 +85,10 @@ def load_recording(
 
 
 def check_environment(meta: dict[str, Any]) -> None:
+    try:
+        libraries(meta.get("libraries", []))
+    except UsageError as exc:
+        raise ReplayEnvironmentError(str(exc)) from None
     if meta.get("python") != sys.version:
         raise ReplayEnvironmentError(
             f"the run was recorded with Python {meta.get('python')!r}; this is {sys.version!r}"

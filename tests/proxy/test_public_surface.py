@@ -24,6 +24,8 @@ FORBIDDEN = [
 ]
 
 EXPORTED = [
+    "BoundaryEntry",
+    "BoundaryLibrary",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_SEGMENT_SIZE",
     "DiscardSink",
@@ -35,6 +37,7 @@ EXPORTED = [
     "LocalDirStore",
     "MemoryStore",
     "Recipient",
+    "Recording",
     "RecordingSink",
     "RecordingSource",
     "RecordingStatus",
@@ -53,6 +56,8 @@ EXPORTED = [
     "describe_recording",
     "generate_identity",
     "open_store",
+    "register_boundary",
+    "start_recording",
     "write_keypair",
 ]
 

@@ -97,7 +97,7 @@ import os, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 print((root / "data" / "note.txt").read_text())
 with open(root / "input.bin", "rb") as f:
-    print(f.read(3), f.tell(), f.seek(0), f.read())
+    print(f.read(3), f.tell(), f.seek(0), f.read(), os.fstat(f.fileno()).st_size, os.isatty(0))
 with open(root / "out.txt", "w") as f:
     f.write("out\\n")
 with open(root / "out.txt", "a+") as f:
@@ -115,6 +115,11 @@ with os.scandir(root) as it:
         print(entry.name, entry.is_file(), entry.is_dir(), entry.is_symlink(), entry.stat().st_size)
 for top, dirs, files in os.walk(root):
     print(top == str(root), sorted(files))
+os.mkdir(root / "made"); os.symlink(root / "made", root / "sym"); os.link(root / "out.txt", root / "hard")
+os.rename(root / "hard", root / "hard2"); os.replace(root / "hard2", root / "hard3")
+os.chmod(root / "hard3", 0o600); os.utime(root / "hard3", (1, 2)); os.truncate(root / "hard3", 1)
+os.remove(root / "hard3"); os.unlink(root / "sym"); os.rmdir(root / "made")
+print(sorted(os.listdir(root)))
 """
 
 STDIO = """

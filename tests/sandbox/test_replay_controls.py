@@ -1,0 +1,311 @@
+"""Negative controls and the replay contract: what must be refused, detected, or kept exact.
+
+- reading the clock behind the boundary (ctypes) is caught at the output it changes (exit 3);
+- id()-dependent output is caught the same way;
+- a changed source tree on disk does not change what replays (recorded sources are used);
+- a corrupt event stream and a wrong key are integrity failures (exit 4);
+- a run that starts a thread stops recording cleanly, and replay says where (exit 3);
+- another Python version or distribution manifest is refused (exit 2);
+- replay needs no network: it passes inside a fresh network namespace;
+- the program's own stdout, stderr and exit status pass through recording unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace.proxy import Recipient
+from sealtrace.proxy._codec import Decoder, _write_varint, decode_value, encode_value
+from sealtrace.proxy._stream import EXIT, META, stream_prefix
+
+from ..conftest import KeyFiles, run_cli, seal_cli
+from .replaying import PYTHON, assert_bit_exact, record, replay, write_app
+
+pytestmark = pytest.mark.integration
+
+
+def _plaintext(keys: KeyFiles, location: Path) -> bytes:
+    proc = run_cli("open", str(location), "--identity", str(keys.identity_path))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _records(data: bytes) -> list[tuple[int, bytes]]:
+    dec = Decoder(data)
+    dec.pos = len(stream_prefix())
+    out = []
+    while dec.pos < len(data):
+        kind = dec.take(1)[0]
+        out.append((kind, dec.take(dec.varint())))
+    return out
+
+
+def _rebuild(records: list[tuple[int, bytes]]) -> bytes:
+    """Re-assemble a stream with a correct EXIT digest (a forger who has the plaintext)."""
+    out = bytearray(stream_prefix())
+    hasher = hashlib.blake2b(digest_size=32)
+    for kind, body in records:
+        if kind == EXIT:
+            value = decode_value(body)
+            value["digest"] = hasher.digest()
+            body = encode_value(value)
+        rec = bytearray((kind,))
+        _write_varint(rec, len(body))
+        rec += body
+        hasher.update(rec)
+        out += rec
+    return bytes(out)
+
+
+def _reseal(keys: KeyFiles, location: Path, plaintext: bytes, run_id: str) -> None:
+    seal_cli(keys, str(location), plaintext, run_id=run_id)
+
+
+def _run_id(keys: KeyFiles, location: Path) -> str:
+    meta = _records(_plaintext(keys, location))[0]
+    assert meta[0] == META
+    return str(decode_value(meta[1])["run_id"])
+
+
+def test_clock_read_through_ctypes_diverges_at_its_output(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(
+        tmp_path / "app",
+        """
+        import ctypes, time
+        libc = ctypes.CDLL(None)
+        print("recorded clock", time.time_ns())
+        print("behind the boundary", libc.clock())
+        """,
+    )
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert rec.proc.returncode == 0
+    proc, receipt = replay(keys, tmp_path / "rec")
+    assert proc.returncode == 3, proc.stderr
+    assert receipt is not None and receipt["status"] == "diverged"
+    div = receipt["divergence"]
+    assert div["expected"].startswith("stdout.write")
+    assert div["app_location"] == f"{app}:5"
+    assert div["expected_bytes"] != div["actual_bytes"]
+    assert any(n["what"] == "ctypes" for n in receipt["notes"])
+    message = proc.stderr.decode()
+    assert message.count("sealtrace: error:") == 1 and f"{app}:5" in message
+
+
+def test_id_dependent_output_diverges(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(tmp_path / "app", "print('id', id(object()) ^ id([]))\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    proc, receipt = replay(keys, tmp_path / "rec")
+    assert proc.returncode == 3 and receipt is not None
+    assert receipt["divergence"]["expected"].startswith("stdout.write")
+
+
+def test_replay_uses_recorded_sources_not_the_tree_on_disk(tmp_path: Path, keys: KeyFiles) -> None:
+    tree = tmp_path / "app"
+    write_app(tree, "VALUE = 'recorded helper'\n", "helper.py")
+    write_app(tree / "pkg", "NAME = 'recorded package'\n", "__init__.py")
+    app = write_app(tree, "import helper, pkg\nprint(helper.VALUE, pkg.NAME)\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    # The tree changes after the run: new code in every file, and a module shadowing a
+    # stdlib name that replay must not pick up.
+    write_app(tree, "VALUE = 'CHANGED helper'\n", "helper.py")
+    write_app(tree / "pkg", "NAME = 'CHANGED package'\n", "__init__.py")
+    write_app(tree, "import helper, pkg\nprint('CHANGED main', helper.VALUE, pkg.NAME)\n")
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
+    # Control: the change is visible to a fresh recording, so the test could fail.
+    fresh = record(keys, tmp_path / "rec2", [PYTHON, str(app)])
+    assert b"CHANGED" in fresh.proc.stdout
+
+
+def test_import_of_a_module_never_recorded_is_refused(tmp_path: Path, keys: KeyFiles) -> None:
+    tree = tmp_path / "app"
+    app = write_app(tree, "import sys\nif len(sys.argv) > 5:\n    import extra\nprint('ok')\n")
+    write_app(tree, "print('extra ran')\n", "extra.py")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_corrupt_event_stream_is_an_integrity_failure(
+    tmp_path: Path, keys: KeyFiles, damage: str
+) -> None:
+    app = write_app(tmp_path / "app", "import time\nprint(time.time())\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    plaintext = bytearray(_plaintext(keys, tmp_path / "rec"))
+    if damage == "flip":
+        plaintext[len(plaintext) // 2] ^= 0x40
+    elif damage == "truncate":
+        del plaintext[-7:]
+    else:
+        plaintext += b"\x05\xff\xff\xff"
+    _reseal(keys, tmp_path / "bad", bytes(plaintext), "run-bad")
+    proc, _ = replay(keys, tmp_path / "bad")
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.decode().count("sealtrace: error:") == 1
+    assert b"Traceback" not in proc.stderr
+
+
+def test_wrong_key_is_refused(tmp_path: Path, keys: KeyFiles, other_keys: KeyFiles) -> None:
+    app = write_app(tmp_path / "app", "print('secret')\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    proc, _ = replay(other_keys, tmp_path / "rec")
+    assert proc.returncode == 4
+    assert b"secret" not in proc.stdout + proc.stderr
+
+
+def test_thread_start_stops_recording_and_replay_says_where(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(
+        tmp_path / "app",
+        """
+        import threading, time
+        print("before", time.time() > 0)
+        t = threading.Thread(target=lambda: None)
+        t.start(); t.join()
+        print("after the thread", time.time() > 0)
+        """,
+    )
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert rec.proc.returncode == 0
+    assert rec.proc.stdout == b"before True\nafter the thread True\n"
+    assert rec.proc.stderr.count(b"sealtrace: recording stopped: the application started a thread") == 1
+    proc, receipt = replay(keys, tmp_path / "rec")
+    assert proc.returncode == 3 and receipt is not None
+    assert receipt["status"] == "stopped"
+    assert receipt["stop"]["where"] == f"{app}:5"
+    assert "thread" in proc.stderr.decode()
+
+
+def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None:
+    records = _records(_plaintext(keys, source))
+    meta = decode_value(records[0][1])
+    change(meta)
+    records[0] = (META, encode_value(meta))
+    _reseal(keys, target, _rebuild(records), str(meta["run_id"]))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.update(python="3.11.0 (forged)"), b"recorded with Python"),
+        (lambda m: m["manifest"].append(["left-pad", "1.0"]), b"left-pad==1.0 is missing"),
+        (lambda m: m["flags"].update(optimize=2), b"interpreter flags differ"),
+        (lambda m: m.update(libraries=[*m["libraries"], "acme-driver"]), b"acme-driver"),
+    ],
+)
+def test_replay_refuses_another_environment(
+    tmp_path: Path, keys: KeyFiles, change: Any, message: bytes
+) -> None:
+    app = write_app(tmp_path / "app", "print('hello')\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    _forge_meta(keys, tmp_path / "rec", tmp_path / "forged", change)
+    proc, _ = replay(keys, tmp_path / "forged")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    # Control: the same rebuild without a change replays.
+    _forge_meta(keys, tmp_path / "rec", tmp_path / "same", lambda m: None)
+    assert_bit_exact(*replay(keys, tmp_path / "same"))
+
+
+def test_replay_runs_without_any_network(tmp_path: Path, keys: KeyFiles) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("served over HTTP")
+    server = subprocess.Popen(
+        [PYTHON, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(site)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().split("port ")[1].split(" ")[0]
+        app = write_app(
+            tmp_path / "app",
+            """
+            import sys, urllib.request
+            with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/index.html") as r:
+                print(r.status, r.read())
+            """,
+        )
+        rec = record(keys, tmp_path / "rec", [PYTHON, str(app), port])
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+    assert rec.proc.stdout == b"200 b'served over HTTP'\n", rec.proc.stderr
+    isolated = ["unshare", "--net", "--"]
+    check = subprocess.run([*isolated, PYTHON, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
+                           capture_output=True, check=False)  # fmt: skip
+    assert check.returncode != 0 and b"Network is unreachable" in check.stderr
+    assert_bit_exact(*replay(keys, tmp_path / "rec", prefix=isolated))
+
+
+def test_output_and_exit_status_pass_through(tmp_path: Path, keys: KeyFiles) -> None:
+    source = """
+    import sys
+    print("to stdout"); print("to stderr", file=sys.stderr)
+    if sys.argv[1] == "exit":
+        sys.exit(7)
+    raise ValueError("boom")
+    """
+    app = write_app(tmp_path / "app", source)
+    for mode, status in (("exit", 7), ("raise", 1)):
+        plain = subprocess.run([PYTHON, str(app), mode], capture_output=True, check=False)
+        rec = record(keys, tmp_path / f"rec-{mode}", [PYTHON, str(app), mode])
+        assert (rec.proc.returncode, rec.proc.stdout, rec.proc.stderr) == (
+            plain.returncode, plain.stdout, plain.stderr,
+        )  # fmt: skip
+        assert plain.returncode == status
+        proc, receipt = replay(keys, tmp_path / f"rec-{mode}")
+        receipt = assert_bit_exact(proc, receipt)
+        assert receipt["exit_status"] == {"recorded": status, "replayed": status}
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ([], b"nothing to record"),
+        ([PYTHON, "-E", "app.py"], b"cannot record with -E"),
+        ([PYTHON, "missing.py"], b"can't open file"),
+        ([PYTHON, "-W"], b"-W needs an argument"),
+        ([PYTHON], b"no program to record"),
+    ],
+)
+def test_record_usage_errors(tmp_path: Path, keys: KeyFiles, command: list[str], message: bytes) -> None:
+    rec = record(keys, tmp_path / "rec", command, cwd=tmp_path)
+    assert rec.proc.returncode == 2, rec.proc.stderr
+    assert message in rec.proc.stderr
+    assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
+
+
+def test_record_refuses_to_overwrite_a_recording(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(tmp_path / "app", "print(1)\n")
+    assert record(keys, tmp_path / "rec", [PYTHON, str(app)]).proc.returncode == 0
+    before = sorted(p.name for p in (tmp_path / "rec").iterdir())
+    again = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert again.proc.returncode == 2 and b"already holds a recording" in again.proc.stderr
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == before
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
+
+
+def test_embedding_api_records_and_replays(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(
+        tmp_path / "app",
+        f"""
+        import sealtrace.proxy
+        sealtrace.proxy.start_recording({str(keys.recipient_path)!r}, {str(tmp_path / "rec")!r})
+        import os, time
+        print("embedded", time.time() > 0, os.urandom(4).hex())
+        """,
+    )
+    plain_env = {**os.environ, "PYTHONHASHSEED": "123"}
+    run = subprocess.run([PYTHON, str(app)], capture_output=True, env=plain_env, check=False)
+    assert run.returncode == 0 and run.stdout.startswith(b"embedded True"), run.stderr
+    assert b"sealtrace:" not in run.stderr
+    receipt = assert_bit_exact(*replay(keys, tmp_path / "rec"))
+    assert receipt["exit_status"]["recorded"] is None  # unknown to an embedded recorder
+    assert Recipient.load(keys.recipient_path)
