@@ -46,10 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
-    "BoundaryEntry",
-    "BoundaryLibrary",
     "DEFAULT_SEGMENT_SIZE",
     "FORMAT_VERSION",
+    "BoundaryEntry",
+    "BoundaryLibrary",
     "DiscardSink",
     "Identity",
     "IncompleteRecordingError",

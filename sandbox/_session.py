@@ -16,8 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
-from sealtrace.proxy import UsageError
+from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, UsageError, open_store
 from sealtrace.proxy._boundary import libraries
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._recorder import installed_manifest

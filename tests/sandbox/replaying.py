@@ -22,7 +22,7 @@ PYTHON = sys.executable
 @dataclass
 class Recorded:
     proc: subprocess.CompletedProcess[bytes]
-    location: Path
+    location: Path | str
 
     def callees(self, identity: Identity) -> list[str]:
         _, parsed = load_recording(str(self.location), identity)
@@ -38,7 +38,7 @@ def write_app(directory: Path, source: str, name: str = "app.py") -> Path:
 
 def record(
     keys: KeyFiles,
-    location: Path,
+    location: Path | str,
     command: list[str],
     *options: str,
     env: dict[str, str] | None = None,
@@ -60,7 +60,7 @@ def record(
 
 
 def replay(
-    keys: KeyFiles, location: Path, *extra: str, prefix: list[str] | None = None
+    keys: KeyFiles, location: Path | str, *extra: str, prefix: list[str] | None = None
 ) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any] | None]:
     if prefix:
         exe = Path(sys.executable).with_name("sealtrace")

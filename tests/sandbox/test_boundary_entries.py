@@ -115,7 +115,8 @@ with os.scandir(root) as it:
         print(entry.name, entry.is_file(), entry.is_dir(), entry.is_symlink(), entry.stat().st_size)
 for top, dirs, files in os.walk(root):
     print(top == str(root), sorted(files))
-os.mkdir(root / "made"); os.symlink(root / "made", root / "sym"); os.link(root / "out.txt", root / "hard")
+os.mkdir(root / "made"); os.symlink(root / "made", root / "sym")
+os.link(root / "out.txt", root / "hard")
 os.rename(root / "hard", root / "hard2"); os.replace(root / "hard2", root / "hard3")
 os.chmod(root / "hard3", 0o600); os.utime(root / "hard3", (1, 2)); os.truncate(root / "hard3", 1)
 os.remove(root / "hard3"); os.unlink(root / "sym"); os.rmdir(root / "made")
@@ -178,7 +179,8 @@ a.sendall(b"x")
 print(select.select([b], [b], [], 1))
 p = select.poll(); p.register(b, select.POLLIN); print(p.poll(1000)); p.modify(b, select.POLLOUT)
 print(p.poll(0)); p.unregister(b)
-e = select.epoll(); e.register(b.fileno(), select.EPOLLIN); print(e.poll(1)); e.modify(b, select.EPOLLOUT)
+e = select.epoll(); e.register(b.fileno(), select.EPOLLIN); print(e.poll(1))
+e.modify(b, select.EPOLLOUT)
 print(e.poll(0)); e.unregister(b); e.close()
 with selectors.DefaultSelector() as sel:
     sel.register(b, selectors.EVENT_READ, "data")
@@ -312,7 +314,7 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())

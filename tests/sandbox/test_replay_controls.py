@@ -172,7 +172,10 @@ def test_thread_start_stops_recording_and_replay_says_where(tmp_path: Path, keys
     rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
     assert rec.proc.returncode == 0
     assert rec.proc.stdout == b"before True\nafter the thread True\n"
-    assert rec.proc.stderr.count(b"sealtrace: recording stopped: the application started a thread") == 1
+    assert (
+        rec.proc.stderr.count(b"sealtrace: recording stopped: the application started a thread")
+        == 1
+    )
     proc, receipt = replay(keys, tmp_path / "rec")
     assert proc.returncode == 3 and receipt is not None
     assert receipt["status"] == "stopped"
@@ -238,7 +241,8 @@ def test_replay_runs_without_any_network(tmp_path: Path, keys: KeyFiles) -> None
         server.stdout.close()
     assert rec.proc.stdout == b"200 b'served over HTTP'\n", rec.proc.stderr
     isolated = ["unshare", "--net", "--"]
-    check = subprocess.run([*isolated, PYTHON, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
+    probe = "import socket; socket.create_connection(('127.0.0.1', 9))"
+    check = subprocess.run([*isolated, PYTHON, "-c", probe],
                            capture_output=True, check=False)  # fmt: skip
     assert check.returncode != 0 and b"Network is unreachable" in check.stderr
     assert_bit_exact(*replay(keys, tmp_path / "rec", prefix=isolated))
@@ -275,7 +279,9 @@ def test_output_and_exit_status_pass_through(tmp_path: Path, keys: KeyFiles) -> 
         ([PYTHON], b"no program to record"),
     ],
 )
-def test_record_usage_errors(tmp_path: Path, keys: KeyFiles, command: list[str], message: bytes) -> None:
+def test_record_usage_errors(
+    tmp_path: Path, keys: KeyFiles, command: list[str], message: bytes
+) -> None:
     rec = record(keys, tmp_path / "rec", command, cwd=tmp_path)
     assert rec.proc.returncode == 2, rec.proc.stderr
     assert message in rec.proc.stderr
