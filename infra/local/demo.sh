@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# `make demo`: seal a sample recording into a local S3 (moto server on loopback) under Object
-# Lock, list and inspect it, open it with its identity, and show a wrong identity refused.
+# `make demo`: record the £0.00 checkout job into a local S3 (moto server on loopback) under
+# Object Lock, list and inspect the recording, take the job's inputs away, replay it bit-exact,
+# and show a wrong identity refused.
 # Starts everything it needs and stops it on exit; keys live in a temporary directory that is
 # removed on exit, and plaintext only ever goes through pipes.
 set -euo pipefail
 
 work="$(mktemp -d)"
 moto_pid=""
+http_pid=""
 cleanup() {
   [[ -n "$moto_pid" ]] && kill "$moto_pid" 2>/dev/null && wait "$moto_pid" 2>/dev/null || true
+  [[ -n "$http_pid" ]] && kill "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -40,17 +43,32 @@ PY
 step "a per-run key pair (the server's key service will mint these)"
 sealtrace keygen --out "$work/keys" --name "$run"
 
-step "seal a sample into $store (production holds only the .pub)"
-sample() {
-  # The pricing story's inputs, as a recorder would see them at the call boundary.
-  printf '{"event":0,"call":"socket.recv","result":"POST /orders {\\"items\\":[{\\"sku\\":\\"MUG-01\\",\\"price\\":49.99}],\\"promo\\":\\"STAFF100\\"}"}\n'
-  printf '{"event":1,"call":"sqlite3.Cursor.fetchone","args":["STAFF100"],"result":[100]}\n'
-  printf '{"event":2,"call":"time.time","result":1795000000.25}\n'
-  printf '{"event":3,"call":"socket.send","args":["{\\"total_price\\": 0.00, \\"currency\\": \\"GBP\\"}"]}\n'
-  for i in $(seq 4 3000); do printf '{"event":%d,"call":"time.monotonic","result":%d.5}\n' "$i" "$i"; done
-}
-sample | sealtrace seal --recipient "$work/keys/$run.pub" --run-id "$run" --output "$store" \
-  --chunk-size 16384 --segment-size 65536
+step "the checkout job's inputs: an order over HTTP, a promotion in SQLite"
+app="$(cd "$(dirname "$0")" && pwd)/pricing-app"
+mkdir -p "$work/inputs"
+cp "$app/order.json" "$work/inputs/"
+python -m http.server 0 --bind 127.0.0.1 --directory "$work/inputs" >"$work/http.log" 2>&1 &
+http_pid=$!
+for _ in $(seq 100); do grep -q "port" "$work/http.log" 2>/dev/null && break; sleep 0.1; done
+http_port="$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$work/http.log" | head -1)"
+python - "$work/inputs/promotions.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct INTEGER)")
+db.executemany("INSERT INTO promotions VALUES (?, ?)", [("SPRING10", 10), ("STAFF100", 100)])
+db.commit()
+PY
+echo "order: $(cat "$work/inputs/order.json")"
+
+step "record the checkout job into $store (production holds only the .pub)"
+sealtrace record --recipient "$work/keys/$run.pub" --output "$store" --run-id "$run" \
+  --app-root "$app" -- python "$app/app.py" "http://127.0.0.1:$http_port/order.json" \
+  "$work/inputs/promotions.db"
+
+step "take the inputs away: stop the HTTP server, delete the database"
+kill "$http_pid"; wait "$http_pid" 2>/dev/null || true
+rm -rf "$work/inputs"
+echo "inputs gone"
 
 step "list: the objects in the bucket and their retention"
 python - "$bucket" <<'PY'
@@ -64,16 +82,13 @@ PY
 step "inspect (no key needed)"
 sealtrace inspect "$store"
 
-step "open with the run's identity and compare with what was sealed"
-if cmp <(sealtrace open --identity "$work/keys/$run.key" "$store") <(sample); then
-  echo "opened: identical to the sealed input ($(sample | wc -c) bytes)"
-fi
-head -n 2 < <(sealtrace open --identity "$work/keys/$run.key" "$store")
+step "replay: every external call served from the recording and checked"
+sealtrace replay "$store" --identity "$work/keys/$run.key"
 
 step "a wrong identity is refused (exit 4)"
 sealtrace keygen --out "$work/keys" --name intruder >/dev/null
 set +e
-sealtrace open --identity "$work/keys/intruder.key" "$store" >/dev/null
+sealtrace replay "$store" --identity "$work/keys/intruder.key" >/dev/null
 code=$?
 set -e
 echo "exit code: $code"

@@ -1,0 +1,6 @@
+def create_order_response(order):
+    response = {
+        "total_price": order.total_price,
+        "currency": order.currency,
+    }
+    return response
