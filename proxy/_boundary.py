@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -232,7 +234,9 @@ class Patcher:
         else:
             setattr(owner, attr, new)
             self._undo.append((owner, attr, original, False))
-        if not isinstance(owner, type):
+        # Only functions are rebound where else they are bound: a replaced flag (True) or
+        # class must not turn every other True or class reference into the replacement.
+        if not isinstance(owner, type) and (_is_function(original) or original is os.environ):
             self.replaced[id(original)] = new
             self._originals.append(original)
         return original
@@ -266,6 +270,10 @@ class Patcher:
                 setattr(owner, attr, original)
         self._undo.clear()
         self.replaced.clear()
+
+
+def _is_function(value: Any) -> bool:
+    return isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType))
 
 
 def _is_heap_type(cls: type) -> bool:

@@ -42,8 +42,10 @@ class BoundaryRaw(io.RawIOBase):
         fd: int,
         isatty: bool,
         closefd: bool = True,
+        on_close: Any = None,
     ) -> None:
         super().__init__()
+        self._on_close = on_close
         self._rt = rt
         self._real: Any = real
         self._oid = oid
@@ -122,6 +124,8 @@ class BoundaryRaw(io.RawIOBase):
         try:
             if self.closefd:
                 self._rt.call(f"{self._label}.close", (self._oid,), lambda: real.close())
+                if self._on_close is not None:
+                    self._on_close(self._fd)
         finally:
             super().close()
 
@@ -154,6 +158,19 @@ def _raw_mode(mode: str) -> tuple[str, str, bool]:
     else:
         shown = "wb"
     return raw, shown, not binary
+
+
+def _open_flags(raw_mode: str) -> int:
+    """The flags io.FileIO passes to an opener for this mode."""
+    if "+" in raw_mode:
+        flags = os.O_RDWR
+    elif raw_mode[0] == "r":
+        flags = os.O_RDONLY
+    else:
+        flags = os.O_WRONLY
+    creation = {"r": 0, "w": os.O_CREAT | os.O_TRUNC, "a": os.O_CREAT | os.O_APPEND}
+    flags |= creation.get(raw_mode[0], os.O_CREAT | os.O_EXCL)
+    return flags | os.O_CLOEXEC
 
 
 def _layers(
@@ -204,6 +221,8 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     prefixes: tuple[str, ...] = tuple(getattr(rt, "passthrough_prefixes", ()))
     intercepting = rt.intercepting
 
+    tracked: set[int] = set()  # descriptors opened through the boundary (os.open, os.pipe)
+
     def boundary_open(
         file: Any,
         mode: str = "r",
@@ -214,6 +233,15 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
         closefd: bool = True,
         opener: Any = None,
     ) -> Any:
+        if isinstance(file, int) and file in tracked and opener is None:
+            return open_descriptor(file, mode, buffering, encoding, errors, newline, closefd, file)
+        if opener is not None and not isinstance(file, int) and intercepting():
+            # tempfile and friends open through os.open in an opener: what it returns is
+            # a tracked descriptor, and the file object must be built on the boundary too.
+            fd = opener(file, _open_flags(_raw_mode(mode)[0]))
+            if fd in tracked:
+                return open_descriptor(fd, mode, buffering, encoding, errors, newline, True, file)
+            return base_open(fd, mode, buffering, encoding, errors, newline, True)
         if isinstance(file, int) or opener is not None or not intercepting():
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         path = os.fspath(file)
@@ -266,9 +294,60 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     boundary_open.__name__ = "open"
     boundary_open.__doc__ = base_open.__doc__
 
-    def scandir(path: Any = ".") -> ScandirIterator:
+    def open_descriptor(
+        fd: int,
+        mode: str,
+        buffering: int,
+        encoding: str | None,
+        errors: str | None,
+        newline: str | None,
+        closefd: bool,
+        name: Any,
+    ) -> Any:
+        raw_mode, shown, text = _raw_mode(mode)
+        holder: list[io.FileIO] = []
+
+        def really_open() -> tuple[bool, int]:
+            real = io.FileIO(fd, raw_mode, closefd)
+            holder.append(real)
+            try:
+                blksize = base_stat(fd).st_blksize
+            except OSError:
+                blksize = io.DEFAULT_BUFFER_SIZE
+            return real.isatty(), blksize
+
+        oid = rt.new_oid()
+        isatty, blksize = rt.call("open.fd", (fd, raw_mode, closefd), really_open)
+        raw = BoundaryRaw(
+            rt,
+            holder[0] if holder else None,
+            oid=oid,
+            label="file",
+            name=name,
+            mode=shown,
+            fd=fd,
+            isatty=isatty,
+            closefd=closefd,
+            on_close=tracked.discard,
+        )
+        return _layers(
+            raw,
+            mode=mode,
+            text=text,
+            buffering=buffering,
+            blksize=blksize,
+            isatty=isatty,
+            encoding=encoding,
+            errors=errors,
+            newline=newline,
+        )
+
+    _install_descriptors(rt, patcher, tracked, prefixes)
+
+    def scandir(path: Any = ".") -> Any:
         if isinstance(path, int):
-            raise TypeError("sealtrace does not record os.scandir() on a file descriptor")
+            rt.unsupported("os.scandir() on a file descriptor is not recorded in v1")
+            return base_scandir(path)
         key = os.fspath(path)
 
         def listing() -> list[tuple[Any, ...]]:
@@ -281,6 +360,76 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     patcher.replace(builtins, "open", boundary_open)
     patcher.replace(io, "open", boundary_open)
     patcher.replace(os, "scandir", scandir)
+    # shutil.rmtree walks by descriptor (os.open, scandir(fd), unlink(dir_fd=)); its
+    # path-based walk goes through the boundary instead.
+    import shutil
+
+    patcher.replace(shutil, "_use_fd_functions", False)
+
+
+def _install_descriptors(
+    rt: Runtime, patcher: Patcher, tracked: set[int], prefixes: tuple[str, ...]
+) -> None:
+    """os.open and friends: descriptors opened through the boundary are tracked, and every
+    operation on a tracked descriptor is a boundary call; any other descriptor (the standard
+    streams, the interpreter's own files) is left alone."""
+    base_open, base_pipe = os.open, os.pipe
+    base_read, base_write, base_close = os.read, os.write, os.close
+    base_lseek, base_fsync, base_ftruncate = os.lseek, os.fsync, os.ftruncate
+
+    def os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if dir_fd is not None or not rt.intercepting():
+            return base_open(path, flags, mode, dir_fd=dir_fd)
+        text_path = os.fsdecode(os.fspath(path))
+        if _under(os.path.abspath(text_path), prefixes):
+            return base_open(path, flags, mode)
+        fd: int = rt.call("os.open", (text_path, flags, mode), lambda: base_open(path, flags, mode))
+        tracked.add(fd)
+        return fd
+
+    def os_pipe() -> tuple[int, int]:
+        if not rt.intercepting():
+            return base_pipe()
+        read_end, write_end = rt.call("os.pipe", None, base_pipe)
+        tracked.update((read_end, write_end))
+        return read_end, write_end
+
+    def os_read(fd: int, n: int) -> bytes:
+        if fd not in tracked:
+            return base_read(fd, n)
+        data: bytes = rt.call("os.read", (fd, n), lambda: base_read(fd, n))
+        return data
+
+    def os_write(fd: int, data: Any) -> int:
+        if fd not in tracked:
+            return base_write(fd, data)
+        payload = bytes(data)
+        written: int = rt.output("os.write", (fd,), payload, lambda: base_write(fd, payload))
+        return written
+
+    def os_close(fd: int) -> None:
+        if fd not in tracked:
+            return base_close(fd)
+        tracked.discard(fd)
+        rt.call("os.close", (fd,), lambda: base_close(fd))
+        return None
+
+    def on_tracked(name: str, base: Any) -> Any:
+        def operation(fd: int, *args: Any) -> Any:
+            if fd not in tracked:
+                return base(fd, *args)
+            return rt.call(f"os.{name}", (fd, *args), lambda: base(fd, *args))
+
+        return operation
+
+    patcher.replace(os, "open", os_open)
+    patcher.replace(os, "pipe", os_pipe)
+    patcher.replace(os, "read", os_read)
+    patcher.replace(os, "write", os_write)
+    patcher.replace(os, "close", os_close)
+    patcher.replace(os, "lseek", on_tracked("lseek", base_lseek))
+    patcher.replace(os, "fsync", on_tracked("fsync", base_fsync))
+    patcher.replace(os, "ftruncate", on_tracked("ftruncate", base_ftruncate))
 
 
 def _entry_fields(entry: os.DirEntry[Any]) -> tuple[Any, ...]:

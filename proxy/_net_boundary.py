@@ -179,7 +179,8 @@ class Socket:
             holder.append(copy)
             return copy.fileno(), int(copy.family), int(copy.type), copy.proto
 
-        return self._plain._adopt(self._call("dup", (), dup), holder[0] if holder else None)
+        copy: Socket = self._plain._adopt(self._call("dup", (), dup), holder[0] if holder else None)
+        return copy
 
     def send(self, data: Any, flags: int = 0) -> int:
         payload, real = bytes(data), self._real
@@ -398,7 +399,9 @@ class SSLSocket(Socket):
             holder.append(plain)
             return plain.fileno(), int(plain.family), int(plain.type), plain.proto
 
-        return self._plain._adopt(self._op("unwrap", (), unwrap), holder[0] if holder else None)
+        info = self._op("unwrap", (), unwrap)
+        plain: Socket = self._plain._adopt(info, holder[0] if holder else None)
+        return plain
 
 
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
@@ -436,9 +439,7 @@ def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
 
 def install_ssl(rt: Runtime, patcher: Patcher) -> None:
     plain = socket_module.socket if issubclass(socket_module.socket, Socket) else None
-    proxy: Any = type(
-        "SSLSocket", (SSLSocket,), {"_rt": rt, "_plain": plain, "__module__": "ssl"}
-    )
+    proxy: Any = type("SSLSocket", (SSLSocket,), {"_rt": rt, "_plain": plain, "__module__": "ssl"})
     base_wrap = ssl.SSLContext.wrap_socket
 
     def wrap_socket(

@@ -121,6 +121,17 @@ os.rename(root / "hard", root / "hard2"); os.replace(root / "hard2", root / "har
 os.chmod(root / "hard3", 0o600); os.utime(root / "hard3", (1, 2)); os.truncate(root / "hard3", 1)
 os.remove(root / "hard3"); os.unlink(root / "sym"); os.rmdir(root / "made")
 print(sorted(os.listdir(root)))
+import shutil, tempfile
+fd = os.open(root / "low.bin", os.O_CREAT | os.O_RDWR, 0o600)
+os.write(fd, b"low"); os.lseek(fd, 0, 0); print(os.read(fd, 3)); os.fsync(fd); os.close(fd)
+print(tempfile.gettempdir() == os.environ["TMPDIR"])
+with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.NamedTemporaryFile(dir=tmp, delete=False) as t:
+        t.write(b"temp")
+    print(len(os.listdir(tmp)), os.path.basename(t.name).startswith("tmp"))
+    shutil.rmtree(tmp)
+    os.mkdir(tmp)
+r, w = os.pipe(); os.write(w, b"piped"); print(os.read(r, 5)); os.close(r); os.close(w)
 """
 
 STDIO = """
@@ -262,6 +273,8 @@ CASES: dict[str, Case] = {
         "SEALTRACE_ALLOWED": "shown", "SEALTRACE_SECRET": "read lazily"},
         options=("--env-allow", "SEALTRACE_ALLOWED")),
     "files": Case(FILES, ("open", "file.read", "file.write", "file.seek", "os.stat", "os.lstat",
+                          "os.open", "os.write", "os.read", "os.close", "os.pipe", "os.lseek",
+                          "open.fd",
                           "os.listdir", "os.access", "os.readlink", "os.getcwd", "os.getcwdb",
                           "os.path.realpath", "os.scandir", "os.DirEntry.stat")),
     "stdio": Case(STDIO, ("stdin.read", "stdout.write", "stderr.write"),
@@ -380,6 +393,7 @@ def test_record_replay_compare(
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     args = list(case.args)
+    env = dict(case.env)
     server = None
     if library == "files":
         (inputs / "data").mkdir()
@@ -387,6 +401,8 @@ def test_record_replay_compare(
         (inputs / "input.bin").write_bytes(b"abcdef")
         (inputs / "link").symlink_to(inputs / "input.bin")
         args = [str(inputs)]
+        (inputs / "tmp").mkdir()
+        env["TMPDIR"] = str(inputs / "tmp")
     elif library == "sqlite3":
         args = [str(inputs / "db.sqlite")]
     elif case.server == "tcp":
@@ -399,7 +415,7 @@ def test_record_replay_compare(
 
     recorded = record(
         keys, tmp_path / "rec", [PYTHON, str(app), *args], *case.options,
-        env=case.env, stdin=case.stdin,
+        env=env, stdin=case.stdin,
     )  # fmt: skip
     assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
     assert b"sealtrace:" not in recorded.proc.stderr, recorded.proc.stderr.decode()
@@ -414,8 +430,10 @@ def test_record_replay_compare(
         path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
 
     started = time.monotonic()
+    before = sorted(tmp_path.rglob("*"))
     proc, receipt = replay(keys, tmp_path / "rec")
     receipt = assert_bit_exact(proc, receipt)
+    assert sorted(tmp_path.rglob("*")) == before  # replay wrote nothing, anywhere it was told
     assert receipt["outputs_matched"] > 0
     if library == "time":
         assert time.monotonic() - started < 5  # sleeps are skipped on replay
