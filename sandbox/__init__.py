@@ -1,7 +1,9 @@
-"""sealtrace.sandbox: the replay substrate and the in-container runner.
+"""sealtrace.sandbox: the replay substrate.
 
-Not built yet: the recorder/replay and sandbox issues fill this package. It must never
-emit anything from the container but fixed-size frames.
+Replay re-executes a recorded run with every external call served from the recording and
+checked (`_replay`, the replaying process; `_session`, which starts it; `cli`, the `replay`
+command). The in-container runner and its fixed-frame protocol come with the sandbox issue:
+from inside a container it must never emit anything but fixed-size frames.
 """
 
 __all__: list[str] = []
