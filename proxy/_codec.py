@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import struct
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -352,6 +353,12 @@ class Decoder:
         else:
             exc = cls.__new__(cls, *args)
             exc.args = args
+            init = cls.__init__
+            if not isinstance(init, types.FunctionType):
+                # A built-in __init__ sets derived fields (SystemExit.code, StopIteration.value);
+                # one written in Python is the application's code and is not run here.
+                with contextlib.suppress(TypeError, ValueError):
+                    init(exc, *args)
         if isinstance(extra, dict):
             for key, value in extra.items():
                 if isinstance(key, str):

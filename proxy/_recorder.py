@@ -65,6 +65,7 @@ DEFAULT_ENV_ALLOW = (
 )
 REPLAYING = False  # set by the replaying process: start_recording() is then a no-op
 _SEGMENT_SIZE = 1024 * 1024
+_getpid = os.getpid  # captured: the recorder's own calls are never recorded
 
 
 def _canonical(name: str) -> str:
@@ -227,6 +228,7 @@ class Recording:
         self._finished = False
         self.main_source: bytes | None = None
         self._preloaded: set[str] = set(sys.modules)
+        self._pid = _getpid()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -290,8 +292,8 @@ class Recording:
 
     def finish(self, status: int | None, exception: str | None = None) -> str:
         """Seal the end of the recording and wait for the store; returns the outcome."""
-        if self._finished or self.runtime is None:
-            return "not recording"
+        if self._finished or self.runtime is None or _getpid() != self._pid:
+            return "not recording"  # (a forked child holds a copy it must not finish)
         self._finished = True
         rt = self.runtime
         native = _native_modules(self._preloaded)

@@ -63,9 +63,15 @@ def run_recorded(
         child = subprocess.Popen(argv, env=env)
     except OSError as exc:
         raise UsageError(f"cannot start {python}: {exc.strerror}") from None
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets it and decides
+    # A terminal's ^C reaches the child directly; a SIGTERM or SIGHUP sent to us is passed on,
+    # so the program (not this wrapper) decides how to end and the recording ends with it.
+    forwarded = (signal.SIGTERM, signal.SIGHUP)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    for sig in forwarded:
+        previous[sig] = signal.signal(sig, lambda number, _frame: child.send_signal(number))
     try:
         code = child.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 128 - code if code < 0 else code

@@ -158,29 +158,41 @@ def test_wrong_key_is_refused(tmp_path: Path, keys: KeyFiles, other_keys: KeyFil
     assert b"secret" not in proc.stdout + proc.stderr
 
 
-def test_thread_start_stops_recording_and_replay_says_where(tmp_path: Path, keys: KeyFiles) -> None:
-    app = write_app(
-        tmp_path / "app",
-        """
-        import threading, time
-        print("before", time.time() > 0)
-        t = threading.Thread(target=lambda: None)
-        t.start(); t.join()
-        print("after the thread", time.time() > 0)
-        """,
-    )
+CONCURRENT = {
+    "thread": (
+        "import threading\nt = threading.Thread(target=lambda: None)\nt.start(); t.join()",
+        b"the application started a thread",
+    ),
+    "fork": (
+        "import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)",
+        b"the application called os.fork()",
+    ),
+    "multiprocessing": (
+        "import multiprocessing as mp\nctx = mp.get_context('fork')\n"
+        "p = ctx.Process(target=print, args=('child',)); p.start(); p.join()",
+        b"the application called os.fork()",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CONCURRENT))
+def test_concurrency_stops_recording_and_replay_says_where(
+    tmp_path: Path, keys: KeyFiles, kind: str
+) -> None:
+    code, reason = CONCURRENT[kind]
+    lines = ["import time", "print('before', time.time() > 0)", *code.split("\n")]
+    app = write_app(tmp_path / "app", "\n".join([*lines, "print('after', time.time() > 0)", ""]))
     rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
     assert rec.proc.returncode == 0
-    assert rec.proc.stdout == b"before True\nafter the thread True\n"
-    assert (
-        rec.proc.stderr.count(b"sealtrace: recording stopped: the application started a thread")
-        == 1
-    )
+    assert rec.proc.stdout.startswith(b"before True\n")
+    assert rec.proc.stdout.endswith(b"after True\n")
+    assert rec.proc.stderr.count(b"sealtrace: recording stopped: " + reason) == 1, rec.proc.stderr
     proc, receipt = replay(keys, tmp_path / "rec")
     assert proc.returncode == 3 and receipt is not None
     assert receipt["status"] == "stopped"
-    assert receipt["stop"]["where"] == f"{app}:5"
-    assert "thread" in proc.stderr.decode()
+    assert receipt["events_replayed"] == receipt["events_recorded"] > 0
+    assert reason.decode() in receipt["stop"]["reason"]
+    assert "stops at event" in proc.stderr.decode()
 
 
 def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None:
@@ -315,3 +327,42 @@ def test_embedding_api_records_and_replays(tmp_path: Path, keys: KeyFiles) -> No
     receipt = assert_bit_exact(*replay(keys, tmp_path / "rec"))
     assert receipt["exit_status"]["recorded"] is None  # unknown to an embedded recorder
     assert Recipient.load(keys.recipient_path)
+
+
+@pytest.mark.parametrize("form", ["script", "module", "code"])
+def test_every_target_form_records_and_replays(tmp_path: Path, keys: KeyFiles, form: str) -> None:
+    tree = tmp_path / "app"
+    source = "import sys, time\nprint(sys.argv, sys.flags.optimize, __name__, time.time() > 0)\n"
+    write_app(tree, source, "tool.py")
+    command = {
+        "script": [PYTHON, "-O", str(tree / "tool.py"), "a", "-x"],
+        "module": [PYTHON, "-B", "-m", "tool", "a", "-x"],
+        "code": [PYTHON, "-X", "utf8", "-c", source, "a", "-x"],
+    }[form]
+    plain = subprocess.run(command, cwd=tree, capture_output=True, check=False)
+    rec = record(keys, tmp_path / "rec", command, cwd=tree)
+    assert (rec.proc.returncode, rec.proc.stdout) == (0, plain.stdout), rec.proc.stderr
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
+
+
+def test_sigterm_reaches_the_program(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(
+        tmp_path / "app",
+        """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(9))
+        print("ready", flush=True)
+        time.sleep(30)
+        """,
+    )
+    exe = Path(PYTHON).with_name("sealtrace")
+    argv = [str(exe), "record", "--recipient", str(keys.recipient_path),
+            "--output", str(tmp_path / "rec"), "--", PYTHON, str(app)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 9, err
+    proc, receipt = replay(keys, tmp_path / "rec")
+    receipt = assert_bit_exact(proc, receipt)
+    assert receipt["exit_status"]["recorded"] == 9
