@@ -49,6 +49,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/seal.py
+	$(BIN)/python bench/record_overhead.py
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -233,21 +233,38 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
         closefd: bool = True,
         opener: Any = None,
     ) -> Any:
+        layers = (mode, buffering, encoding, errors, newline)
         if isinstance(file, int) and file in tracked and opener is None:
-            return open_descriptor(file, mode, buffering, encoding, errors, newline, closefd, file)
+            return open_file("open.fd", file, file, closefd, *layers)
         if opener is not None and not isinstance(file, int) and intercepting():
             # tempfile and friends open through os.open in an opener: what it returns is
             # a tracked descriptor, and the file object must be built on the boundary too.
             fd = opener(file, _open_flags(_raw_mode(mode)[0]))
             if fd in tracked:
-                return open_descriptor(fd, mode, buffering, encoding, errors, newline, True, file)
+                return open_file("open.fd", fd, file, True, *layers)
             return base_open(fd, mode, buffering, encoding, errors, newline, True)
         if isinstance(file, int) or opener is not None or not intercepting():
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        path = os.fspath(file)
-        text_path = os.fsdecode(path)
-        if _under(os.path.abspath(text_path), prefixes):
+        if _under(os.path.abspath(os.fsdecode(os.fspath(file))), prefixes):
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        return open_file("open", os.fspath(file), file, closefd, *layers)
+
+    boundary_open.__name__ = "open"
+    boundary_open.__doc__ = base_open.__doc__
+
+    def open_file(
+        callee: str,
+        target: Any,
+        name: Any,
+        closefd: bool,
+        mode: str,
+        buffering: int,
+        encoding: str | None,
+        errors: str | None,
+        newline: str | None,
+    ) -> Any:
+        """A file object like io.open() builds, over a BoundaryRaw on `target` (a path or
+        a tracked descriptor)."""
         raw_mode, shown, text = _raw_mode(mode)
         if not text and (encoding is not None or errors is not None or newline is not None):
             what = "an encoding" if encoding is not None else "errors" if errors else "a newline"
@@ -255,7 +272,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
         holder: list[io.FileIO] = []
 
         def really_open() -> tuple[int, bool, int]:
-            real = io.FileIO(path, raw_mode, closefd)
+            real = io.FileIO(target, raw_mode, closefd)
             holder.append(real)
             try:
                 blksize = base_stat(real.fileno()).st_blksize
@@ -264,83 +281,20 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
             return real.fileno(), real.isatty(), blksize
 
         oid = rt.new_oid()
-        fd, isatty, blksize = rt.call("open", (text_path, raw_mode), really_open)
+        key = (os.fsdecode(target) if not isinstance(target, int) else target, raw_mode, closefd)
+        fd, isatty, blksize = rt.call(callee, key, really_open)
         raw = BoundaryRaw(
-            rt,
-            holder[0] if holder else None,
-            oid=oid,
-            label="file",
-            name=file,
-            mode=shown,
-            fd=fd,
-            isatty=isatty,
-        )
+            rt, holder[0] if holder else None, oid=oid, label="file", name=name, mode=shown,
+            fd=fd, isatty=isatty, closefd=closefd, on_close=tracked.discard,
+        )  # fmt: skip
         try:
             return _layers(
-                raw,
-                mode=mode,
-                text=text,
-                buffering=buffering,
-                blksize=blksize,
-                isatty=isatty,
-                encoding=encoding,
-                errors=errors,
-                newline=newline,
-            )
+                raw, mode=mode, text=text, buffering=buffering, blksize=blksize,
+                isatty=isatty, encoding=encoding, errors=errors, newline=newline,
+            )  # fmt: skip
         except BaseException:
             raw.close()
             raise
-
-    boundary_open.__name__ = "open"
-    boundary_open.__doc__ = base_open.__doc__
-
-    def open_descriptor(
-        fd: int,
-        mode: str,
-        buffering: int,
-        encoding: str | None,
-        errors: str | None,
-        newline: str | None,
-        closefd: bool,
-        name: Any,
-    ) -> Any:
-        raw_mode, shown, text = _raw_mode(mode)
-        holder: list[io.FileIO] = []
-
-        def really_open() -> tuple[bool, int]:
-            real = io.FileIO(fd, raw_mode, closefd)
-            holder.append(real)
-            try:
-                blksize = base_stat(fd).st_blksize
-            except OSError:
-                blksize = io.DEFAULT_BUFFER_SIZE
-            return real.isatty(), blksize
-
-        oid = rt.new_oid()
-        isatty, blksize = rt.call("open.fd", (fd, raw_mode, closefd), really_open)
-        raw = BoundaryRaw(
-            rt,
-            holder[0] if holder else None,
-            oid=oid,
-            label="file",
-            name=name,
-            mode=shown,
-            fd=fd,
-            isatty=isatty,
-            closefd=closefd,
-            on_close=tracked.discard,
-        )
-        return _layers(
-            raw,
-            mode=mode,
-            text=text,
-            buffering=buffering,
-            blksize=blksize,
-            isatty=isatty,
-            encoding=encoding,
-            errors=errors,
-            newline=newline,
-        )
 
     _install_descriptors(rt, patcher, tracked, prefixes)
 

@@ -177,20 +177,14 @@ class RecordRuntime:
     # -- the Runtime interface ---------------------------------------------------------------
 
     def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
-        if self.depth or not self.active or _get_ident() != self._main:
-            return fn()
-        self.depth = 1
-        try:
-            result = fn()
-        except BaseException as exc:
-            self.depth = 0
-            self._event(CALL, name, key, None, STATUS_RAISED, exc)
-            raise
-        self.depth = 0
-        self._event(CALL, name, key, None, STATUS_RETURNED, result)
-        return result
+        return self._record_call(CALL, name, key, None, fn)
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
+        return self._record_call(OUTPUT, name, key, data, fn)
+
+    def _record_call(
+        self, kind: int, name: str, key: Any, data: BytesLike | None, fn: Callable[[], T]
+    ) -> T:
         if self.depth or not self.active or _get_ident() != self._main:
             return fn()
         self.depth = 1
@@ -198,10 +192,10 @@ class RecordRuntime:
             result = fn()
         except BaseException as exc:
             self.depth = 0
-            self._event(OUTPUT, name, key, data, STATUS_RAISED, exc)
+            self._event(kind, name, key, data, STATUS_RAISED, exc)
             raise
         self.depth = 0
-        self._event(OUTPUT, name, key, data, STATUS_RETURNED, result)
+        self._event(kind, name, key, data, STATUS_RETURNED, result)
         return result
 
     def new_oid(self) -> int:

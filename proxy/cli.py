@@ -75,6 +75,11 @@ def _emit_json(payload: dict[str, Any]) -> None:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+LocationArg = Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")]
+IdentityOpt = Annotated[Path, typer.Option("--identity", help="Private identity file.")]
+RunIdOpt = Annotated[
+    str | None, typer.Option("--run-id", help="Refuse unless the recording is this run.")
+]
 
 
 @app.command()
@@ -140,14 +145,12 @@ def seal(
 @app.command("open")
 @_guarded
 def open_(
-    location: Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")],
-    identity: Annotated[Path, typer.Option("--identity", help="Private identity file.")],
+    location: LocationArg,
+    identity: IdentityOpt,
     output: Annotated[
         Path | None, typer.Option("--output", help="Write plaintext here instead of stdout.")
     ] = None,
-    run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Refuse unless the recording is this run.")
-    ] = None,
+    run_id: RunIdOpt = None,
     allow_incomplete: Annotated[
         bool,
         typer.Option(help="Exit 0 for a recording whose writer never finished (still reported)."),

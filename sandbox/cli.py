@@ -4,13 +4,11 @@ point so that the recorder never imports the replay substrate."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from sealtrace.proxy import Identity
-from sealtrace.proxy.cli import JsonOpt, _guarded
+from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
 
 from ._session import raise_for, replay_location
 
@@ -19,11 +17,9 @@ __all__ = ["register"]
 
 @_guarded
 def replay(
-    location: Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")],
-    identity: Annotated[Path, typer.Option("--identity", help="Private identity file.")],
-    run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Refuse unless the recording is this run.")
-    ] = None,
+    location: LocationArg,
+    identity: IdentityOpt,
+    run_id: RunIdOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Re-execute a recorded run, serving and checking every external call; print a receipt.

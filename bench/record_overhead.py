@@ -1,0 +1,595 @@
+"""What recording costs a program: recorded against plain runs of the same workloads, in one run.
+
+Every workload is a small script written to a temporary directory and run in a fresh process,
+plain (`python workload.py ...`) and recorded (`sealtrace record ... -- python workload.py ...`).
+Plain and recorded runs are interleaved, alternating which goes first, for several repeats, and
+the figures are medians. Every workload runs at two sizes, and each figure is given two ways:
+
+- **in-process**: the workload times its own loop, in pieces, with time.perf_counter_ns.
+  Recording does not change what a clock returns, only what reading it costs (one
+  intercepted call per piece of 10 ms or more). A run's figure is its fastest piece (an
+  eighth of the calls loop, 50 requests, one unit of pure Python), as bench/seal.py takes
+  the best of its repeats: on a shared virtual machine the CPU's speed drifts by up to 70 %
+  from one second to the next. Each piece is long enough to include the recorder's periodic
+  work (sealing every 64 KiB of events). Overheads are the median over repeats of recorded
+  against plain of the same repeat, two runs made one after the other. The targets are
+  checked on these figures.
+- **difference**: the parent times each whole process, and the steady-state cost is
+  (wall(large) - wall(small)) / (large - small). This also counts the work that grows with
+  the run but happens after the loop (sealing the end of the recording), but the noise of
+  process start-up lands on it too.
+
+Workloads:
+
+- **Per intercepted call**: time.time(); os.urandom(16); a 64-byte send and recv on a
+  loopback TCP socket from socket.create_connection, echoed by a plain _socket peer in the
+  same thread that is never intercepted; a sqlite3 SELECT by key on a file database
+  (execute + fetchone). The events per iteration come from the recordings,
+  (events(N) - events(0)) / N. Overhead per intercepted call is
+  (recorded - plain ns per iteration) / events per iteration.
+- **Bytes per event**: everything the recording stored (header and segments), marginal:
+  (bytes(N) - bytes(0)) / (events(N) - events(0)).
+- **I/O-bound**: HTTP GETs with http.client, one new connection per request as urllib makes
+  them, to a ThreadingHTTPServer in a separate process that is not recorded (a 2 KiB body),
+  and each response stored in a sqlite3 file database (an INSERT, a SELECT by key, a commit
+  every 10 requests).
+- **Pure Python**: n-body steps and dict and str work, with no boundary call in the loop.
+
+"Recorder startup" is recorded minus plain wall time of a run of size 0 (median over the
+calls and pure-Python workloads): the `sealtrace record` launcher, the recorder's start in
+the child, and sealing the end of the recording.
+
+Children run with PYTHONHASHSEED=0 and a bytecode cache in the temporary directory (warmed
+before measuring), so start-up is not inflated where PYTHONDONTWRITEBYTECODE is set.
+Targets: <= 2 us per intercepted call, <= 3 % on the I/O-bound workload, <= 1 % on pure
+Python.
+
+    python bench/record_overhead.py [--repeats N] [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sealtrace.proxy import Identity
+from sealtrace.proxy._keys import write_keypair
+from sealtrace.sandbox._session import load_recording
+
+TARGET_CALL_NS = 2000.0
+TARGET_IO = 0.03
+TARGET_CPU = 0.01
+
+CALLS_WORKLOAD = r"""
+import _socket, json, os, socket, sqlite3, sys, time
+
+kind, n, db = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+PIECES = 8
+if kind == "time.time":
+    f = time.time
+    def body(n):
+        for _ in range(n):
+            f()
+elif kind == "os.urandom":
+    f = os.urandom
+    def body(n):
+        for _ in range(n):
+            f(16)
+elif kind == "socket":
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    a = socket.create_connection(listener.getsockname())
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    peer = _socket.socket(fileno=listener._accept()[0])
+    peer.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+    msg = b"x" * 64
+    def recv_all(sock, size):
+        got = sock.recv(size)
+        while len(got) < size:
+            got += sock.recv(size - len(got))
+    def body(n):
+        for _ in range(n):
+            a.send(msg)
+            recv_all(peer, 64)
+            peer.send(msg)
+            recv_all(a, 64)
+elif kind == "sqlite3":
+    conn = sqlite3.connect(db)
+    def body(n):
+        for i in range(n):
+            conn.execute("SELECT v FROM t WHERE k = ?", (i % 1000,)).fetchone()
+else:
+    raise SystemExit(f"unknown kind {kind}")
+clock = time.perf_counter_ns
+pieces = []
+for _ in range(PIECES if n else 0):
+    start = clock()
+    body(n // PIECES)
+    pieces.append(clock() - start)
+print(json.dumps({"loop_ns": sum(pieces), "piece_ns": pieces, "per_piece": n // PIECES}))
+"""
+
+IO_WORKLOAD = r"""
+import hashlib, http.client, json, sqlite3, sys, time
+
+port, n, db = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+conn = sqlite3.connect(db)
+conn.execute(
+    "CREATE TABLE IF NOT EXISTS hits (id INTEGER PRIMARY KEY, path TEXT, size INT, digest TEXT)"
+)
+clock = time.perf_counter_ns
+pieces, total = [], 0
+start = piece = clock()
+for i in range(n):
+    if i and i % 50 == 0:
+        now = clock()
+        pieces.append(now - piece)
+        piece = now
+    client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    client.request("GET", f"/item/{i}")
+    response = client.getresponse()
+    body = response.read()
+    client.close()
+    assert response.status == 200, response.status
+    cur = conn.execute(
+        "INSERT INTO hits (path, size, digest) VALUES (?, ?, ?)",
+        (f"/item/{i}", len(body), hashlib.sha1(body).hexdigest()),
+    )
+    total += conn.execute("SELECT size FROM hits WHERE id = ?", (cur.lastrowid,)).fetchone()[0]
+    if i % 10 == 9:
+        conn.commit()
+conn.commit()
+end = clock()
+pieces.append(end - piece)
+print(json.dumps({"loop_ns": end - start, "piece_ns": pieces, "per_piece": 50, "bytes": total}))
+"""
+
+SERVER = r"""
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BODY = bytes(range(256)) * 8  # 2 KiB
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+CPU_WORKLOAD = r"""
+import json, sys, time
+
+n = int(sys.argv[1])
+
+def nbody(steps):
+    bodies = [
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 39.47841760435743],
+        [4.84, -1.16, -0.10, 0.606, 2.81, -0.02, 0.037],
+        [8.34, 4.12, -0.40, -1.01, 1.82, 0.008, 0.011],
+        [12.89, -15.11, -0.22, 1.08, 0.868, -0.01, 0.0017],
+        [15.37, -25.91, 0.17, 0.979, 0.594, -0.034, 0.002],
+    ]
+    pairs = [(a, b) for i, a in enumerate(bodies) for b in bodies[i + 1 :]]
+    dt = 0.01
+    for _ in range(steps):
+        for a, b in pairs:
+            dx, dy, dz = a[0] - b[0], a[1] - b[1], a[2] - b[2]
+            mag = dt / ((dx * dx + dy * dy + dz * dz) ** 1.5)
+            bm, am = b[6] * mag, a[6] * mag
+            a[3] -= dx * bm; a[4] -= dy * bm; a[5] -= dz * bm
+            b[3] += dx * am; b[4] += dy * am; b[5] += dz * am
+        for body in bodies:
+            body[0] += dt * body[3]; body[1] += dt * body[4]; body[2] += dt * body[5]
+    return bodies[0][0]
+
+def words(rounds):
+    counts = {}
+    for i in range(rounds):
+        key = f"w{(i * 7919) % 4099}"
+        counts[key] = counts.get(key, 0) + 1
+        if len(counts) > 4000:
+            counts = {k: v for k, v in counts.items() if v > 1}
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+
+clock = time.perf_counter_ns
+pieces, x = [], 0.0
+for _ in range(n):
+    start = clock()
+    x += nbody(2000)
+    words(20000)
+    pieces.append(clock() - start)
+print(json.dumps({"loop_ns": sum(pieces), "piece_ns": pieces, "per_piece": 1, "x": x}))
+"""
+
+# Iterations at the large size of the calls workload (the small size is 0).
+CALL_SIZES = {"time.time": 200_000, "os.urandom": 100_000, "socket": 40_000, "sqlite3": 40_000}
+IO_SIZES = (200, 1000)  # requests
+CPU_SIZES = (0, 24)  # units of about 20 ms of pure Python
+
+Runs = dict[int, dict[str, list[dict[str, Any]]]]  # size -> "plain"/"recorded" -> results
+
+
+class Bench:
+    def __init__(self, work: Path, repeats: int) -> None:
+        self.work = work
+        self.repeats = repeats
+        pub, key = write_keypair(work / "keys", "bench")
+        self.pub, self.identity = pub, Identity.load(key)
+        launcher = Path(sys.executable).with_name("sealtrace")
+        self.sealtrace = (
+            [str(launcher)]
+            if launcher.exists()
+            else [sys.executable, "-c", "from sealtrace.proxy.cli import main; main()"]
+        )
+        self.env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(work / "pyc"))
+        for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH"):
+            self.env.pop(name, None)
+        self.runs = 0
+
+    def run(self, script: Path, args: list[str], recorded: bool, count: bool) -> dict[str, Any]:
+        """One fresh process: its wall time, the workload's own figures, and for a recorded
+        run the size of the recording and (when count) its number of events."""
+        self.runs += 1
+        out_dir = self.work / f"rec-{self.runs}"
+        command = [sys.executable, str(script), *args]
+        if recorded:
+            command = [*self.sealtrace, "record", "--recipient", str(self.pub)]
+            command += ["--output", str(out_dir), "--", sys.executable, str(script), *args]
+        start = time.perf_counter_ns()
+        proc = subprocess.run(command, env=self.env, cwd=self.work, capture_output=True)
+        wall = time.perf_counter_ns() - start
+        if proc.returncode != 0 or (recorded and b"sealtrace:" in proc.stderr):
+            raise RuntimeError(
+                f"{' '.join(command)} exited {proc.returncode}:\n{proc.stderr.decode()[-2000:]}"
+            )
+        result: dict[str, Any] = {"wall_ns": wall, **json.loads(proc.stdout.splitlines()[-1])}
+        if recorded:
+            result["bytes"] = sum(p.stat().st_size for p in out_dir.iterdir())
+            if count:
+                _, parsed = load_recording(str(out_dir), self.identity)
+                result["events"] = len(parsed.events)
+            shutil.rmtree(out_dir)
+        return result
+
+    def pairs(self, script: Path, sizes: dict[int, Callable[[], list[str]]]) -> Runs:
+        """Every size, plain and recorded, `repeats` times, interleaved; `sizes` gives the
+        workload's arguments for one run. One unmeasured run of each mode warms the caches."""
+        smallest = min(sizes)
+        for recorded in (False, True):
+            self.run(script, sizes[smallest](), recorded, False)
+        runs: Runs = {size: {"plain": [], "recorded": []} for size in sizes}
+        for rep in range(self.repeats):
+            for size, make_args in sizes.items():
+                order = ("plain", "recorded") if rep % 2 == 0 else ("recorded", "plain")
+                for mode in order:
+                    recorded = mode == "recorded"
+                    count = recorded and rep == 0
+                    runs[size][mode].append(self.run(script, make_args(), recorded, count))
+        return runs
+
+
+def med(results: list[dict[str, Any]], field: str) -> float:
+    return float(statistics.median(r[field] for r in results))
+
+
+def unit_ns(result: dict[str, Any]) -> float:
+    """ns per iteration (or request, or unit of work) of one run: its fastest piece."""
+    return float(min(result["piece_ns"])) / int(result["per_piece"])
+
+
+def per_unit(results: list[dict[str, Any]]) -> float:
+    return float(statistics.median(unit_ns(r) for r in results))
+
+
+def paired(modes: dict[str, list[dict[str, Any]]], op: Callable[[float, float], float]) -> float:
+    """The median over repeats of op(recorded, plain) of the two runs of the same repeat,
+    which ran one after the other: the speed of a shared virtual CPU drifts between runs."""
+    return float(
+        statistics.median(
+            op(unit_ns(r), unit_ns(p))
+            for r, p in zip(modes["recorded"], modes["plain"], strict=True)
+        )
+    )
+
+
+def events(results: list[dict[str, Any]]) -> int:
+    return int(next(r["events"] for r in results if "events" in r))
+
+
+def raw(runs: Runs) -> dict[str, Any]:
+    """Every run's figures, for the JSON."""
+    keep = ("wall_ns", "loop_ns", "piece_ns", "bytes", "events")
+    return {
+        str(size): {
+            mode: [{k: r[k] for k in keep if k in r} for r in results]
+            for mode, results in modes.items()
+        }
+        for size, modes in runs.items()
+    }
+
+
+def call_costs(bench: Bench) -> list[dict[str, Any]]:
+    script = bench.work / "calls.py"
+    script.write_text(CALLS_WORKLOAD)
+    db = bench.work / "calls.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", ((k, f"v{k:06d}") for k in range(1000)))
+    conn.close()
+
+    def args(kind: str, n: int) -> Callable[[], list[str]]:
+        return lambda: [kind, str(n), str(db)]
+
+    rows = []
+    for kind, n in CALL_SIZES.items():
+        runs = bench.pairs(script, {0: args(kind, 0), n: args(kind, n)})
+        small, large = runs[0], runs[n]
+        ev0, evn = events(small["recorded"]), events(large["recorded"])
+        per_iteration = (evn - ev0) / n
+        piece = {mode: per_unit(large[mode]) for mode in ("plain", "recorded")}
+        wall = {
+            mode: (med(large[mode], "wall_ns") - med(small[mode], "wall_ns")) / n
+            for mode in ("plain", "recorded")
+        }
+        size = med(large["recorded"], "bytes") - med(small["recorded"], "bytes")
+        rows.append(
+            {
+                "call": kind,
+                "iterations": n,
+                "events_per_iteration": per_iteration,
+                "plain_ns_per_iteration": piece["plain"],
+                "recorded_ns_per_iteration": piece["recorded"],
+                "overhead_ns_per_call": paired(large, lambda r, p: r - p) / per_iteration,
+                "difference_plain_ns_per_iteration": wall["plain"],
+                "difference_recorded_ns_per_iteration": wall["recorded"],
+                "difference_overhead_ns_per_call": (wall["recorded"] - wall["plain"])
+                / per_iteration,
+                "bytes_per_event": size / (evn - ev0),
+                "empty_recording_bytes": med(small["recorded"], "bytes"),
+                "startup_ms": (med(small["recorded"], "wall_ns") - med(small["plain"], "wall_ns"))
+                / 1e6,
+                "runs": raw(runs),
+            }
+        )
+    return rows
+
+
+def overheads(runs: Runs, small: int, large: int) -> dict[str, Any]:
+    """Whole-process, in-process and difference overheads between two sizes."""
+
+    def wall(size: int, mode: str) -> float:
+        return med(runs[size][mode], "wall_ns")
+
+    diff = {m: wall(large, m) - wall(small, m) for m in ("plain", "recorded")}
+    unit = {m: per_unit(runs[large][m]) for m in ("plain", "recorded")}
+    return {
+        "sizes": [small, large],
+        "plain_ms": wall(large, "plain") / 1e6,
+        "recorded_ms": wall(large, "recorded") / 1e6,
+        "whole_process_overhead": wall(large, "recorded") / wall(large, "plain") - 1,
+        "plain_us_per_unit": unit["plain"] / 1e3,
+        "recorded_us_per_unit": unit["recorded"] / 1e3,
+        "in_process_overhead": paired(runs[large], lambda r, p: r / p) - 1,
+        "in_process_added_us_per_unit": paired(runs[large], lambda r, p: r - p) / 1e3,
+        "difference_overhead": diff["recorded"] / diff["plain"] - 1,
+        "small_size_added_ms": (wall(small, "recorded") - wall(small, "plain")) / 1e6,
+        "runs": raw(runs),
+    }
+
+
+def io_workload(bench: Bench) -> dict[str, Any]:
+    server_script = bench.work / "server.py"
+    server_script.write_text(SERVER)
+    script = bench.work / "io.py"
+    script.write_text(IO_WORKLOAD)
+    dbs = bench.work / "io-dbs"
+    dbs.mkdir()
+    fresh = iter(range(1_000_000))  # a new database file for every run, so runs do equal work
+    server = subprocess.Popen(
+        [sys.executable, str(server_script)], stdout=subprocess.PIPE, env=bench.env
+    )
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().decode().strip()
+
+        def args(n: int) -> Callable[[], list[str]]:
+            return lambda: [port, str(n), str(dbs / f"{next(fresh)}.db")]
+
+        runs = bench.pairs(script, {n: args(n) for n in IO_SIZES})
+    finally:
+        server.terminate()
+        server.wait()
+    small, large = IO_SIZES
+    ev0, evn = events(runs[small]["recorded"]), events(runs[large]["recorded"])
+    size = med(runs[large]["recorded"], "bytes") - med(runs[small]["recorded"], "bytes")
+    return overheads(runs, small, large) | {
+        "events_per_request": (evn - ev0) / (large - small),
+        "bytes_per_event": size / (evn - ev0),
+        "recording_bytes": med(runs[large]["recorded"], "bytes"),
+    }
+
+
+def cpu_workload(bench: Bench) -> dict[str, Any]:
+    script = bench.work / "cpu.py"
+    script.write_text(CPU_WORKLOAD)
+
+    def args(n: int) -> Callable[[], list[str]]:
+        return lambda: [str(n)]
+
+    return overheads(bench.pairs(script, {n: args(n) for n in CPU_SIZES}), *CPU_SIZES)
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    with contextlib.suppress(OSError, StopIteration):
+        info["cpu_model"] = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        head = dirty = ""
+    if head:
+        info["sealtrace_commit"] = head + ("+dirty" if dirty else "")
+    return info
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(all, stolen) CPU ticks so far, from /proc/stat; (0, 0) where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    global CALL_SIZES, IO_SIZES, CPU_SIZES
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (smoke test)")
+    parser.add_argument(
+        "--json", type=Path, default=Path(__file__).parent / "results" / "record_overhead.json"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        CALL_SIZES = {k: v // 10 for k, v in CALL_SIZES.items()}
+        IO_SIZES, CPU_SIZES = (20, 100), (0, 4)
+        args.repeats = min(args.repeats, 3)
+
+    began, load_before, ticks_before = time.perf_counter(), load(), cpu_ticks()
+    with tempfile.TemporaryDirectory(prefix="sealtrace-bench-") as tmp:
+        bench = Bench(Path(tmp), args.repeats)
+        calls = call_costs(bench)
+        io = io_workload(bench)
+        cpu = cpu_workload(bench)
+    elapsed, load_after, ticks_after = time.perf_counter() - began, load(), cpu_ticks()
+    ticks = ticks_after[0] - ticks_before[0]
+    stolen = (ticks_after[1] - ticks_before[1]) / ticks if ticks else 0.0
+    startup = statistics.median([r["startup_ms"] for r in calls] + [cpu["small_size_added_ms"]])
+    empty = statistics.median(r["empty_recording_bytes"] for r in calls)
+
+    print(f"Per intercepted call (median of {args.repeats} runs each; overhead = recorded - plain)")
+    print(
+        "call       | events/iter | plain ns/iter | recorded ns/iter | overhead ns/call"
+        " | by difference | bytes/event | <= 2 us"
+    )
+    for r in calls:
+        print(
+            f"{r['call']:<10} | {r['events_per_iteration']:>11.2f}"
+            f" | {r['plain_ns_per_iteration']:>13.0f} | {r['recorded_ns_per_iteration']:>16.0f}"
+            f" | {r['overhead_ns_per_call']:>16.0f} | {r['difference_overhead_ns_per_call']:>13.0f}"
+            f" | {r['bytes_per_event']:>11.1f}"
+            f" | {verdict(r['overhead_ns_per_call'] <= TARGET_CALL_NS)}"
+        )
+    print()
+    print(
+        "workload           | plain ms | recorded ms | whole process | in-process | by difference"
+        " | target"
+    )
+    for name, w, target in (
+        (f"I/O, {IO_SIZES[1]} requests", io, TARGET_IO),
+        ("pure Python", cpu, TARGET_CPU),
+    ):
+        print(
+            f"{name:<18} | {w['plain_ms']:>8.0f} | {w['recorded_ms']:>11.0f}"
+            f" | {w['whole_process_overhead']:>13.1%} | {w['in_process_overhead']:>10.1%}"
+            f" | {w['difference_overhead']:>13.1%}"
+            f" | <= {target:.0%} {verdict(w['in_process_overhead'] <= target)}"
+        )
+    print(
+        f"\nI/O: recording adds {io['in_process_added_us_per_unit']:.0f} us per request"
+        f" ({io['plain_us_per_unit']:.0f} us plain), {io['events_per_request']:.1f} events and"
+        f" {io['events_per_request'] * io['bytes_per_event']:.0f} recorded bytes per request"
+        f" ({io['bytes_per_event']:.0f} per event)."
+        f" Recorder startup (recorded - plain wall time of an empty run): {startup:.0f} ms;"
+        f" an empty recording is {empty / 1024:.0f} KiB."
+        f" Took {elapsed:.0f} s; load average {load_before:.2f} before, {load_after:.2f} after;"
+        f" {stolen:.1%} of CPU time stolen by the hypervisor."
+    )
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps(
+            {
+                "bench": "record_overhead",
+                "targets": {
+                    "overhead_ns_per_call": TARGET_CALL_NS,
+                    "io_overhead": TARGET_IO,
+                    "cpu_overhead": TARGET_CPU,
+                },
+                "repeats": args.repeats,
+                "machine": machine(),
+                "load_average": {"before": load_before, "after": load_after},
+                "cpu_stolen": stolen,
+                "seconds": elapsed,
+                "startup_ms": startup,
+                "empty_recording_bytes": empty,
+                "calls": calls,
+                "io": io,
+                "cpu": cpu,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
