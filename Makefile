@@ -16,7 +16,7 @@ help:
 	@echo "make demo   - seal a sample into a local S3 (moto) store, inspect it, open it"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
 	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
-	@echo "make bench  - sealing throughput vs raw AES-256-GCM (writes bench/results/seal.json)"
+	@echo "make bench  - sealing throughput vs raw AES-256-GCM, and recorder overhead (bench/results/)"
 
 $(STAMP): pyproject.toml $(NATIVE)
 	infra/local/bootstrap.sh

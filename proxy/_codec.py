@@ -104,7 +104,11 @@ class Encoder:
         elif cls is int:
             if -(1 << 62) <= value < (1 << 62):
                 out.append(T_INT)
-                _write_varint(out, (value << 1) ^ (value >> 63))
+                zigzag = (value << 1) ^ (value >> 63)
+                if zigzag < 0x80:
+                    out.append(zigzag)
+                else:
+                    _write_varint(out, zigzag)
             else:
                 raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
                 out.append(T_BIGINT)
@@ -115,9 +119,19 @@ class Encoder:
             out += _DOUBLE.pack(value)
         elif cls is str:
             raw = value.encode("utf-8", "surrogatepass")
-            self._bytes(out, raw, T_STR, T_BLOB_STR)
+            if len(raw) < 0x80:  # the common case, inline: tag, one length byte, bytes
+                out.append(T_STR)
+                out.append(len(raw))
+                out += raw
+            else:
+                self._bytes(out, raw, T_STR, T_BLOB_STR)
         elif cls is bytes:
-            self._bytes(out, value, T_BYTES, T_BLOB_BYTES)
+            if len(value) < 0x80:
+                out.append(T_BYTES)
+                out.append(len(value))
+                out += value
+            else:
+                self._bytes(out, value, T_BYTES, T_BLOB_BYTES)
         elif cls is tuple or cls is list:
             if depth > _MAX_DEPTH:
                 raise UnencodableError("nested too deeply")

@@ -182,13 +182,14 @@ class Socket:
         copy: Socket = self._plain._adopt(self._call("dup", (), dup), holder[0] if holder else None)
         return copy
 
+    # The hot paths (send, sendall, recv, recv_into) call the runtime directly.
+
     def send(self, data: Any, flags: int = 0) -> int:
         payload, real = bytes(data), self._real
-        return int(
-            self._rt.output(
-                "socket.send", (self._oid, flags), payload, lambda: real.send(payload, flags)
-            )
+        sent: int = self._rt.output(
+            "socket.send", (self._oid, flags), payload, lambda: real.send(payload, flags)
         )
+        return sent
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         payload, real = bytes(data), self._real
@@ -209,15 +210,21 @@ class Socket:
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         real = self._real
-        return bytes(self._call("recv", (bufsize, flags), lambda: real.recv(bufsize, flags)))
+        data: bytes = self._rt.call(
+            "socket.recv", (self._oid, bufsize, flags), lambda: real.recv(bufsize, flags)
+        )
+        return data
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer).cast("B")
         size = nbytes or len(view)
         real = self._real
-        data = self._call("recv_into", (size, flags), lambda: real.recv(size, flags))
-        view[: len(data)] = data
-        return len(data)
+        data: bytes = self._rt.call(
+            "socket.recv_into", (self._oid, size, flags), lambda: real.recv(size, flags)
+        )
+        n = len(data)
+        view[:n] = data
+        return n
 
     def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
         real = self._real

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import fnmatch
+import gc
 import importlib.abc
 import importlib.machinery
 import os
@@ -78,9 +79,10 @@ def installed_manifest() -> list[list[str]]:
 
     found: dict[str, str] = {}
     for dist in distributions():
-        name = dist.metadata["Name"]
+        metadata = dist.metadata  # parsed once: name and version both come from it
+        name = metadata["Name"]
         if name and _canonical(name) != "sealtrace":
-            found.setdefault(_canonical(name), dist.version)
+            found.setdefault(_canonical(name), metadata["Version"])
     return [[name, found[name]] for name in sorted(found)]
 
 
@@ -257,7 +259,7 @@ class Recording:
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
-            rt.record_mapping(META, meta)
+            rt.record_value(META, meta)
             if meta["hash_seed"] in (None, "random"):
                 _report_stderr(
                     "PYTHONHASHSEED is not set: set ordering may differ on replay "
@@ -279,6 +281,8 @@ class Recording:
                         self.record_source(name, origin, hasattr(module, "__path__"), f.read())
             sys.meta_path.insert(0, SourceRecorder(self))
             self._patcher = install(rt, libs)
+            # The recorder's own objects are long-lived: keep them out of every collection.
+            gc.freeze()
         except Exception as exc:
             _report_stderr(
                 f"recording did not start: {exc.__class__.__name__}: {exc}; "

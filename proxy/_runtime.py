@@ -29,6 +29,7 @@ from ._codec import Encoder, UnencodableError, _write_varint
 from ._store import BytesLike, RecordingSink
 from ._stream import (
     ARGS_DIGEST_SIZE,
+    BLOB,
     CALL,
     EXIT,
     NAME,
@@ -54,13 +55,50 @@ _monotonic = time.monotonic
 _write_fd = os.write
 
 
+_DIGEST = hashlib.blake2b(digest_size=ARGS_DIGEST_SIZE)
+_FINGERPRINT = Encoder(lenient=True)
+_PLAIN = frozenset((int, str, bytes, type(None), float, bool))
+_RECENT_LIMIT = 4096
+_recent: dict[str, bytes] = {}
+
+
 def args_digest(key: Any) -> bytes:
     """A stable fingerprint of a call's arguments (objects count by their type name)."""
     if key is None or key == ():
         return _EMPTY_DIGEST
-    out = bytearray()
-    Encoder(lenient=True).encode(out, key)
-    return hashlib.blake2b(out, digest_size=ARGS_DIGEST_SIZE).digest()
+    if type(key) is tuple and _plain(key, 3):
+        # Most keys are tuples of plain values (an object id, a size, a path, a statement
+        # and its parameters). Their repr is exact and type-distinct (1, 1.0, True, '1',
+        # b'1'), the same in every process of one Python version, and made in C; the
+        # repeats among them (a socket's recv size) are remembered.
+        text = repr(key)
+        digest = _recent.get(text)
+        if digest is None:
+            hasher = _DIGEST.copy()
+            hasher.update(b"r")
+            hasher.update(text.encode("utf-8", "surrogatepass"))
+            digest = hasher.digest()
+            if len(_recent) >= _RECENT_LIMIT:
+                _recent.clear()
+            if len(text) <= 256:
+                _recent[text] = digest
+        return digest
+    out = bytearray(b"e")
+    _FINGERPRINT.encode(out, key)
+    hasher = _DIGEST.copy()
+    hasher.update(out)
+    return hasher.digest()
+
+
+def _plain(key: tuple[Any, ...], depth: int) -> bool:
+    for item in key:
+        kind = type(item)
+        if kind is tuple:
+            if not depth or not _plain(item, depth - 1):
+                return False
+        elif kind not in _PLAIN:
+            return False
+    return True
 
 
 def caller_location(skip_stdlib: bool = False) -> str:
@@ -160,6 +198,8 @@ class RecordRuntime:
     ) -> None:
         self._writer = writer  # a SealedWriter (or anything with write/flush/close/abort)
         self._buf = bytearray(stream_prefix())
+        self._unhashed_from = len(self._buf)  # the prefix is not part of the stream digest
+        self._scratch = bytearray()
         self._hasher = stream_digest()
         self._names: dict[str, int] = {}
         self._blobs: set[bytes] = set()
@@ -217,31 +257,21 @@ class RecordRuntime:
 
     def note(self, what: str, detail: str) -> None:
         if self.active:
-            self.record_mapping(NOTE, {"what": what, "detail": detail})
+            self.record_value(NOTE, {"what": what, "detail": detail})
 
     # -- records ------------------------------------------------------------------------------
 
     def record_raw(self, kind: int, body: BytesLike) -> None:
         """Append one record; a failure stops the recording, never the application."""
         try:
-            rec = bytearray((kind,))
-            _write_varint(rec, len(body))
-            rec += body
-            self._hasher.update(rec)
-            self._buf += rec
-            if len(self._buf) >= _DRAIN_AT:
+            buf = self._buf
+            buf.append(kind)
+            _write_varint(buf, len(body))
+            buf += body
+            if len(buf) >= _DRAIN_AT:
                 self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
         except Exception as exc:
             self.fail(f"{exc.__class__.__name__}: {exc}")
-
-    def record_mapping(self, kind: int, value: dict[str, Any]) -> None:
-        body = bytearray()
-        try:
-            self._enc.encode(body, value)
-        except UnencodableError as exc:
-            self.fail(f"cannot encode a {kind} record: {exc}")
-            return
-        self.record_raw(kind, body)
 
     def record_value(self, kind: int, value: Any) -> None:
         body = bytearray()
@@ -255,23 +285,23 @@ class RecordRuntime:
     def _blob(self, digest: bytes, data: bytes) -> None:
         if digest not in self._blobs:
             self._blobs.add(digest)
-            self.record_raw(2, digest + data)
+            self.record_raw(BLOB, digest + data)
 
     def _callee(self, name: str) -> int:
-        index = self._names.get(name)
-        if index is None:
-            index = self._names[name] = len(self._names)
-            body = bytearray()
-            self._enc.encode(body, name)
-            self.record_raw(NAME, body)
+        index = self._names[name] = len(self._names)
+        self.record_value(NAME, name)
         return index
 
     def _event(
         self, kind: int, name: str, key: Any, data: BytesLike | None, status: int, value: Any
     ) -> None:
         try:
-            body = bytearray()
-            _write_varint(body, self._callee(name))
+            index = self._names.get(name)
+            if index is None:
+                index = self._callee(name)
+            body = self._scratch
+            body.clear()
+            _write_varint(body, index)
             body += _EMPTY_DIGEST if key is None else args_digest(key)
             if kind == OUTPUT:
                 self._enc.encode(body, bytes(data) if data is not None else b"")
@@ -289,9 +319,14 @@ class RecordRuntime:
             self.fail(f"{exc.__class__.__name__}: {exc}")
 
     def _drain(self, *, flush: bool = False) -> None:
-        if self._buf:
-            self._writer.write(self._buf)
-            self._buf.clear()
+        # The stream digest covers every record after the prefix; hashing whole batches
+        # gives the same digest as hashing record by record, for a fraction of the calls.
+        buf = self._buf
+        if buf:
+            self._hasher.update(memoryview(buf)[self._unhashed_from :])
+            self._unhashed_from = 0
+            self._writer.write(buf)
+            buf.clear()
         if flush:
             self._writer.flush()
             self._last_flush = _monotonic()
@@ -302,7 +337,7 @@ class RecordRuntime:
         """End the recording early but cleanly: what was recorded stays replayable."""
         if not self.active:
             return
-        self.record_mapping(STOP, {"reason": reason, "where": where, "events": self.events})
+        self.record_value(STOP, {"reason": reason, "where": where, "events": self.events})
         if not self._still_active():  # recording the STOP itself failed
             return
         self.active = False
@@ -323,15 +358,14 @@ class RecordRuntime:
     def finish(self, status: int | None, exception: str | None = None) -> None:
         if not self.active:
             return
-        self.record_mapping(
-            EXIT,
-            {
-                "status": status,
-                "exception": exception,
-                "events": self.events,
-                "digest": self._hasher.copy().digest(),
-            },
-        )
+        try:
+            self._drain()  # hashes every record so far
+        except Exception as exc:
+            self.fail(f"{exc.__class__.__name__}: {exc}")
+            return
+        digest = self._hasher.digest()
+        summary = {"status": status, "exception": exception, "events": self.events}
+        self.record_value(EXIT, {**summary, "digest": digest})
         if not self._still_active():
             return
         self.active = False

@@ -64,8 +64,17 @@ class Cursor:
         return self
 
     def execute(self, sql: str, parameters: Any = ()) -> Cursor:
-        real = self._real
-        return self._run("execute", (sql, parameters), lambda: real.execute(sql, parameters))
+        real = self._real  # the hot path: one boundary call, no helper layers
+
+        def execute() -> tuple[Any, int, int | None]:
+            real.execute(sql, parameters)
+            return real.description, real.rowcount, real.lastrowid
+
+        key = (self._oid, sql, parameters)
+        self.description, self.rowcount, self.lastrowid = self._rt.call(
+            "sqlite3.Cursor.execute", key, execute
+        )
+        return self
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Cursor:
         params, real = list(seq_of_parameters), self._real
@@ -85,7 +94,8 @@ class Cursor:
 
     def fetchone(self) -> Any:
         real = self._real
-        return self._row(self._call("fetchone", (), lambda: real.fetchone()))
+        row = self._rt.call("sqlite3.Cursor.fetchone", (self._oid,), lambda: real.fetchone())
+        return self._row(row) if self.row_factory is not None else row
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
         count, real = self.arraysize if size is None else size, self._real

@@ -264,7 +264,9 @@ def _load_commands() -> None:
 
 
 def main() -> None:
-    _load_commands()
+    # `record` starts the program under test: it needs no other component's commands.
+    if sys.argv[1:2] != ["record"]:
+        _load_commands()
     app()
 
 

@@ -14,6 +14,7 @@ runs past the point where replay stopped being faithful.
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -319,6 +320,7 @@ def main() -> None:
     # sysconfig.get_path() would make boundary calls the recording does not have.
     _recorder.passthrough_prefixes()
     install(rt, libs)
+    gc.freeze()  # as the recorder does
 
     def script_source(path: str) -> bytes:
         if main_source is None:

@@ -40,8 +40,9 @@ class Case:
 TIME = """
 import time
 for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
-             "process_time", "process_time_ns", "thread_time"):
+             "process_time", "process_time_ns", "thread_time", "thread_time_ns"):
     print(name, getattr(time, name)())
+print(time.clock_gettime(time.CLOCK_REALTIME), time.clock_gettime_ns(time.CLOCK_MONOTONIC))
 time.sleep(0.3)
 print(time.localtime(), time.gmtime(), time.ctime(), time.asctime(), time.strftime("%c"))
 """
@@ -261,7 +262,8 @@ db.close()
 CASES: dict[str, Case] = {
     "time": Case(TIME, tuple(f"time.{n}" for n in (
         "time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
-        "process_time", "process_time_ns", "thread_time", "sleep", "localtime", "gmtime",
+        "process_time", "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime",
+        "clock_gettime_ns", "sleep", "localtime", "gmtime",
         "ctime", "asctime", "strftime"))),
     "datetime": Case(DATETIME, ("datetime.datetime.now", "datetime.datetime.utcnow")),
     "random": Case(RANDOM, ("random.Random.seed", "os.urandom", "os.getrandom")),
