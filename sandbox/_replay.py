@@ -31,6 +31,8 @@ from sealtrace.proxy._launch import Target, run_target
 from sealtrace.proxy._runtime import _SEALTRACE_DIR, args_digest
 from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_stream
 
+from ._environment import environment_problem
+
 __all__ = ["RecordedSourceFinder", "ReplayRuntime", "main"]
 
 _PREVIEW = 48
@@ -276,21 +278,6 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _environment_problem(meta: dict[str, Any]) -> str | None:
-    flags = {k: getattr(sys.flags, k) for k in meta.get("flags", {})}
-    if flags != meta.get("flags", {}):
-        diff = sorted(k for k in flags if flags[k] != meta["flags"][k])
-        return f"interpreter flags differ from the recording: {', '.join(diff)}"
-    zone = meta.get("timezone") or {}
-    here = {"tzname": list(time.tzname), "timezone": time.timezone, "altzone": time.altzone}
-    if any(zone.get(k) != v for k, v in here.items()):
-        return (
-            f"the local time zone differs from the recording ({zone.get('tzname')} vs "
-            f"{here['tzname']}); set TZ to the recorded zone"
-        )
-    return None
-
-
 def main() -> None:
     input_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
     data = _read_all(input_fd)
@@ -301,7 +288,7 @@ def main() -> None:
         os._exit(4)
     del data
     meta = parsed.meta
-    problem = _environment_problem(meta)
+    problem = environment_problem(meta)
     if problem is not None:
         os.write(result_fd, json.dumps({"status": "environment", "error": problem}).encode())
         os._exit(2)

@@ -16,15 +16,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, UsageError, open_store
-from sealtrace.proxy._boundary import libraries
+from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
 from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._recorder import installed_manifest
 from sealtrace.proxy._stream import ParsedStream, parse_stream
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 
-__all__ = ["Receipt", "check_environment", "load_recording", "replay", "replay_location"]
+__all__ = ["Receipt", "load_recording", "replay", "replay_location"]
 
 CHILD_CODE = "from sealtrace.sandbox._replay import main\nmain()\n"
 _STDERR_TAIL = 2000
@@ -81,34 +79,6 @@ def load_recording(
         )
     parsed = parse_stream(data)
     return data, parsed
-
-
-def check_environment(meta: dict[str, Any]) -> None:
-    try:
-        libraries(meta.get("libraries", []))
-    except UsageError as exc:
-        raise ReplayEnvironmentError(str(exc)) from None
-    if meta.get("python") != sys.version:
-        raise ReplayEnvironmentError(
-            f"the run was recorded with Python {meta.get('python')!r}; this is {sys.version!r}"
-        )
-    recorded = {name: version for name, version in meta.get("manifest", [])}
-    here = {name: version for name, version in installed_manifest()}
-    problems = []
-    for name in sorted(set(recorded) | set(here)):
-        if name not in here:
-            problems.append(f"{name}=={recorded[name]} is missing")
-        elif name not in recorded:
-            problems.append(f"{name}=={here[name]} was not installed when recording")
-        elif recorded[name] != here[name]:
-            problems.append(f"{name} is {here[name]}, recorded {recorded[name]}")
-    if problems:
-        shown = "; ".join(problems[:5]) + (
-            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        )
-        raise ReplayEnvironmentError(
-            f"the installed distributions differ from the recording: {shown}"
-        )
 
 
 def _child_env(meta: dict[str, Any]) -> dict[str, str]:
@@ -185,7 +155,6 @@ def replay_location(
     location: str, identity: Identity, *, run_id: str | None = None, timeout: float | None = None
 ) -> Receipt:
     data, parsed = load_recording(location, identity, run_id)
-    check_environment(parsed.meta)
     return replay(data, parsed.meta, timeout=timeout)
 
 

@@ -366,3 +366,31 @@ def test_sigterm_reaches_the_program(tmp_path: Path, keys: KeyFiles) -> None:
     proc, receipt = replay(keys, tmp_path / "rec")
     receipt = assert_bit_exact(proc, receipt)
     assert receipt["exit_status"]["recorded"] == 9
+
+
+def test_a_library_adds_its_own_boundary_entries(tmp_path: Path, keys: KeyFiles) -> None:
+    # A third-party package (installed on the path with an entry point) declares that its
+    # client's quote() is external; the recording serves it on replay, after the "service"
+    # it talks to has changed.
+    site = tmp_path / "site"
+    dist = site / "acme_boundary-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-boundary\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[sealtrace.boundary]\nacme = acme_boundary:LIBRARY\n")
+    (site / "acme_boundary.py").write_text(
+        "from sealtrace.proxy import BoundaryEntry, BoundaryLibrary\n"
+        "LIBRARY = BoundaryLibrary('acme', (BoundaryEntry('acme.quote', 'acme_client:quote'),))\n"
+    )
+    (site / "acme_client.py").write_text(
+        "import pathlib\n"
+        "def quote(sku):\n"
+        "    return float(pathlib.Path(__file__).with_name('price.txt').read_bytes()) + len(sku)\n"
+    )
+    (site / "price.txt").write_text("49.99")
+    app = write_app(tmp_path / "app", "import acme_client\nprint(acme_client.quote('MUG-01'))\n")
+    env = {"PYTHONPATH": str(site)}
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app)], env=env)
+    assert rec.proc.stdout == b"55.99\n", rec.proc.stderr
+    assert "acme.quote" in rec.callees(keys.identity)
+    (site / "price.txt").write_text("0.00")  # the outside world changes after the run
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
