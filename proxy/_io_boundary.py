@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._boundary import Patcher
-from ._runtime import Runtime
+from ._runtime import Runtime, path_under
 
 __all__ = ["BoundaryRaw", "DirEntry", "install_files", "install_stdio"]
 
@@ -210,10 +210,6 @@ def _layers(
     return wrapper
 
 
-def _under(path: str, prefixes: tuple[str, ...]) -> bool:
-    return any(path == p or path.startswith(p + os.sep) for p in prefixes)
-
-
 def install_files(rt: Runtime, patcher: Patcher) -> None:
     base_open = io.open
     base_scandir = os.scandir
@@ -245,7 +241,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
             return base_open(fd, mode, buffering, encoding, errors, newline, True)
         if isinstance(file, int) or opener is not None or not intercepting():
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        if _under(os.path.abspath(os.fsdecode(os.fspath(file))), prefixes):
+        if path_under(os.path.abspath(os.fsdecode(os.fspath(file))), prefixes):
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         return open_file("open", os.fspath(file), file, closefd, *layers)
 
@@ -335,7 +331,7 @@ def _install_descriptors(
         if dir_fd is not None or not rt.intercepting():
             return base_open(path, flags, mode, dir_fd=dir_fd)
         text_path = os.fsdecode(os.fspath(path))
-        if _under(os.path.abspath(text_path), prefixes):
+        if path_under(os.path.abspath(text_path), prefixes):
             return base_open(path, flags, mode)
         fd: int = rt.call("os.open", (text_path, flags, mode), lambda: base_open(path, flags, mode))
         tracked.add(fd)

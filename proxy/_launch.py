@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import UsageError
+from ._runtime import is_own_code
 
 __all__ = ["Target", "exit_status", "parse_command", "run_target"]
 
@@ -28,7 +29,6 @@ _REFUSED = {
     "-i": "interactive sessions cannot be recorded",
     "-": "a program read from stdin cannot be recorded (save it to a file)",
 }
-_SEALTRACE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -116,7 +116,7 @@ def exit_status(code: Any) -> tuple[int, str | None]:
 
 def _trim_traceback(exc: BaseException) -> None:
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SEALTRACE_DIR):
+    while tb is not None and is_own_code(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     exc.__traceback__ = tb
 

@@ -25,7 +25,7 @@ import site
 import sys
 import sysconfig
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from ._format import DEFAULT_CHUNK_SIZE
 from ._io_boundary import describe_stdio
 from ._keys import Recipient
 from ._launch import Target
-from ._runtime import BackgroundSink, RecordRuntime, _report_stderr
+from ._runtime import OWN_DIRECTORIES, BackgroundSink, RecordRuntime, _report_stderr, path_under
 from ._store import RecordingSink, open_store
 from ._stream import META, SOURCE
 from ._writer import SealedWriter
@@ -91,9 +91,7 @@ def passthrough_prefixes() -> list[str]:
     paths = sysconfig.get_paths()
     candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     candidates += [*site.getsitepackages(), site.getusersitepackages()]
-    package = sys.modules["sealtrace"]
-    candidates += list(getattr(package, "__path__", []))
-    candidates += [os.path.dirname(os.path.abspath(__file__))]
+    candidates += OWN_DIRECTORIES
     seen: list[str] = []
     for path in candidates:
         if path:
@@ -161,10 +159,6 @@ def describe_run(
         },
         "started": time.time(),
     }
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 class SourceRecorder(importlib.abc.MetaPathFinder):
@@ -329,7 +323,7 @@ class Recording:
         if not path:
             return False
         path = os.path.abspath(path)
-        return _under(path, self._app_roots) and not _under(path, self._passthrough)
+        return path_under(path, self._app_roots) and not path_under(path, self._passthrough)
 
     def record_source(self, module: str, path: str, is_package: bool, source: bytes) -> None:
         rt = self.runtime

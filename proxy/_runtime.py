@@ -18,11 +18,12 @@ from __future__ import annotations
 import _thread
 import contextlib
 import hashlib
+import importlib.util
 import os
 import queue
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from ._codec import Encoder, UnencodableError, _write_varint
@@ -42,13 +43,50 @@ from ._stream import (
     stream_prefix,
 )
 
-__all__ = ["BackgroundSink", "RecordRuntime", "Runtime", "args_digest", "caller_location"]
+__all__ = [
+    "OWN_DIRECTORIES",
+    "BackgroundSink",
+    "RecordRuntime",
+    "Runtime",
+    "args_digest",
+    "caller_location",
+    "is_own_code",
+    "path_under",
+]
 
 T = TypeVar("T")
 
 _EMPTY_DIGEST = hashlib.blake2b(b"", digest_size=ARGS_DIGEST_SIZE).digest()
 _DRAIN_AT = 64 * 1024
-_SEALTRACE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _own_directories() -> tuple[str, ...]:
+    """Where sealtrace's own code lives. An editable install also puts the source tree's root
+    on the package path; that root holds the project's tests and demo, which are not ours
+    to skip or pass through, so only the subpackages' directories count."""
+    dirs = {os.path.dirname(os.path.abspath(__file__))}
+    for name in ("sandbox", "agent", "server"):
+        spec = importlib.util.find_spec(f"sealtrace.{name}")
+        if spec is not None and spec.submodule_search_locations:
+            dirs.update(spec.submodule_search_locations)
+    package = sys.modules.get("sealtrace")
+    dirs.update(p for p in getattr(package, "__path__", ()) if os.path.basename(p) == "sealtrace")
+    return tuple(sorted(os.path.abspath(d) for d in dirs))
+
+
+OWN_DIRECTORIES = _own_directories()
+_OWN_PREFIXES = tuple(d + os.sep for d in OWN_DIRECTORIES)
+
+
+def is_own_code(filename: str) -> bool:
+    return filename.startswith(_OWN_PREFIXES)
+
+
+def path_under(path: str, roots: Iterable[str]) -> bool:
+    """Whether path is one of roots or inside one."""
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
 _get_ident = _thread.get_ident
 _start_thread = _thread.start_new_thread  # captured before any patching
 _monotonic = time.monotonic
@@ -101,16 +139,12 @@ def _plain(key: tuple[Any, ...], depth: int) -> bool:
     return True
 
 
-def caller_location(skip_stdlib: bool = False) -> str:
+def caller_location() -> str:
     """file:line of the innermost frame outside sealtrace (for messages, never for events)."""
     frame: Any = sys._getframe(1)
-    stdlib = os.path.dirname(os.__file__)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_SEALTRACE_DIR) and not (
-            skip_stdlib and filename.startswith(stdlib)
-        ):
-            return f"{filename}:{frame.f_lineno}"
+        if not is_own_code(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
 
@@ -135,8 +169,8 @@ class Runtime(Protocol):
 
 class BackgroundSink:
     """Puts sealed objects from a thread of its own, so the application never waits on the
-    store. It refuses (StorageError-free: it returns False) when the store falls behind by
-    more than max_pending bytes or has failed."""
+    store. put() raises OSError once the store has failed or falls behind by more than
+    max_pending bytes; the writer's caller turns that into the end of the recording."""
 
     def __init__(self, sink: RecordingSink, *, max_pending: int = 64 * 1024 * 1024) -> None:
         self.location = getattr(sink, "location", "sink")
@@ -261,8 +295,8 @@ class RecordRuntime:
 
     # -- records ------------------------------------------------------------------------------
 
-    def record_raw(self, kind: int, body: BytesLike) -> None:
-        """Append one record; a failure stops the recording, never the application."""
+    def record_raw(self, kind: int, body: BytesLike) -> bool:
+        """Append one record; a failure ends the recording (False), never the application."""
         try:
             buf = self._buf
             buf.append(kind)
@@ -272,15 +306,17 @@ class RecordRuntime:
                 self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
         except Exception as exc:
             self.fail(f"{exc.__class__.__name__}: {exc}")
+            return False
+        return True
 
-    def record_value(self, kind: int, value: Any) -> None:
+    def record_value(self, kind: int, value: Any) -> bool:
         body = bytearray()
         try:
             self._enc.encode(body, value)
         except UnencodableError as exc:
             self.fail(f"cannot encode a record: {exc}")
-            return
-        self.record_raw(kind, body)
+            return False
+        return self.record_raw(kind, body)
 
     def _blob(self, digest: bytes, data: bytes) -> None:
         if digest not in self._blobs:
@@ -337,8 +373,7 @@ class RecordRuntime:
         """End the recording early but cleanly: what was recorded stays replayable."""
         if not self.active:
             return
-        self.record_value(STOP, {"reason": reason, "where": where, "events": self.events})
-        if not self._still_active():  # recording the STOP itself failed
+        if not self.record_value(STOP, {"reason": reason, "where": where, "events": self.events}):
             return
         self.active = False
         self.outcome = f"stopped: {reason} at {where}"
@@ -365,16 +400,11 @@ class RecordRuntime:
             return
         digest = self._hasher.digest()
         summary = {"status": status, "exception": exception, "events": self.events}
-        self.record_value(EXIT, {**summary, "digest": digest})
-        if not self._still_active():
+        if not self.record_value(EXIT, {**summary, "digest": digest}):
             return
         self.active = False
         self.outcome = "complete"
         self._close_writer()
-
-    def _still_active(self) -> bool:
-        # Recording a record can fail and deactivate the runtime behind the caller's back.
-        return self.active
 
     def _close_writer(self) -> None:
         try:

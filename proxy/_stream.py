@@ -41,6 +41,7 @@ __all__ = [
     "ParsedStream",
     "SourceFile",
     "parse_stream",
+    "read_meta",
     "stream_prefix",
 ]
 
@@ -107,36 +108,58 @@ class ParsedStream:
         return decode_value(event.value, self.blobs)
 
 
-def parse_stream(data: bytes) -> ParsedStream:
-    """Parse and structurally verify a whole event stream; CodecError (exit 4) on any fault."""
+def _records(data: bytes) -> Decoder:
+    """A reader positioned at the first record, after checking the magic and version."""
     prefix = stream_prefix()
     if not data.startswith(MAGIC):
         raise CodecError("not a sealtrace event stream (bad magic)")
     version = int.from_bytes(data[len(MAGIC) : len(prefix)], "little")
     if version != STREAM_VERSION:
         raise CodecError(f"event stream version {version} is not supported (this reads 1)")
-    view = memoryview(data)
-    reader = Decoder(view)
+    reader = Decoder(memoryview(data))
     reader.pos = len(prefix)
+    return reader
+
+
+def _next_record(reader: Decoder, view: memoryview) -> tuple[int, int, memoryview]:
+    """(offset, kind, body) of the record at the reader's position."""
+    start = reader.pos
+    kind = reader.take(1)[0]
+    length = reader.varint()
+    body_start = reader.pos
+    if body_start + length > len(view):
+        raise CodecError(f"record at byte {start} is cut short")
+    reader.pos = body_start + length
+    return start, kind, view[body_start : reader.pos]
+
+
+def _meta(kind: int, body: memoryview) -> dict[str, Any]:
+    if kind != META:
+        raise CodecError("the event stream does not start with its META record")
+    return _mapping(body, "META")
+
+
+def read_meta(data: bytes) -> dict[str, Any]:
+    """Only the META record; whoever replays the stream verifies the rest."""
+    reader = _records(data)
+    view = memoryview(data)
+    if reader.pos >= len(view):
+        raise CodecError("the event stream is empty")
+    _, kind, body = _next_record(reader, view)
+    return _meta(kind, body)
+
+
+def parse_stream(data: bytes) -> ParsedStream:
+    """Parse and structurally verify a whole event stream; CodecError (exit 4) on any fault."""
+    reader = _records(data)
+    view = memoryview(data)
     hasher = stream_digest()
     parsed: ParsedStream | None = None
     names: list[str] = []
     while reader.pos < len(view):
-        start = reader.pos
-        kind = reader.take(1)[0]
-        length = reader.varint()
-        body_start = reader.pos
-        if body_start + length > len(view):
-            raise CodecError(f"record at byte {start} is cut short")
-        body = view[body_start : body_start + length]
-        reader.pos = body_start + length
+        start, kind, body = _next_record(reader, view)
         if parsed is None:
-            if kind != META:
-                raise CodecError("the event stream does not start with its META record")
-            meta = decode_value(bytes(body))
-            if not isinstance(meta, dict):
-                raise CodecError("META is not a mapping")
-            parsed = ParsedStream(meta=meta)
+            parsed = ParsedStream(meta=_meta(kind, body))
         elif parsed.exit is not None:
             raise CodecError("records follow EXIT")
         elif kind == EXIT:

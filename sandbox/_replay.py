@@ -28,7 +28,7 @@ from sealtrace.proxy import _recorder
 from sealtrace.proxy._boundary import install, libraries
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._launch import Target, run_target
-from sealtrace.proxy._runtime import _SEALTRACE_DIR, args_digest
+from sealtrace.proxy._runtime import args_digest, is_own_code, path_under
 from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_stream
 
 from ._environment import environment_problem
@@ -41,10 +41,6 @@ _CONTEXT = 24
 _monotonic = time.monotonic
 _write = os.write
 _close = os.close
-
-
-def _under(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 class ReplayRuntime:
@@ -127,7 +123,7 @@ class ReplayRuntime:
         app = None
         while frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.startswith(_SEALTRACE_DIR):
+            if not is_own_code(filename):
                 where = f"{filename}:{frame.f_lineno}"
                 innermost = innermost or where
                 if app is None and filename in self.app_files:
@@ -224,7 +220,11 @@ class RecordedSourceFinder(importlib.abc.MetaPathFinder):
         if source is None:
             spec = importlib.machinery.PathFinder.find_spec(fullname, path)
             origin = spec.origin if spec is not None else None
-            if origin and _under(origin, self._roots) and not _under(origin, self._passthrough):
+            if (
+                origin
+                and path_under(origin, self._roots)
+                and not path_under(origin, self._passthrough)
+            ):
                 raise ImportError(
                     f"{fullname} was not imported when the run was recorded; replay does not "
                     f"run its file on disk ({origin})",

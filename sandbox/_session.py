@@ -18,7 +18,7 @@ from typing import Any
 
 from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
 from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream, parse_stream
+from sealtrace.proxy._stream import ParsedStream, parse_stream, read_meta
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 
@@ -69,6 +69,12 @@ class Receipt:
 def load_recording(
     location: str, identity: Identity, run_id: str | None = None
 ) -> tuple[bytes, ParsedStream]:
+    """The verified plaintext and its parsed event stream."""
+    data = _plaintext(location, identity, run_id)
+    return data, parse_stream(data)
+
+
+def _plaintext(location: str, identity: Identity, run_id: str | None) -> bytes:
     reader = SealedReader(open_store(location), identity, expected_run_id=run_id)
     data = reader.read_all()
     if not reader.status.complete:
@@ -77,8 +83,7 @@ def load_recording(
             "whole run",
             chunks=reader.status.chunks,
         )
-    parsed = parse_stream(data)
-    return data, parsed
+    return data
 
 
 def _child_env(meta: dict[str, Any]) -> dict[str, str]:
@@ -154,8 +159,9 @@ def replay(data: bytes, meta: dict[str, Any], *, timeout: float | None = None) -
 def replay_location(
     location: str, identity: Identity, *, run_id: str | None = None, timeout: float | None = None
 ) -> Receipt:
-    data, parsed = load_recording(location, identity, run_id)
-    return replay(data, parsed.meta, timeout=timeout)
+    # The replaying process parses and verifies the whole stream; here only META is needed.
+    data = _plaintext(location, identity, run_id)
+    return replay(data, read_meta(data), timeout=timeout)
 
 
 def raise_for(receipt: Receipt) -> None:
