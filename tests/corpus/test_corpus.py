@@ -14,7 +14,6 @@ import base64
 import gzip
 import json
 import os
-import pickle
 import re
 import shutil
 import socket
@@ -159,8 +158,14 @@ def _tokenize(work: Path, stack: ExitStack) -> Run:
 
 @program("pickletools")
 def _pickletools(work: Path, stack: ExitStack) -> Run:
-    data = {"name": "corpus", "values": [1, 2.5, None, (b"raw", "text")], "nested": {"k": True}}
-    (work / "data.pkl").write_bytes(pickle.dumps(data, protocol=4))
+    # Protocol 4 bytes for {"name": "corpus", "values": [1, 2.5, None, (b"raw", "text")],
+    # "nested": {"k": True}}, written out so that nothing here uses pickle; pickletools only
+    # disassembles them.
+    (work / "data.pkl").write_bytes(
+        b"\x80\x04\x95N\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x04name\x94\x8c\x06corpus"
+        b"\x94\x8c\x06values\x94]\x94(K\x01G@\x04\x00\x00\x00\x00\x00\x00NC\x03raw\x94"
+        b"\x8c\x04text\x94\x86\x94e\x8c\x06nested\x94}\x94\x8c\x01k\x94\x88su."
+    )
     return Run("pickletools", ["-a", "data.pkl"], stdout=("PROTO", "SHORT_BINUNICODE 'corpus'"))
 
 
