@@ -122,9 +122,13 @@ def _trim_traceback(exc: BaseException) -> None:
 
 
 def run_target(
-    target: Target, script_source: Callable[[str], bytes] | None = None
+    target: Target,
+    script_source: Callable[[str], bytes] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> tuple[int, str | None]:
-    """Run the target as `python` would; returns (exit status, uncaught exception or None)."""
+    """Run the target as `python` would; returns (exit status, uncaught exception or None).
+
+    on_start runs once sys.argv is the program's, just before its first instruction."""
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
@@ -141,6 +145,8 @@ def run_target(
                 main.__file__ = target.value
                 main.__cached__ = None  # type: ignore[attr-defined]
                 code = compile(source, target.value, "exec", dont_inherit=True)
+                if on_start is not None:
+                    on_start()
                 exec(code, main.__dict__)  # noqa: S102 - running the program is the point
             elif target.kind == "module":
                 import runpy
@@ -148,12 +154,16 @@ def run_target(
                 sys.argv = ["-m", *target.args]
                 if not keep_path:
                     sys.path[0] = os.getcwd()
+                if on_start is not None:
+                    on_start()
                 runpy._run_module_as_main(target.value, alter_argv=True)  # type: ignore[attr-defined]
             else:
                 sys.argv = ["-c", *target.args]
                 if not keep_path:
                     sys.path[0] = ""
                 code = compile(target.value, "<string>", "exec", dont_inherit=True)
+                if on_start is not None:
+                    on_start()
                 exec(code, main.__dict__)  # noqa: S102
             status = 0
         except SystemExit as exc:

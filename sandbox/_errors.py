@@ -5,6 +5,8 @@
     │   └── ReplayEnvironmentError  exit 2: this interpreter cannot replay the recording
     │                               (another Python version, a different distribution
     │                               manifest, missing boundary libraries, other flags)
+    │   └── QueryError              exit 2: a provenance question that cannot be asked of
+    │                               this run (a location it never reached, a bad expression)
     ├── DivergenceError             exit 3: the replayed program did not do what the
     │                               recording says (the receipt names the first event)
     └── ReplayCrashedError          exit 1: the replay process died without a receipt
@@ -17,10 +19,14 @@ from __future__ import annotations
 
 from sealtrace.proxy import SealtraceError, UsageError
 
-__all__ = ["DivergenceError", "ReplayCrashedError", "ReplayEnvironmentError"]
+__all__ = ["DivergenceError", "QueryError", "ReplayCrashedError", "ReplayEnvironmentError"]
 
 
 class ReplayEnvironmentError(UsageError):
+    pass
+
+
+class QueryError(UsageError):
     pass
 
 

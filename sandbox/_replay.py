@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from sealtrace.proxy import _recorder
@@ -63,6 +64,9 @@ class ReplayRuntime:
         self.app_files = {s.path for s in parsed.sources.values()}
         self._oids = 0
         self.started = _monotonic()
+        # Told of every event served: (index, callee, is an output); the provenance engine
+        # uses it to know which instruction received which external input.
+        self.observer: Callable[[int, str, bool], None] | None = None
 
     def intercepting(self) -> bool:
         return True
@@ -76,6 +80,8 @@ class ReplayRuntime:
 
     def call(self, name: str, key: Any, fn: Any) -> Any:
         event = self._next(name, key)
+        if self.observer is not None:
+            self.observer(event.index, name, False)
         value = self._value(event)
         if event.raised:
             raise value
@@ -88,6 +94,8 @@ class ReplayRuntime:
             self.diverge(event, name, key, output=payload)
         self.outputs_matched += 1
         self.output_bytes += len(payload)
+        if self.observer is not None:
+            self.observer(event.index, name, True)
         value = self._value(event)
         if event.raised:
             raise value
@@ -280,6 +288,7 @@ def _read_all(fd: int) -> bytes:
 
 def main() -> None:
     input_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    query = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
     data = _read_all(input_fd)
     try:
         parsed = parse_stream(data)
@@ -307,6 +316,7 @@ def main() -> None:
     # sysconfig.get_path() would make boundary calls the recording does not have.
     _recorder.passthrough_prefixes()
     install(rt, libs)
+    provenance = _provenance(query, rt, target, main_source)
     gc.freeze()  # as the recorder does
 
     def script_source(path: str) -> bytes:
@@ -314,7 +324,11 @@ def main() -> None:
             raise FileNotFoundError(2, "the recording holds no main script", path)
         return parsed.blobs[main_source.digest]
 
-    status, _ = run_target(target, script_source)
+    status, _ = run_target(
+        target, script_source, on_start=provenance.on_start if provenance else None
+    )
+    if provenance is not None:
+        provenance.finish()
     if parsed.stop is not None:
         rt.finish("stopped", None, status)
     if rt.position < len(rt.events):
@@ -333,6 +347,24 @@ def main() -> None:
             status,
         )
     rt.finish("bit-exact", None, status)
+
+
+def _provenance(
+    query: dict[str, Any] | None, rt: ReplayRuntime, target: Target, main_source: Any
+) -> Any:
+    """Attach the provenance engine for one query pass (sealtrace.sandbox._provenance)."""
+    if query is None:
+        return None
+    from ._provenance import Provenance, attach_to_environ
+
+    prov = Provenance(query, lambda result: rt._emit({"status": "query", "result": result}, 0))
+    rt.observer = prov.on_event
+    attach_to_environ(prov)
+    main_file = target.value if target.kind == "script" else None
+    if target.kind == "module" and main_source is not None:
+        main_file = main_source.path
+    prov.attach(main_file)
+    return prov
 
 
 if __name__ == "__main__":

@@ -97,12 +97,24 @@ def _child_env(meta: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def replay(data: bytes, meta: dict[str, Any], *, timeout: float | None = None) -> Receipt:
-    """Run the replaying process over `data` (a plaintext event stream)."""
+def replay(
+    data: bytes,
+    meta: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    query: dict[str, Any] | None = None,
+) -> Receipt:
+    """Run the replaying process over `data` (a plaintext event stream).
+
+    With a query, the provenance engine is attached and the receipt's status is "query"
+    with the pass's "result" (sealtrace.sandbox._provenance), unless replay diverged first.
+    """
     options = list(meta["target"]["python_options"])
     input_read, input_write = os.pipe()
     result_read, result_write = os.pipe()
     argv = [sys.executable, *options, "-c", CHILD_CODE, str(input_read), str(result_write)]
+    if query is not None:
+        argv.append(json.dumps(query))
     try:
         child = subprocess.Popen(
             argv,

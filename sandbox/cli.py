@@ -1,18 +1,34 @@
-"""`sealtrace replay`, registered into the root command through the `sealtrace.cli` entry
-point so that the recorder never imports the replay substrate."""
+"""`sealtrace replay`, `trace`, `flows` and `inspect-stack`, registered into the root command
+through the `sealtrace.cli` entry point so that the recorder never imports the replay
+substrate or the provenance engine."""
 
 from __future__ import annotations
 
 import json
+from typing import Annotated, Any
 
 import typer
 
 from sealtrace.proxy import Identity
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
 
-from ._session import raise_for, replay_location
+from ._session import load_recording, raise_for, replay_location
 
 __all__ = ["register"]
+
+AtOpt = Annotated[
+    str,
+    typer.Option(
+        "--at", help="Where to stop: FILE:LINE[#HIT], an instruction counter, crash or end."
+    ),
+]
+VarOpt = Annotated[
+    str, typer.Option("--var", help="The value: a name, then .attributes and [literal keys].")
+]
+DepthOpt = Annotated[int, typer.Option("--depth", help="How many steps back to follow.")]
+FromOpt = Annotated[
+    str, typer.Option("--from", help="EXPR@LOCATION, or event:N for a recorded input.")
+]
 
 
 @_guarded
@@ -44,5 +60,81 @@ def replay(
     raise_for(receipt)
 
 
+def _session(location: str, identity: Any, run_id: str | None) -> Any:
+    from ._explain import SourceLines
+    from ._queries import ProvenanceSession
+
+    data, parsed = load_recording(location, Identity.load(identity), run_id)
+    return ProvenanceSession(data, parsed), SourceLines(parsed)
+
+
+@_guarded
+def trace(
+    location: LocationArg,
+    identity: IdentityOpt,
+    at: AtOpt,
+    var: VarOpt,
+    depth: DepthOpt = 6,
+    run_id: RunIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Trace a value back through every computation to the inputs that produced it.
+
+    Exit 2 for a location the run never reached or an expression that names nothing there,
+    3 if replay diverges before the answer, 4 if the recording cannot be trusted.
+    """
+    from ._explain import render_trace
+    from ._queries import parse_at
+
+    session, src = _session(location, identity, run_id)
+    doc = session.trace(parse_at(at), var, depth)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        typer.echo(render_trace(doc, session.last_nodes, src))
+
+
+@_guarded
+def flows(
+    location: LocationArg,
+    identity: IdentityOpt,
+    source: FromOpt,
+    run_id: RunIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Follow a value forward: every location that used it and every output it reached."""
+    from ._explain import render_flows
+
+    session, src = _session(location, identity, run_id)
+    doc = session.flows(source)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        typer.echo(render_flows(doc, src))
+
+
+@_guarded
+def inspect_stack(
+    location: LocationArg,
+    identity: IdentityOpt,
+    at: AtOpt,
+    run_id: RunIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the frames at a point of the run: every local's value and the step that made it."""
+    from ._explain import render_stack
+    from ._queries import parse_at
+
+    session, src = _session(location, identity, run_id)
+    doc = session.inspect_stack(parse_at(at))
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        typer.echo(render_stack(doc, src))
+
+
 def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
+    app.command("trace")(trace)
+    app.command("flows")(flows)
+    app.command("inspect-stack")(inspect_stack)

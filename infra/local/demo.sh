@@ -44,7 +44,7 @@ step "a per-run key pair (the server's key service will mint these)"
 sealtrace keygen --out "$work/keys" --name "$run"
 
 step "the checkout job's inputs: an order over HTTP, a promotion in SQLite"
-app="$(cd "$(dirname "$0")" && pwd)/pricing-app"
+app="$(cd "$(dirname "$0")/../../examples/pricing" && pwd)"
 mkdir -p "$work/inputs"
 cp "$app/order.json" "$work/inputs/"
 python -m http.server 0 --bind 127.0.0.1 --directory "$work/inputs" >"$work/http.log" 2>&1 &

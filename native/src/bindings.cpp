@@ -1,11 +1,29 @@
 // Python bindings for the provenance engine. pybind11 appears in this file only.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <patchlevel.h>
 
 #include "counter.hpp"
+#include "opcodes.hpp"
+#include "tracer.hpp"
 
 namespace py = pybind11;
+using sealtrace::Tracer;
+
+namespace {
+
+PyFrameObject* as_frame(const py::handle& frame) {
+  if (!PyFrame_Check(frame.ptr())) throw py::type_error("a frame object is required");
+  return reinterpret_cast<PyFrameObject*>(frame.ptr());
+}
+
+py::object steal_or_throw(PyObject* obj) {
+  if (obj == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(obj);
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "sealtrace provenance engine (CPython 3.11). Attached only during replay.";
@@ -20,4 +38,116 @@ PYBIND11_MODULE(_engine, m) {
       .def("advance", &sealtrace::InstructionCounter::advance, py::arg("n"),
            "Advance by n and return the new counter value; OverflowError if it would wrap.")
       .def_property_readonly("value", &sealtrace::InstructionCounter::value);
+
+  m.def(
+      "opcode_table",
+      []() {
+        py::list out;
+        for (int op = 0; op < 256; ++op) {
+          const auto& model = sealtrace::op_model(static_cast<std::uint8_t>(op));
+          if (model.name.empty()) continue;
+          out.append(py::make_tuple(op, std::string(model.name),
+                                    std::string(sealtrace::rule_name(model.rule)),
+                                    model.may_pop_more));
+        }
+        return out;
+      },
+      "(opcode, name, provenance rule, may pop one more on a branch) for every opcode.");
+  m.def(
+      "op_inputs",
+      [](int op, int oparg) {
+        return py::make_tuple(sealtrace::op_pops(static_cast<std::uint8_t>(op), oparg),
+                              sealtrace::op_peeks(static_cast<std::uint8_t>(op), oparg));
+      },
+      py::arg("op"), py::arg("oparg"), "(values consumed, values read below them).");
+
+  py::class_<Tracer>(m, "Engine")
+      .def(py::init([](py::object own_code) { return new Tracer(own_code.ptr()); }),
+           py::arg("own_code"))
+      .def("attach", &Tracer::attach, "Start tracing this thread.")
+      .def("detach", &Tracer::detach)
+      .def_property_readonly("attached", &Tracer::attached)
+      .def_property_readonly("counter", &Tracer::counter)
+      .def_property_readonly("end_counter", &Tracer::end_counter)
+      .def_property_readonly("crash_counter", &Tracer::crash_counter)
+      .def("stop_at_counter",
+           [](Tracer& t, std::uint64_t counter, py::object cb) {
+             t.stop_at_counter(counter, cb.ptr());
+           })
+      .def("stop_at_line",
+           [](Tracer& t, const std::string& file, int line, std::uint64_t hit, py::object cb) {
+             t.stop_at_line(file, line, hit, cb.ptr());
+           })
+      .def("set_end_file", &Tracer::set_end_file)
+      .def("capture",
+           [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
+              py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })
+      .def("current", &Tracer::current)
+      .def("taint", &Tracer::taint)
+      .def("taint_current", &Tracer::taint_current)
+      .def("current_tainted", &Tracer::current_tainted)
+      .def_property_readonly("tainted_count", &Tracer::tainted_count)
+      .def("reached",
+           [](const Tracer& t) {
+             py::list out;
+             for (const auto& r : t.reached()) {
+               out.append(py::make_tuple(r.code, r.line, r.first, r.count));
+             }
+             return out;
+           })
+      .def("frame_locals",
+           [](Tracer& t, py::handle frame) {
+             return steal_or_throw(t.frame_locals(as_frame(frame)));
+           })
+      .def("frame_stack",
+           [](Tracer& t, py::handle frame) {
+             return steal_or_throw(t.frame_stack(as_frame(frame)));
+           })
+      .def("attr_tag",
+           [](Tracer& t, py::handle owner, py::handle name, py::handle value) {
+             return t.attr_tag(owner.ptr(), name.ptr(), value.ptr());
+           })
+      .def("item_tag",
+           [](Tracer& t, py::handle container, py::handle key, py::handle value) {
+             return t.item_tag(container.ptr(), key.ptr(), value.ptr());
+           })
+      .def("object_counters",
+           [](const Tracer& t, py::handle obj) { return t.object_counters(obj.ptr()); })
+      .def("seed_item",
+           [](Tracer& t, py::handle container, Py_ssize_t index, std::uint64_t tag) {
+             t.seed_item(container.ptr(), index, tag);
+           })
+      .def("code_index", [](Tracer& t, py::handle code) { return t.code_index(code.ptr()); })
+      .def("codes",
+           [](const Tracer& t) {
+             py::list out;
+             for (const auto& c : t.codes()) {
+               out.append(py::make_tuple(c.filename, c.qualname, c.firstlineno));
+             }
+             return out;
+           })
+      .def("stats", [](const Tracer& t) {
+        const auto& s = t.stats();
+        py::dict d;
+        d["instructions"] = s.instructions;
+        d["frames"] = s.frames;
+        d["depth_mismatches"] = s.depth_mismatches;
+        d["frame_resyncs"] = s.frame_resyncs;
+        d["untracked_writes"] = s.untracked_writes;
+        d["exceptions"] = s.exceptions;
+        d["callback_errors"] = s.callback_errors;
+        d["max_shadow_depth"] = s.max_shadow_depth;
+        d["live_frames"] = t.live_frames();
+        d["tracked_objects"] = t.slot_table().objects();
+        d["tracked_slots"] = t.slot_table().slots();
+        py::dict by_op;
+        for (int op = 0; op < 256; ++op) {
+          if (s.mismatches_by_op[op] != 0) {
+            by_op[py::str(std::string(sealtrace::op_model(static_cast<std::uint8_t>(op)).name))] =
+                s.mismatches_by_op[op];
+          }
+        }
+        d["mismatches_by_op"] = by_op;
+        return d;
+      });
 }

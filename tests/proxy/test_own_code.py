@@ -19,7 +19,7 @@ def test_sealtrace_code_is_its_own() -> None:
 
 
 def test_the_demo_and_tests_are_application_code() -> None:
-    app = str(REPO / "infra" / "local" / "pricing-app" / "app.py")
+    app = str(REPO / "examples" / "pricing" / "app.py")
     for path in (app, __file__):
         assert not is_own_code(path)
         assert not path_under(path, passthrough_prefixes())

@@ -1,0 +1,68 @@
+#include "slots.hpp"
+
+namespace sealtrace {
+
+const Slot* SlotTable::slot(std::uintptr_t object, std::uint64_t key) const {
+  auto it = records_.find(object);
+  if (it == records_.end()) return nullptr;
+  auto found = it->second.slots.find(key);
+  return found == it->second.slots.end() ? nullptr : &found->second;
+}
+
+Tag SlotTable::get(std::uintptr_t object, std::uint64_t key, std::uintptr_t value) const {
+  const Slot* s = slot(object, key);
+  return (s != nullptr && s->value == value) ? s->tag : 0;
+}
+
+void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
+                    Tag now) {
+  ObjectRecord& record = records_[object];
+  auto [it, inserted] = record.slots.try_emplace(key, Slot{tag, value});
+  if (inserted) {
+    ++slot_count_;
+  } else {
+    it->second = Slot{tag, value};
+  }
+  record.updated = now;
+}
+
+void SlotTable::erase(std::uintptr_t object, std::uint64_t key, Tag now) {
+  auto it = records_.find(object);
+  if (it == records_.end()) return;
+  slot_count_ -= it->second.slots.erase(key);
+  it->second.updated = now;
+}
+
+void SlotTable::drop_slots(std::uintptr_t object, Tag now) {
+  auto it = records_.find(object);
+  if (it == records_.end()) return;
+  slot_count_ -= it->second.slots.size();
+  it->second.slots.clear();
+  it->second.updated = now;
+}
+
+void SlotTable::mark_created(std::uintptr_t object, Tag now) {
+  ObjectRecord& record = records_[object];
+  if (record.created == 0) record.created = now;
+}
+
+void SlotTable::mark_updated(std::uintptr_t object, Tag now) { records_[object].updated = now; }
+
+void SlotTable::forget(std::uintptr_t object) noexcept {
+  auto it = records_.find(object);
+  if (it == records_.end()) return;
+  slot_count_ -= it->second.slots.size();
+  records_.erase(it);
+}
+
+const ObjectRecord* SlotTable::find(std::uintptr_t object) const {
+  auto it = records_.find(object);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+void SlotTable::clear() noexcept {
+  records_.clear();
+  slot_count_ = 0;
+}
+
+}  // namespace sealtrace

@@ -1,0 +1,253 @@
+// The provenance tracer: a C-level trace function that follows every bytecode
+// instruction of a replayed CPython 3.11 program and keeps a tag on every value.
+//
+// A tag is the instruction counter of the instruction that produced the value.
+// Each traced frame has a shadow of its locals and value stack; objects keep tags
+// for their attributes, items and cell contents in the SlotTable. An instruction
+// is modelled in two halves: before it runs, its inputs (objects and tags) are
+// read; at the next event of its frame, what it left on the stack is tagged by
+// its opcode's rule (opcodes.hpp). Describing a tag (the operation, location and
+// inputs of the instruction that made it) is done by re-executing the run to
+// that counter and capturing the instruction there, so live state stays
+// O(live values), never O(instructions executed).
+//
+// Never raises into the traced program and never calls its code: callbacks run
+// sealtrace's own query code with tracing suspended by the interpreter.
+#pragma once
+
+#include <Python.h>
+#include <frameobject.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "counter.hpp"
+#include "opcodes.hpp"
+#include "slots.hpp"
+
+struct _PyInterpreterFrame;
+
+namespace sealtrace {
+
+struct Instr {
+  std::uint8_t op = 0;
+  Rule rule = Rule::kNone;
+  std::int8_t effect = 0;       // stack effect without and with the jump
+  std::int8_t effect_jump = 0;
+  std::int32_t oparg = 0;
+  std::int32_t line = -1;
+};
+
+struct CodeInfo {
+  std::uint64_t generation = 0;  // the tracer that built it
+  std::uint32_t index = 0;
+  bool own = false;           // sealtrace's own code or the import system: not traced
+  bool watch_end = false;     // the main module's body: "end" is its last instruction
+  int nlocalsplus = 0;
+  int stacksize = 0;
+  int argslots = 0;
+  std::vector<Instr> instrs;  // by code unit; EXTENDED_ARG units hold the full instruction
+  std::vector<std::uint8_t> kinds;
+  std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
+};
+
+struct CodeName {
+  std::string filename;
+  std::string qualname;
+  int firstlineno = 0;
+};
+
+struct Pending {
+  bool active = false;
+  bool raised = false;
+  bool has_return = false;
+  bool kw = false;
+  bool taint_source = false;
+  bool tainted_inputs = false;
+  bool flag = false;
+  std::uint8_t op = 0;
+  Rule rule = Rule::kNone;
+  std::int32_t oparg = 0;
+  std::int32_t index = 0;
+  std::int32_t before = 0;
+  std::int32_t pops = 0;
+  Tag counter = 0;
+  std::uint64_t return_seq = 0;
+  Tag return_tag = 0;
+  Tag aux_tag = 0;
+  PyObject* aux_value = nullptr;  // compared, never dereferenced
+  std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
+  std::vector<Tag> in_tags;
+  std::vector<Tag> items;
+  std::vector<std::uint64_t> keys;
+  // Values Python functions returned or yielded to C code while this instruction ran
+  // (sum over a generator, sorted's key): inputs that never sat on this frame's stack.
+  std::vector<Tag> callbacks;
+};
+
+struct IterState {
+  int slot = 0;
+  PyObject* iter = nullptr;
+  PyObject* seq = nullptr;
+  Py_ssize_t next = 0;
+};
+
+struct ShadowFrame {
+  _PyInterpreterFrame* iframe = nullptr;
+  CodeInfo* code = nullptr;
+  std::vector<Tag> slots;  // localsplus then the value stack
+  Pending p;
+  bool kw_pending = false;
+  int last_line = -1;
+  int last_index = -1;
+  std::vector<IterState> iters;
+};
+
+struct Reach {
+  std::uint32_t code = 0;
+  int line = 0;
+  Tag first = 0;
+  std::uint64_t count = 0;
+};
+
+struct Stats {
+  std::uint64_t instructions = 0;
+  std::uint64_t frames = 0;
+  std::uint64_t depth_mismatches = 0;
+  std::uint64_t frame_resyncs = 0;
+  std::uint64_t untracked_writes = 0;
+  std::uint64_t exceptions = 0;
+  std::uint64_t callback_errors = 0;
+  std::size_t max_shadow_depth = 0;
+  std::uint64_t mismatches_by_op[256] = {};
+};
+
+class Tracer {
+ public:
+  // own_code(filename) -> bool decides, once per code object, what is not traced.
+  explicit Tracer(PyObject* own_code);
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  void attach();
+  void detach();
+  [[nodiscard]] bool attached() const noexcept { return attached_; }
+  [[nodiscard]] std::uint64_t counter() const noexcept { return counter_.value(); }
+
+  // Stops call callback(frame, counter) before the instruction runs; one-shot.
+  void stop_at_counter(std::uint64_t counter, PyObject* callback);
+  void stop_at_line(const std::string& filename, int line, std::uint64_t hit, PyObject* callback);
+  void set_end_file(const std::string& filename);
+  [[nodiscard]] std::uint64_t end_counter() const noexcept { return end_counter_; }
+  [[nodiscard]] std::uint64_t crash_counter() const noexcept { return crash_counter_; }
+
+  // pre(frame, counter, index, inputs) before, post(counter, outputs, raised) after.
+  void capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post);
+
+  // The instruction the innermost traced frame is executing (0 when none).
+  [[nodiscard]] std::uint64_t current() const noexcept;
+  void taint(const std::vector<Tag>& tags);
+  void taint_current() noexcept;
+  [[nodiscard]] bool current_tainted() const noexcept;
+  [[nodiscard]] std::vector<Reach> reached() const;
+  [[nodiscard]] std::size_t tainted_count() const noexcept { return tainted_.size(); }
+
+  // Tags of a live frame's locals: (name, value or None, tag), and of its stack.
+  PyObject* frame_locals(PyFrameObject* frame);
+  PyObject* frame_stack(PyFrameObject* frame);
+  Tag attr_tag(PyObject* owner, PyObject* name, PyObject* value);
+  Tag item_tag(PyObject* container, PyObject* key, PyObject* value);
+  std::pair<Tag, Tag> object_counters(PyObject* obj) const;
+  void seed_item(PyObject* container, Py_ssize_t index, Tag tag);
+
+  [[nodiscard]] const std::vector<CodeName>& codes() const noexcept { return code_names_; }
+  std::int64_t code_index(PyObject* code);
+  [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const SlotTable& slot_table() const noexcept { return slots_; }
+  [[nodiscard]] std::size_t live_frames() const noexcept {
+    return stack_.size() + suspended_.size();
+  }
+
+  // Called from the trampoline and the deallocation hooks.
+  int on_event(PyFrameObject* frame, int what, PyObject* arg);
+  void on_dealloc(PyObject* obj) noexcept;
+
+ private:
+  CodeInfo* code_info(PyCodeObject* code);
+  CodeInfo* build_code_info(PyCodeObject* code);
+  int on_call(PyFrameObject* frame);
+  int on_opcode(PyFrameObject* frame);
+  int on_return(PyFrameObject* frame, PyObject* value);
+  int on_exception(PyFrameObject* frame, PyObject* arg);
+  ShadowFrame* resync(PyFrameObject* frame);
+  ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
+  void release(ShadowFrame* frame);
+  void begin(ShadowFrame& sf, int index, int depth);
+  void complete(ShadowFrame& sf, int depth);
+  void land_exception(ShadowFrame& sf, int depth);
+  void bind_arguments(const Pending& p, ShadowFrame& callee);
+  Tag match_argument(const Pending& p, PyObject* value, int position, int posbase,
+                     PyObject* function);
+  void adopt_generator(const Pending& p, PyObject* gen);
+  bool trackable(PyObject* obj) const noexcept;
+  Tag computed(const Pending& p, PyObject* value) const noexcept;
+  void model_call(ShadowFrame& sf);
+  Tag call_result(ShadowFrame& sf, PyObject* result);
+  void note_taint(ShadowFrame& sf);
+  void capture_pre(PyFrameObject* frame, const Pending& p);
+  void capture_post(ShadowFrame& sf, int depth, int base);
+  void call_stop(PyObject* callback, PyFrameObject* frame);
+  ShadowFrame* find_shadow(PyFrameObject* frame) const;
+
+  PyObject* own_code_;
+  bool attached_ = false;
+  InstructionCounter counter_;
+  SlotTable slots_;
+  std::vector<ShadowFrame*> stack_;
+  std::unordered_map<_PyInterpreterFrame*, ShadowFrame*> suspended_;
+  std::vector<std::unique_ptr<ShadowFrame>> pool_;
+  std::vector<ShadowFrame*> free_;
+  std::vector<CodeName> code_names_;
+  std::uint64_t generation_ = 0;
+  PyObject* builtins_ = nullptr;
+
+  struct {
+    PyObject* value = nullptr;
+    Tag tag = 0;
+    std::uint64_t seq = 0;
+  } last_return_;
+  std::uint64_t return_seq_ = 0;
+  PyObject* exc_value_ = nullptr;
+  Tag exc_tag_ = 0;
+  Tag exc_origin_ = 0;
+  std::uint64_t end_counter_ = 0;
+  std::uint64_t crash_counter_ = 0;
+  std::string end_file_;
+
+  std::uint64_t stop_counter_ = 0;
+  PyObject* stop_counter_cb_ = nullptr;
+  std::string stop_file_;
+  int stop_line_ = 0;
+  std::uint64_t stop_hit_ = 0;
+  std::uint64_t hits_ = 0;
+  PyObject* stop_line_cb_ = nullptr;
+
+  std::unordered_set<std::uint64_t> capture_;
+  std::uint64_t capture_min_ = 1;
+  std::uint64_t capture_max_ = 0;
+  PyObject* capture_pre_ = nullptr;
+  PyObject* capture_post_ = nullptr;
+
+  bool tainting_ = false;
+  std::unordered_set<Tag> tainted_;
+  std::unordered_map<std::uint64_t, Reach> reach_;
+
+  Stats stats_;
+};
+
+}  // namespace sealtrace

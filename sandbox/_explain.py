@@ -1,0 +1,189 @@
+"""Text for people: provenance answers rendered the way the £0.00 walk-through reads.
+
+A trace is shown as a tree from the value asked about back to its origins, each step with
+its source line, operands by name and the value produced; then, for every origin reached
+(an external input, an environment variable, a command-line argument), the chain of
+source lines that led there: the provenance jumps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sealtrace.proxy._stream import ParsedStream
+
+from ._provenance import origin_tag_kind
+
+__all__ = ["SourceLines", "render_flows", "render_stack", "render_trace"]
+
+
+class SourceLines:
+    """The recorded application sources, to quote lines and shorten paths."""
+
+    def __init__(self, parsed: ParsedStream) -> None:
+        self._by_path: dict[str, list[str]] = {}
+        for source in parsed.sources.values():
+            blob = parsed.blobs.get(source.digest)
+            if blob is not None and not source.path.endswith(os.sep):
+                self._by_path[source.path] = blob.decode("utf-8", "replace").splitlines()
+        roots = [r.rstrip(os.sep) + os.sep for r in parsed.meta.get("app_roots") or []]
+        self._roots = sorted(roots, key=len, reverse=True)
+
+    def line(self, path: str, number: int) -> str | None:
+        lines = self._by_path.get(path)
+        if lines is None or not 0 < number <= len(lines):
+            return None
+        return lines[number - 1].strip()
+
+    def short(self, path: str) -> str:
+        for root in self._roots:
+            if path.startswith(root):
+                return path[len(root) :]
+        return path
+
+
+def _value(v: dict[str, Any] | None) -> str:
+    if not v:
+        return "?"
+    if v.get("repr") is not None:
+        return str(v["repr"])
+    return f"<{v.get('type')} {str(v.get('digest', ''))[:12]}>"
+
+
+def _origin(origin: dict[str, Any] | None) -> str | None:
+    if not origin:
+        return None
+    kind = origin.get("kind")
+    if kind == "external":
+        return f"◉ External input: {origin.get('call')} (event {origin.get('event')})"
+    if kind == "env":
+        return f"◉ Environment: {origin.get('call')}"
+    if kind == "argv":
+        return "◉ Command-line argument"
+    if kind == "constant":
+        return "◉ Constant in the code"
+    return "◉ Origin unknown (made by code the engine does not trace)"
+
+
+def _where(node: dict[str, Any], src: SourceLines) -> str:
+    if not node.get("file"):
+        return str(node.get("op"))
+    return (
+        f"{src.short(node['file'])}:{node['line']} in {node['function']}, step {node['counter']:,}"
+    )
+
+
+def _is_constant_leaf(node: dict[str, Any]) -> bool:
+    origin = node.get("origin") or {}
+    return origin.get("kind") == "constant" and not node.get("inputs")
+
+
+def render_trace(doc: dict[str, Any], nodes: dict[int, dict[str, Any]], src: SourceLines) -> str:
+    q = doc["query"]
+    stop = q["stopped_at"]
+    out = [
+        f"{q['var']} = {_value(q['value'])}",
+        f"  at {src.short(stop['file'] or '?')}:{stop['line']} in {stop['function']}, "
+        f"step {stop['counter']:,}",
+        "",
+    ]
+
+    def walk(node: dict[str, Any], prefix: str, last: bool) -> None:
+        branch = "└─ " if last else "├─ "
+        out.append(f"{prefix}{branch}{_where(node, src)}")
+        inner = prefix + ("   " if last else "│  ")
+        quoted = src.line(node["file"], node["line"]) if node.get("file") else None
+        if quoted:
+            out.append(f"{inner}  {node['line']:>4} │ {quoted}")
+        captured = nodes.get(node["counter"], {})
+        operands = [
+            f"{o['name']} = {_value(o['value'])}" if o.get("name") else _value(o["value"])
+            for o in captured.get("operands", [])
+        ]
+        detail = node["op"]
+        if operands:
+            detail += "(" + ", ".join(operands) + ")"
+        out.append(f"{inner}  {detail} → {_value(node['value'])}")
+        origin = _origin(node.get("origin"))
+        if origin and not _is_constant_leaf(node):
+            out.append(f"{inner}  {origin}")
+        children = [c for c in node["inputs"] if not _is_constant_leaf(c)]
+        for i, child in enumerate(children):
+            walk(child, inner, i == len(children) - 1)
+
+    walk(doc["root"], "", True)
+    jumps = _jumps(doc, src)
+    if jumps:
+        out.append("")
+        for chain, origin in jumps:
+            out.append(f"{len(chain)} provenance jumps to {origin}:")
+            out.append("  " + " → ".join(chain))
+    return "\n".join(out)
+
+
+def _jumps(doc: dict[str, Any], src: SourceLines) -> list[tuple[list[str], str]]:
+    """For each non-constant origin reached: the distinct source lines from the symptom."""
+    q = doc["query"]
+    start = f"{src.short(q['stopped_at']['file'] or '?')}:{q['stopped_at']['line']}"
+    found: list[tuple[list[str], str]] = []
+    seen: set[tuple[str, ...]] = set()
+
+    def walk(node: dict[str, Any], chain: list[str]) -> None:
+        here = f"{src.short(node['file'])}:{node['line']}" if node.get("file") else node["op"]
+        if chain[-1] != here:
+            chain = [*chain, here]
+        origin = node.get("origin") or {}
+        if origin.get("kind") in ("external", "env", "argv"):
+            label = (_origin(origin) or "").removeprefix("◉ ")
+            key = (*chain, label)
+            if key not in seen:
+                seen.add(key)
+                found.append((chain, label))
+        for child in node["inputs"]:
+            walk(child, chain)
+
+    walk(doc["root"], [start])
+    return found
+
+
+def render_flows(doc: dict[str, Any], src: SourceLines) -> str:
+    q = doc["query"]
+    if "event" in q:
+        head = f"from event {q['event']['index']} ({q['event']['call']})"
+    else:
+        head = f"from {q['from']} = {_value(q.get('value'))} (step {q['counter']:,})"
+    out = [head, ""]
+    locations = doc["locations"]
+    out.append(f"reached {len(locations)} location{'s' if len(locations) != 1 else ''}:")
+    for loc in locations:
+        quoted = src.line(loc["file"], loc["line"])
+        out.append(
+            f"  {src.short(loc['file'])}:{loc['line']} in {loc['function']} "
+            f"(first at step {loc['counter']:,}, {loc['count']} times)"
+            + (f"  │ {quoted}" if quoted else "")
+        )
+    outputs = doc["outputs"]
+    out.append("")
+    out.append(f"reached {len(outputs)} output{'s' if len(outputs) != 1 else ''}:")
+    for o in outputs:
+        out.append(f"  event {o['event']}: {o['call']} (step {o['counter']:,})")
+    return "\n".join(out)
+
+
+def render_stack(doc: dict[str, Any], src: SourceLines) -> str:
+    out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})", ""]
+    for frame in doc["frames"]:
+        out.append(f"{src.short(frame['file'])}:{frame['line']} in {frame['function']}")
+        quoted = src.line(frame["file"], frame["line"])
+        if quoted:
+            out.append(f"  {frame['line']:>4} │ {quoted}")
+        for local in frame["locals"]:
+            seeded = origin_tag_kind(local["tag"])
+            if seeded is not None:
+                tag = f"{seeded[0]}[{seeded[1]}]"
+            else:
+                tag = f"step {local['tag']:,}" if local["tag"] else "no producer"
+            out.append(f"    {local['name']} = {_value(local['value'])}   ({tag})")
+        out.append("")
+    return "\n".join(out).rstrip()

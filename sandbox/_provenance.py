@@ -1,0 +1,511 @@
+"""Provenance queries inside the replaying process: the engine attached to a replay.
+
+sealtrace.sandbox._replay starts this when the parent asks a question. One replay answers
+one pass of a query (sealtrace.sandbox._queries runs as many passes as it needs):
+
+    survey   run to the end; report the instruction count, the last instruction of the
+             main module ("end") and where the uncaught exception was raised ("crash")
+    locate   stop before an instruction (a counter, or FILE:LINE#HIT) and report the frames
+             there, with every local's value summary and tag, and the tag of an expression
+    capture  describe the instructions at a set of counters: operation, location, operand
+             values and tags, the value produced, and any external input it returned
+    flows    follow a value (a tag, or the result of a recorded event) forward to every
+             location that read it and every output it reached
+
+Everything here runs inside engine callbacks with tracing suspended, so it must never run
+the program's own code: values are summarised from builtin types only, and attributes are
+read without calling properties or __getattr__.
+"""
+
+from __future__ import annotations
+
+import dis
+import hashlib
+import inspect
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from sealtrace.proxy._runtime import is_own_code
+
+__all__ = [
+    "ARGV_TAG",
+    "ENV_TAG",
+    "ExpressionError",
+    "Provenance",
+    "origin_tag_kind",
+    "parse_expression",
+    "summarize",
+]
+
+# Tags at or above 2**62 are origins with no instruction behind them.
+ARGV_TAG = 1 << 62
+ENV_TAG = (1 << 62) | (1 << 40)
+_REPR_LIMIT = 200
+_ITEMS_LIMIT = 12
+_SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def origin_tag_kind(tag: int) -> tuple[str, int] | None:
+    """("argv", index) or ("env", index) for a seeded origin tag, else None."""
+    if tag >= ENV_TAG:
+        return "env", tag - ENV_TAG
+    if tag >= ARGV_TAG:
+        return "argv", tag - ARGV_TAG
+    return None
+
+
+class ExpressionError(ValueError):
+    pass
+
+
+# -- value summaries ------------------------------------------------------------------------
+
+
+def _own_type(t: type) -> bool:
+    """A replay stand-in (a boundary proxy class): its fields are sealtrace's own state."""
+    return any(str(getattr(c, "__module__", "")).startswith("sealtrace.") for c in t.__mro__)
+
+
+def _type_name(value: Any) -> str:
+    t = type(value)
+    module = t.__module__
+    if _own_type(t):
+        return t.__qualname__ if module.startswith("sealtrace.") else f"{module}.{t.__qualname__}"
+    return t.__qualname__ if module in ("builtins", "__main__") else f"{module}.{t.__qualname__}"
+
+
+def _instance_dict(value: Any) -> dict[str, Any] | None:
+    try:
+        d = object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return d if type(d) is dict else None
+
+
+def _safe_repr(value: Any, depth: int = 0) -> str | None:
+    """repr() for values whose repr runs no program code; None for anything else."""
+    t = type(value)
+    if t in _SAFE_SCALARS:
+        return repr(value)
+    if _own_type(t):
+        return f"<{_type_name(value)}>"
+    if depth >= 2:
+        return "…"
+    if t in (list, tuple, set, frozenset):
+        parts = [
+            _safe_repr(v, depth + 1) or f"<{_type_name(v)}>" for v in list(value)[:_ITEMS_LIMIT]
+        ]
+        if len(value) > _ITEMS_LIMIT:
+            parts.append("…")
+        if t is tuple:
+            return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        if t is list:
+            return "[" + ", ".join(parts) + "]"
+        return t.__name__ + "({" + ", ".join(parts) + "})" if parts else f"{t.__name__}()"
+    if t is dict:
+        items = []
+        for k, v in list(value.items())[:_ITEMS_LIMIT]:
+            items.append(
+                f"{_safe_repr(k, depth + 1) or '<' + _type_name(k) + '>'}: "
+                f"{_safe_repr(v, depth + 1) or '<' + _type_name(v) + '>'}"
+            )
+        if len(value) > _ITEMS_LIMIT:
+            items.append("…")
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f"<{_type_name(value)} {value.__qualname__}>"
+    if t.__module__ in ("decimal", "fractions", "datetime", "uuid", "pathlib"):
+        return repr(value)
+    fields = _instance_dict(value)
+    if fields is not None and not isinstance(value, types.ModuleType):
+        inner = ", ".join(
+            f"{k}={_safe_repr(v, depth + 1) or '<' + _type_name(v) + '>'}"
+            for k, v in list(fields.items())[:_ITEMS_LIMIT]
+            if isinstance(k, str)
+        )
+        return f"{t.__qualname__}({inner})"
+    return None
+
+
+def _clip(text: str | None) -> str | None:
+    if text is None or len(text) <= _REPR_LIMIT:
+        return text
+    return text[: _REPR_LIMIT - 1] + "…"
+
+
+def summarize(value: Any) -> dict[str, Any]:
+    """{"type", "repr" (or None when it cannot be shown safely), "digest"}."""
+    text = _safe_repr(value)
+    if isinstance(value, bytes):
+        canonical = value
+    elif isinstance(value, str):
+        canonical = value.encode("utf-8", "surrogatepass")
+    else:
+        canonical = (text or "").encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(
+        _type_name(value).encode() + b"\0" + canonical, digest_size=32
+    ).hexdigest()
+    return {"type": _type_name(value), "repr": _clip(text), "digest": digest}
+
+
+# -- expressions ----------------------------------------------------------------------------
+
+
+def parse_expression(text: str) -> list[tuple[str, Any]]:
+    """`order.total_price`, `row[0]`, `resp["total"]` → [("name", "order"), ("attr", ...)]."""
+    import ast
+
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ExpressionError(
+            f"{text!r} is not a name followed by .attributes and [keys]"
+        ) from None
+    steps: list[tuple[str, Any]] = []
+    while True:
+        if isinstance(node, ast.Name):
+            steps.append(("name", node.id))
+            break
+        if isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            key = node.slice
+            try:
+                steps.append(("item", ast.literal_eval(key)))
+            except ValueError:
+                raise ExpressionError(f"the key in {text!r} must be a literal") from None
+            node = node.value
+        else:
+            raise ExpressionError(f"{text!r} is not a name followed by .attributes and [keys]")
+    steps.reverse()
+    return steps
+
+
+_MISSING = object()
+
+
+def _static_attr(owner: Any, name: str) -> Any:
+    if isinstance(owner, types.ModuleType):
+        return owner.__dict__.get(name, _MISSING)
+    fields = _instance_dict(owner)
+    if fields is not None and name in fields:
+        return fields[name]
+    try:
+        found = inspect.getattr_static(owner, name)
+    except AttributeError:
+        return _MISSING
+    if hasattr(type(found), "__get__") and not isinstance(found, (staticmethod, classmethod)):
+        if isinstance(found, (types.FunctionType, types.BuiltinFunctionType)):
+            return found
+        raise ExpressionError(
+            f"{name} is computed by a descriptor (a property?); name the attribute it reads"
+        )
+    return found
+
+
+# -- the engine in the replaying process -----------------------------------------------------
+
+
+class Provenance:
+    """Runs one query pass over the replay; `emit(result)` ends the replaying process."""
+
+    def __init__(self, query: dict[str, Any], emit: Callable[[dict[str, Any]], Any]) -> None:
+        from sealtrace._engine import Engine
+
+        self.query = query
+        self.emit = emit
+        self.engine = Engine(is_own_code)
+        self.kind = query["kind"]
+        self.events_by_counter: dict[int, list[tuple[int, str]]] = {}
+        self.env_reads: dict[int, str] = {}
+        self.outputs: list[dict[str, Any]] = []
+        self.nodes: dict[int, dict[str, Any]] = {}
+        self.wanted: set[int] = set()
+        self.answer: dict[str, Any] | None = None
+        self._instructions: dict[Any, dict[int, dis.Instruction]] = {}
+
+    # The replay runtime reports every event it serves, and every env value it gives out.
+    def on_event(self, index: int, callee: str, output: bool) -> None:
+        engine = self.engine
+        current = engine.current()
+        if self.kind == "capture" and current in self.wanted:
+            self.events_by_counter.setdefault(current, []).append((index, callee))
+        elif self.kind == "flows":
+            if self.query.get("event") == index:
+                engine.taint_current()
+            if output and engine.current_tainted():
+                self.outputs.append({"event": index, "call": callee, "counter": current})
+
+    def on_env_read(self, name: str) -> None:
+        current = self.engine.current()
+        if self.kind == "capture" and current in self.wanted:
+            self.env_reads.setdefault(current, name)
+
+    def on_start(self) -> None:
+        """Just before the program's first instruction: argv is set."""
+        for i in range(len(sys.argv)):
+            self.engine.seed_item(sys.argv, i, ARGV_TAG + i)
+
+    def attach(self, main_file: str | None) -> None:
+        q = self.query
+        engine = self.engine
+        if main_file:
+            engine.set_end_file(main_file)
+        if self.kind == "locate":
+            at = q["at"]
+            if "counter" in at:
+                engine.stop_at_counter(int(at["counter"]), self._stop)
+            else:
+                engine.stop_at_line(at["file"], int(at["line"]), int(at.get("hit", 1)), self._stop)
+        elif self.kind == "capture":
+            self.wanted = {int(c) for c in q["counters"]}
+            engine.capture(sorted(self.wanted), self._pre, self._post)
+        elif self.kind == "flows" and q.get("tags"):
+            engine.taint([int(t) for t in q["tags"]])
+        engine.attach()
+
+    def finish(self) -> None:
+        """The program ended (or stopped): answer with what this pass found."""
+        engine = self.engine
+        engine.detach()
+        stats = engine.stats()
+        result: dict[str, Any] = {"kind": self.kind, "stats": stats}
+        if self.kind == "survey":
+            result.update(
+                instructions=engine.counter,
+                end=engine.end_counter,
+                crash=engine.crash_counter,
+            )
+        elif self.kind == "locate":
+            result["found"] = False
+        elif self.kind == "capture":
+            result["nodes"] = {
+                str(c): self._node(c) for c in sorted(self.wanted) if c in self.nodes
+            }
+        elif self.kind == "flows":
+            codes = engine.codes()
+            result["locations"] = [
+                {
+                    "file": codes[code][0],
+                    "function": codes[code][1],
+                    "line": line,
+                    "counter": first,
+                    "count": count,
+                }
+                for code, line, first, count in engine.reached()
+            ]
+            result["outputs"] = self.outputs
+            result["tainted_values"] = engine.tainted_count
+        self.emit(result)
+
+    # -- locate ---------------------------------------------------------------------------
+
+    def _stop(self, frame: Any, counter: int) -> None:
+        engine = self.engine
+        frames: list[dict[str, Any]] = []
+        f = frame
+        while f is not None:
+            filename = f.f_code.co_filename
+            if is_own_code(filename) and frames:
+                break  # below the program: sealtrace's replay machinery
+            if not is_own_code(filename) and not filename.startswith("<frozen "):
+                frames.append(
+                    {
+                        "file": filename,
+                        "line": f.f_lineno,
+                        "function": f.f_code.co_qualname,
+                        "locals": [
+                            {"name": name, "value": summarize(value), "tag": tag}
+                            for name, value, tag in engine.frame_locals(f)
+                        ],
+                    }
+                )
+            f = f.f_back
+        result: dict[str, Any] = {
+            "kind": "locate",
+            "found": True,
+            "counter": counter,
+            "frames": frames,
+        }
+        expr = self.query.get("expr")
+        if expr:
+            try:
+                value, tag, path = self._evaluate(frame, expr)
+                result["value"] = {"summary": summarize(value), "tag": tag, "via": path}
+            except ExpressionError as exc:
+                result["error"] = str(exc)
+        result["stats"] = engine.stats()
+        engine.detach()
+        self.emit(result)
+
+    def _evaluate(self, frame: Any, expr: str) -> tuple[Any, int, str]:
+        """The value of `expr` in `frame`, the tag of its slot, and which slot gave the tag."""
+        engine = self.engine
+        steps = parse_expression(expr)
+        kind, name = steps[0]
+        value: Any = _MISSING
+        tag = 0
+        for local, v, t in engine.frame_locals(frame):
+            if local == name:
+                value, tag = v, t
+        if value is _MISSING:
+            globals_ = frame.f_globals
+            if name in globals_:
+                value = globals_[name]
+                tag = engine.item_tag(globals_, name, value)
+            elif isinstance(frame.f_builtins, dict) and name in frame.f_builtins:
+                value = frame.f_builtins[name]
+            else:
+                raise ExpressionError(f"{name} is not defined at this point")
+        via = name
+        text = name
+        for kind, key in steps[1:]:
+            owner, owner_tag = value, tag
+            if kind == "attr":
+                value = _static_attr(owner, key)
+                if value is _MISSING:
+                    raise ExpressionError(f"{text} has no attribute {key}")
+                tag = engine.attr_tag(owner, key, value)
+                text += f".{key}"
+            else:
+                if type(owner) not in (list, tuple, dict):
+                    raise ExpressionError(
+                        f"{text} is a {_type_name(owner)}; [key] reads lists, tuples and dicts"
+                    )
+                try:
+                    value = owner[key]
+                except (KeyError, IndexError, TypeError):
+                    raise ExpressionError(f"{text} has no item {key!r}") from None
+                tag = engine.item_tag(owner, key, value)
+                text += f"[{key!r}]"
+            if tag:
+                via = text
+            else:
+                tag = owner_tag  # the slot was filled by untraced code: the container made it
+        return value, tag, via
+
+    # -- capture --------------------------------------------------------------------------
+
+    def _instruction(self, code: Any, index: int) -> dis.Instruction | None:
+        table = self._instructions.get(code)
+        if table is None:
+            table = {i.offset: i for i in dis.get_instructions(code)}
+            self._instructions[code] = table
+        offset = index * 2
+        while offset in table and table[offset].opname == "EXTENDED_ARG":
+            offset += 2
+        return table.get(offset)
+
+    def _pre(self, frame: Any, counter: int, index: int, inputs: list[tuple[Any, int]]) -> None:
+        code = frame.f_code
+        ins = self._instruction(code, index)
+        opname = ins.opname if ins else "?"
+        operation = opname
+        if ins is not None and ins.argrepr:
+            operation = f"{opname} {ins.argrepr}"
+        operands = list(inputs)
+        if opname in ("CALL", "CALL_FUNCTION_EX") and len(operands) >= 2:
+            head, callable_ = operands[0][0], operands[1][0]
+            target = head if head is not None else callable_
+            operation = f"{opname} {_callable_name(target)}"
+            # A method call keeps self as an operand; the callable itself is the operation.
+            operands = operands[1:] if head is not None else operands[2:]
+        elif opname == "LOAD_METHOD":
+            operands = operands[:1]
+        names = {(id(v), t): n for n, v, t in self.engine.frame_locals(frame) if t}
+        self.nodes[counter] = {
+            "counter": counter,
+            "file": code.co_filename,
+            "line": ins.positions.lineno
+            if ins and ins.positions and ins.positions.lineno
+            else frame.f_lineno,
+            "function": code.co_qualname,
+            "op": operation,
+            "opname": opname,
+            "operands": [
+                {"value": summarize(v), "tag": t, "name": names.get((id(v), t))}
+                for v, t in operands
+                if v is not None or t
+            ],
+            "builtin": False,
+            "value": None,
+            "callbacks": [],
+        }
+
+    def _post(
+        self, counter: int, outputs: list[tuple[Any, int]], raised: bool, callbacks: Any
+    ) -> None:
+        node = self.nodes.get(counter)
+        if node is None:
+            return
+        chosen = None
+        for value, tag in outputs:
+            if tag == counter:
+                chosen = value
+        if chosen is None and outputs:
+            chosen = outputs[-1][0]
+        if outputs:
+            node["value"] = summarize(chosen)
+            if (
+                node["opname"] in ("LOAD_GLOBAL", "LOAD_NAME")
+                and isinstance(chosen, (types.BuiltinFunctionType, type))
+                and getattr(chosen, "__module__", None) == "builtins"
+            ):
+                node["builtin"] = True
+        node["raised"] = bool(raised)
+        node["callbacks"] = list(callbacks or [])
+        if len(self.nodes) == len(self.wanted) and all(
+            n["value"] is not None or n.get("raised") for n in self.nodes.values()
+        ):
+            self.finish()
+
+    def _node(self, counter: int) -> dict[str, Any]:
+        node = dict(self.nodes[counter])
+        events = self.events_by_counter.get(counter)
+        if events:
+            index, callee = events[-1]
+            kind = "env" if callee.startswith("os.environ") else "external"
+            node["origin"] = {"kind": kind, "call": callee, "event": index}
+            if node["opname"] in ("CALL", "CALL_FUNCTION_EX"):
+                node["op"] = f"{node['opname']} {callee}"  # not the replay stand-in's name
+        elif counter in self.env_reads:
+            node["origin"] = {
+                "kind": "env",
+                "call": f"os.environ[{self.env_reads[counter]!r}]",
+                "event": None,
+            }
+        elif (
+            node["opname"] == "LOAD_CONST"
+            or node.get("builtin")
+            or (not node["operands"] and not node["callbacks"])
+        ):
+            # Nothing flowed in: the code alone determines the value.
+            node["origin"] = {"kind": "constant", "call": None, "event": None}
+        else:
+            node["origin"] = None
+        return node
+
+
+def _callable_name(obj: Any) -> str:
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+        return str(getattr(obj, "__qualname__", _type_name(obj)))
+    if isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return f"{obj.__objclass__.__qualname__}.{obj.__name__}"
+    return _type_name(obj)
+
+
+def attach_to_environ(prov: Provenance) -> None:
+    """Report every os.environ value the program reads (the known ones are not events)."""
+    env_type = type(os.environ)
+    original = env_type.__getitem__
+
+    def getitem(self: Any, key: str) -> str:
+        value = original(self, key)
+        prov.on_env_read(key)
+        return value
+
+    env_type.__getitem__ = getitem  # type: ignore[method-assign]

@@ -1,0 +1,299 @@
+"""Provenance queries over one recording, answered by deterministic re-execution.
+
+Each question is answered by one or more replays of the same recording with the engine
+attached (sealtrace.sandbox._provenance does the work inside each replay). A replay is
+deterministic, so instruction counters name the same instant in every pass:
+
+    trace          locate the value, then capture its producing instruction, then that
+                   instruction's inputs, one level per pass, to the requested depth
+    flows          locate the value (or take a recorded event), then one pass that
+                   follows it forward
+    inspect_stack  locate, and report the frames there
+
+The JSON a `trace` returns is a public contract (docs/provenance.md):
+{"query": {...}, "root": NODE}, NODE = {"counter", "file", "line", "function", "op",
+"value": {"type", "repr", "digest"}, "origin", "inputs": [NODE, ...]}.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sealtrace.proxy._stream import ParsedStream
+
+from ._errors import DivergenceError, QueryError
+from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
+from ._session import replay
+
+__all__ = ["At", "ProvenanceSession", "parse_at"]
+
+_AT = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?:#(?P<hit>\d+))?$")
+
+
+@dataclass(frozen=True)
+class At:
+    """Where a query stops: before a counter, a line's Nth execution, the crash or the end."""
+
+    text: str
+    counter: int | None = None
+    file: str | None = None
+    line: int | None = None
+    hit: int = 1
+    special: str | None = None
+
+
+def parse_at(text: str) -> At:
+    text = text.strip()
+    if text in ("crash", "end"):
+        return At(text, special=text)
+    if text.isdigit():
+        if int(text) < 1:
+            raise QueryError("instruction counters start at 1")
+        return At(text, counter=int(text))
+    m = _AT.match(text)
+    if m is None:
+        raise QueryError(f"--at {text!r}: expected FILE:LINE[#HIT], a counter, crash or end")
+    hit = int(m["hit"]) if m["hit"] else 1
+    if hit < 1:
+        raise QueryError(f"--at {text!r}: hits count from 1")
+    return At(text, file=m["file"], line=int(m["line"]), hit=hit)
+
+
+class ProvenanceSession:
+    """One verified recording, queried by as many replay passes as each question needs."""
+
+    def __init__(self, data: bytes, parsed: ParsedStream, *, timeout: float | None = None) -> None:
+        self.data = data
+        self.parsed = parsed
+        self.meta = parsed.meta
+        self.timeout = timeout
+        self._survey: dict[str, Any] | None = None
+        self.passes = 0
+        # The captured instructions of the last trace, with operand names (for text output).
+        self.last_nodes: dict[int, dict[str, Any]] = {}
+
+    # -- passes ---------------------------------------------------------------------------
+
+    def run(self, query: dict[str, Any]) -> dict[str, Any]:
+        self.passes += 1
+        receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
+        if receipt.status != "query":
+            if receipt.status == "bit-exact":
+                raise QueryError("the replay ended without answering the query")
+            raise DivergenceError(
+                f"{receipt.message()}; provenance needs a faithful replay up to the point asked"
+            )
+        result: dict[str, Any] = receipt.data["result"]
+        return result
+
+    def survey(self) -> dict[str, Any]:
+        if self._survey is None:
+            self._survey = self.run({"kind": "survey"})
+        return self._survey
+
+    # -- locations ------------------------------------------------------------------------
+
+    def _files(self) -> list[str]:
+        files = {s.path for s in self.parsed.sources.values() if not s.path.endswith(os.sep)}
+        target = self.meta.get("target") or {}
+        if target.get("kind") == "script":
+            files.add(target["value"])
+        return sorted(files)
+
+    def resolve_file(self, name: str) -> str:
+        files = self._files()
+        if name in files:
+            return name
+        suffix = name.lstrip("./")
+        matches = [f for f in files if f == suffix or f.endswith(os.sep + suffix)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise QueryError(f"{name} matches several recorded files: {', '.join(matches)}")
+        if os.path.isabs(name):
+            return name  # a library or stdlib file: counted as the replay runs it
+        raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
+
+    def stop_spec(self, at: At) -> dict[str, Any]:
+        if at.special is not None:
+            survey = self.survey()
+            counter = survey[at.special]
+            if not counter:
+                raise QueryError(
+                    "the recorded run did not crash"
+                    if at.special == "crash"
+                    else "the recorded run has no main-module instruction to stop at"
+                )
+            return {"counter": counter}
+        if at.counter is not None:
+            return {"counter": at.counter}
+        assert at.file is not None and at.line is not None
+        return {"file": self.resolve_file(at.file), "line": at.line, "hit": at.hit}
+
+    def locate(self, at: At, expr: str | None = None) -> dict[str, Any]:
+        if expr is not None:
+            parse_expression(expr)  # refuse a bad expression before replaying anything
+        result = self.run({"kind": "locate", "at": self.stop_spec(at), "expr": expr})
+        if not result.get("found"):
+            raise QueryError(f"the run never reached {at.text}")
+        if result.get("error"):
+            raise QueryError(f"{expr} at {at.text}: {result['error']}")
+        return result
+
+    # -- trace ----------------------------------------------------------------------------
+
+    def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
+        wanted = {c for c in counters if 0 < c < ARGV_TAG}
+        if not wanted:
+            return {}
+        result = self.run({"kind": "capture", "counters": sorted(wanted)})
+        return {int(k): v for k, v in result["nodes"].items()}
+
+    def trace(self, at: At, expr: str, depth: int = 6) -> dict[str, Any]:
+        if depth < 0:
+            raise QueryError("--depth must be 0 or more")
+        located = self.locate(at, expr)
+        value = located["value"]
+        root_tag = int(value["tag"])
+        top = located["frames"][0] if located["frames"] else {}
+        query = {
+            "at": at.text,
+            "var": expr,
+            "depth": depth,
+            "stopped_at": {
+                "counter": located["counter"],
+                "file": top.get("file"),
+                "line": top.get("line"),
+                "function": top.get("function"),
+            },
+            "value": value["summary"],
+            "slot": value["via"],
+            "passes": 0,
+        }
+        if root_tag == 0:
+            raise QueryError(
+                f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
+                "does not trace)"
+            )
+        nodes: dict[int, dict[str, Any]] = {}
+        frontier = {root_tag}
+        for _ in range(depth + 1):
+            nodes.update(self.capture({t for t in frontier if t not in nodes}))
+            frontier = {t for c in frontier if c in nodes for t in _input_tags(nodes[c])}
+            frontier -= set(nodes)
+            if not frontier:
+                break
+        query["passes"] = self.passes
+        self.last_nodes = nodes
+        return {"query": query, "root": self._tree(root_tag, nodes, depth)}
+
+    def _tree(self, tag: int, nodes: dict[int, dict[str, Any]], depth: int) -> dict[str, Any]:
+        seeded = origin_tag_kind(tag)
+        if seeded is not None:
+            kind, index = seeded
+            argv = _argv(self.meta)
+            value = (
+                summarize(argv[index]) if kind == "argv" and index < len(argv) else summarize(None)
+            )
+            return {
+                "counter": 0,
+                "file": "",
+                "line": 0,
+                "function": "",
+                "op": f"{kind}[{index}]",
+                "value": value,
+                "origin": {"kind": kind, "call": None, "event": None},
+                "inputs": [],
+            }
+        node = nodes.get(tag)
+        if node is None:
+            return {
+                "counter": tag,
+                "file": "",
+                "line": 0,
+                "function": "",
+                "op": "?",
+                "value": {"type": "?", "repr": None, "digest": ""},
+                "origin": {"kind": "unknown", "call": None, "event": None},
+                "inputs": [],
+            }
+        inputs = [self._tree(t, nodes, depth - 1) for t in _input_tags(node)] if depth > 0 else []
+        origin = node.get("origin")
+        if origin is None and not _input_tags(node):
+            origin = {"kind": "unknown", "call": None, "event": None}
+        return {
+            "counter": node["counter"],
+            "file": node["file"],
+            "line": node["line"],
+            "function": node["function"],
+            "op": node["op"],
+            "value": node["value"] or {"type": "<raised>", "repr": None, "digest": ""},
+            "origin": origin,
+            "inputs": inputs,
+        }
+
+    # -- flows and stack ------------------------------------------------------------------
+
+    def flows(self, source: str) -> dict[str, Any]:
+        source = source.strip()
+        query: dict[str, Any] = {"kind": "flows"}
+        described: dict[str, Any] = {"from": source}
+        if source.startswith("event:"):
+            try:
+                event = int(source.split(":", 1)[1])
+            except ValueError:
+                raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+            last = len(self.parsed.events) - 1
+            if not 0 <= event <= last:
+                raise QueryError(f"--from {source!r}: the recording has events 0 to {last}")
+            query["event"] = event
+            described["event"] = {"index": event, "call": self.parsed.events[event].callee}
+        else:
+            expr, sep, where = source.rpartition("@")
+            if not sep or not expr:
+                raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
+            located = self.locate(parse_at(where), expr)
+            tag = int(located["value"]["tag"])
+            if tag == 0:
+                raise QueryError(f"{expr} at {where} has no recorded producer to follow")
+            query["tags"] = [tag]
+            described.update(counter=tag, value=located["value"]["summary"])
+        result = self.run(query)
+        return {
+            "query": described,
+            "locations": result["locations"],
+            "outputs": result["outputs"],
+            "tainted_values": result["tainted_values"],
+        }
+
+    def inspect_stack(self, at: At) -> dict[str, Any]:
+        located = self.locate(at)
+        return {
+            "query": {"at": at.text, "counter": located["counter"]},
+            "frames": located["frames"],
+        }
+
+
+def _input_tags(node: dict[str, Any]) -> list[int]:
+    seen: list[int] = []
+    for operand in node.get("operands", []):
+        t = int(operand["tag"])
+        if t and t not in seen and t != node["counter"]:
+            seen.append(t)
+    for t in node.get("callbacks", []):
+        t = int(t)
+        if t and t not in seen and t != node["counter"]:
+            seen.append(t)
+    return seen
+
+
+def _argv(meta: dict[str, Any]) -> list[str]:
+    target = meta.get("target") or {}
+    args = list(target.get("args") or [])
+    kind = target.get("kind")
+    if kind == "script":
+        return [target.get("value", ""), *args]
+    return ["-m" if kind == "module" else "-c", *args]
