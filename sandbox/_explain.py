@@ -144,7 +144,11 @@ def _jumps(doc: dict[str, Any], src: SourceLines) -> list[tuple[list[str], str]]
             walk(child, chain)
 
     walk(doc["root"], [start])
-    return found
+    shortest: dict[str, list[str]] = {}
+    for chain, label in found:
+        if label not in shortest or len(chain) < len(shortest[label]):
+            shortest[label] = chain
+    return sorted(((c, label) for label, c in shortest.items()), key=lambda x: len(x[0]))
 
 
 def render_flows(doc: dict[str, Any], src: SourceLines) -> str:

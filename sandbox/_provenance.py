@@ -3,6 +3,8 @@
 sealtrace.sandbox._replay starts this when the parent asks a question. One replay answers
 one pass of a query (sealtrace.sandbox._queries runs as many passes as it needs):
 
+    slice    run to a counter keeping every instruction's input tags, then walk back from
+             it: the counters of its backward slice, nearest first
     survey   run to the end; report the instruction count, the last instruction of the
              main module ("end") and where the uncaught exception was raised ("crash")
     locate   stop before an instruction (a counter, or FILE:LINE#HIT) and report the frames
@@ -43,6 +45,10 @@ __all__ = [
 # Tags at or above 2**62 are origins with no instruction behind them.
 ARGV_TAG = 1 << 62
 ENV_TAG = (1 << 62) | (1 << 40)
+FLOW_TAG = (1 << 62) | (1 << 41)
+# A slice pass keeps the input tags of every instruction up to the root: bounded here.
+EDGE_LIMIT = 50_000_000
+SLICE_NODES = 2_000
 _REPR_LIMIT = 200
 _ITEMS_LIMIT = 12
 _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
@@ -50,6 +56,8 @@ _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 def origin_tag_kind(tag: int) -> tuple[str, int] | None:
     """("argv", index) or ("env", index) for a seeded origin tag, else None."""
+    if tag >= FLOW_TAG:
+        return "value", tag - FLOW_TAG
     if tag >= ENV_TAG:
         return "env", tag - ENV_TAG
     if tag >= ARGV_TAG:
@@ -226,6 +234,7 @@ class Provenance:
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
         self.answer: dict[str, Any] | None = None
+        self._last: tuple[Any, str, Any] | None = None
         self._instructions: dict[Any, dict[int, dis.Instruction]] = {}
 
     # The replay runtime reports every event it serves, and every env value it gives out.
@@ -266,6 +275,16 @@ class Provenance:
             engine.capture(sorted(self.wanted), self._pre, self._post)
         elif self.kind == "flows" and q.get("tags"):
             engine.taint([int(t) for t in q["tags"]])
+        elif self.kind == "flows" and q.get("seed"):
+            at = q["seed"]["at"]
+            if "counter" in at:
+                engine.stop_at_counter(int(at["counter"]), self._seed_flow)
+            else:
+                engine.stop_at_line(
+                    at["file"], int(at["line"]), int(at.get("hit", 1)), self._seed_flow
+                )
+        elif self.kind == "slice":
+            engine.record_edges(int(q["root"]), int(q.get("edge_limit", EDGE_LIMIT)), self._sliced)
         engine.attach()
 
     def finish(self) -> None:
@@ -282,6 +301,8 @@ class Provenance:
             )
         elif self.kind == "locate":
             result["found"] = False
+        elif self.kind == "slice":
+            result.update(self._slice())
         elif self.kind == "capture":
             result["nodes"] = {
                 str(c): self._node(c) for c in sorted(self.wanted) if c in self.nodes
@@ -300,6 +321,22 @@ class Provenance:
             ]
             result["outputs"] = self.outputs
             result["tainted_values"] = engine.tainted_count
+        self.emit(result)
+
+    # -- slice ----------------------------------------------------------------------------
+
+    def _slice(self) -> dict[str, Any]:
+        q = self.query
+        nodes, truncated = self.engine.backward_slice(
+            int(q["root"]), int(q["depth"]), int(q.get("max_nodes", SLICE_NODES))
+        )
+        return {"nodes": nodes, "truncated": truncated}
+
+    def _sliced(self) -> None:
+        """The root instruction completed: every edge of its backward slice is known."""
+        engine = self.engine
+        result: dict[str, Any] = {"kind": "slice", **self._slice(), "stats": engine.stats()}
+        engine.detach()
         self.emit(result)
 
     # -- locate ---------------------------------------------------------------------------
@@ -342,8 +379,24 @@ class Provenance:
         engine.detach()
         self.emit(result)
 
+    def _seed_flow(self, frame: Any, counter: int) -> None:
+        """A value whose slot has no producer of its own (an item json.loads made): follow
+        that slot's value from here on, not everything its container touches."""
+        engine = self.engine
+        value, tag, _via = self._evaluate(frame, self.query["seed"]["expr"])
+        seeded = False
+        if self._last is not None:
+            owner, kind, key = self._last
+            if kind == "attr":
+                seeded = engine.seed_attr(owner, key, value, FLOW_TAG)
+            else:
+                seeded = engine.seed_item(owner, key, FLOW_TAG)
+        engine.taint([FLOW_TAG] if seeded else [tag])
+
     def _evaluate(self, frame: Any, expr: str) -> tuple[Any, int, str]:
-        """The value of `expr` in `frame`, the tag of its slot, and which slot gave the tag."""
+        """The value of `expr` in `frame`, the tag of its slot, and which slot gave the tag.
+        Leaves the last (owner, "attr"|"item", key) step in self._last."""
+        self._last = None
         engine = self.engine
         steps = parse_expression(expr)
         kind, name = steps[0]
@@ -382,6 +435,7 @@ class Provenance:
                     raise ExpressionError(f"{text} has no item {key!r}") from None
                 tag = engine.item_tag(owner, key, value)
                 text += f"[{key!r}]"
+            self._last = (owner, kind, key)
             if tag:
                 via = text
             else:

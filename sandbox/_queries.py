@@ -4,8 +4,8 @@ Each question is answered by one or more replays of the same recording with the 
 attached (sealtrace.sandbox._provenance does the work inside each replay). A replay is
 deterministic, so instruction counters name the same instant in every pass:
 
-    trace          locate the value, then capture its producing instruction, then that
-                   instruction's inputs, one level per pass, to the requested depth
+    trace          locate the value; one pass keeping every instruction's input tags up to
+                   it gives its backward slice; one more captures every step of the slice
     flows          locate the value (or take a recorded event), then one pass that
                    follows it forward
     inspect_stack  locate, and report the frames there
@@ -74,6 +74,7 @@ class ProvenanceSession:
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
         self.last_nodes: dict[int, dict[str, Any]] = {}
+        self.truncated = False
 
     # -- passes ---------------------------------------------------------------------------
 
@@ -178,19 +179,27 @@ class ProvenanceSession:
                 f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
                 "does not trace)"
             )
-        nodes: dict[int, dict[str, Any]] = {}
-        frontier = {root_tag}
-        for _ in range(depth + 1):
-            nodes.update(self.capture({t for t in frontier if t not in nodes}))
-            frontier = {t for c in frontier if c in nodes for t in _input_tags(nodes[c])}
-            frontier -= set(nodes)
-            if not frontier:
-                break
+        nodes = self.capture(set(self.backward_slice(root_tag, depth)))
         query["passes"] = self.passes
+        query["truncated"] = self.truncated
         self.last_nodes = nodes
-        return {"query": query, "root": self._tree(root_tag, nodes, depth)}
+        expanded: set[int] = set()
+        return {"query": query, "root": self._tree(root_tag, nodes, depth, expanded)}
 
-    def _tree(self, tag: int, nodes: dict[int, dict[str, Any]], depth: int) -> dict[str, Any]:
+    def backward_slice(self, root: int, depth: int) -> list[int]:
+        """Counters within `depth` steps back from `root`, nearest first (one replay)."""
+        if origin_tag_kind(root) is not None:
+            return [root]
+        result = self.run({"kind": "slice", "root": root, "depth": depth})
+        self.truncated = bool(result["truncated"])
+        return [int(tag) for tag, _level in result["nodes"]]
+
+    def _tree(
+        self, tag: int, nodes: dict[int, dict[str, Any]], depth: int, expanded: set[int]
+    ) -> dict[str, Any]:
+        """NODE for `tag`. A step already expanded elsewhere in the tree is shown once; an
+        input from outside the program ends its branch (only the inputs that are themselves
+        outside inputs, such as the cursor a fetchone reads, are followed from it)."""
         seeded = origin_tag_kind(tag)
         if seeded is not None:
             kind, index = seeded
@@ -220,8 +229,14 @@ class ProvenanceSession:
                 "origin": {"kind": "unknown", "call": None, "event": None},
                 "inputs": [],
             }
-        inputs = [self._tree(t, nodes, depth - 1) for t in _input_tags(node)] if depth > 0 else []
         origin = node.get("origin")
+        inputs = []
+        if depth > 0 and tag not in expanded:
+            expanded.add(tag)
+            follow = _input_tags(node)
+            if origin is not None and origin.get("kind") in _OUTSIDE:
+                follow = [t for t in follow if _is_outside(t, nodes)]
+            inputs = [self._tree(t, nodes, depth - 1, expanded) for t in follow]
         if origin is None and not _input_tags(node):
             origin = {"kind": "unknown", "call": None, "event": None}
         return {
@@ -255,12 +270,15 @@ class ProvenanceSession:
             expr, sep, where = source.rpartition("@")
             if not sep or not expr:
                 raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
-            located = self.locate(parse_at(where), expr)
+            at = parse_at(where)
+            located = self.locate(at, expr)
             tag = int(located["value"]["tag"])
-            if tag == 0:
-                raise QueryError(f"{expr} at {where} has no recorded producer to follow")
-            query["tags"] = [tag]
-            described.update(counter=tag, value=located["value"]["summary"])
+            if located["value"]["via"] == expr.strip() and tag:
+                query["tags"] = [tag]  # its own producer: follow every use of that value
+            else:
+                # Its slot was filled by untraced code: follow that slot from the point asked.
+                query["seed"] = {"at": self.stop_spec(at), "expr": expr}
+            described.update(counter=located["counter"], value=located["value"]["summary"])
         result = self.run(query)
         return {
             "query": described,
@@ -275,6 +293,16 @@ class ProvenanceSession:
             "query": {"at": at.text, "counter": located["counter"]},
             "frames": located["frames"],
         }
+
+
+_OUTSIDE = ("external", "env", "argv")
+
+
+def _is_outside(tag: int, nodes: dict[int, dict[str, Any]]) -> bool:
+    if origin_tag_kind(tag) is not None:
+        return True
+    origin = (nodes.get(tag) or {}).get("origin") or {}
+    return origin.get("kind") in _OUTSIDE
 
 
 def _input_tags(node: dict[str, Any]) -> list[int]:

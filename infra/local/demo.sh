@@ -45,19 +45,10 @@ sealtrace keygen --out "$work/keys" --name "$run"
 
 step "the checkout job's inputs: an order over HTTP, a promotion in SQLite"
 app="$(cd "$(dirname "$0")/../../examples/pricing" && pwd)"
-mkdir -p "$work/inputs"
-cp "$app/order.json" "$work/inputs/"
-python -m http.server 0 --bind 127.0.0.1 --directory "$work/inputs" >"$work/http.log" 2>&1 &
+python "$app/serve_inputs.py" "$work/inputs" >"$work/http.port" &
 http_pid=$!
-for _ in $(seq 100); do grep -q "port" "$work/http.log" 2>/dev/null && break; sleep 0.1; done
-http_port="$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$work/http.log" | head -1)"
-python - "$work/inputs/promotions.db" <<'PY'
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct INTEGER)")
-db.executemany("INSERT INTO promotions VALUES (?, ?)", [("SPRING10", 10), ("STAFF100", 100)])
-db.commit()
-PY
+for _ in $(seq 100); do [ -s "$work/http.port" ] && break; sleep 0.1; done
+http_port="$(head -1 "$work/http.port")"
 echo "order: $(cat "$work/inputs/order.json")"
 
 step "record the checkout job into $store (production holds only the .pub)"
@@ -84,6 +75,22 @@ sealtrace inspect "$store"
 
 step "replay: every external call served from the recording and checked"
 sealtrace replay "$store" --identity "$work/keys/$run.key"
+
+step "why was the customer charged £0.00? trace order.total_price back to its origin"
+sealtrace trace "$store" --identity "$work/keys/$run.key" \
+  --at routes/orders.py:4 --var order.total_price --depth 12
+
+step "and forward: where did the promotions read (the fetchone result) go?"
+event="$(sealtrace trace "$store" --identity "$work/keys/$run.key" --at routes/orders.py:4 \
+  --var order.total_price --depth 12 --json | python -c '
+import json, sys
+def walk(node):
+    origin = node.get("origin") or {}
+    if origin.get("call") == "sqlite3.Cursor.fetchone":
+        return origin["event"]
+    return next((e for e in map(walk, node["inputs"]) if e is not None), None)
+print(walk(json.load(sys.stdin)["root"]))')"
+sealtrace flows "$store" --identity "$work/keys/$run.key" --from "event:$event"
 
 step "a wrong identity is refused (exit 4)"
 sealtrace keygen --out "$work/keys" --name intruder >/dev/null

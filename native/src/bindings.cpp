@@ -82,6 +82,16 @@ PYBIND11_MODULE(_engine, m) {
       .def("capture",
            [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
               py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })
+      .def("record_edges",
+           [](Tracer& t, std::uint64_t upto, std::size_t limit, py::object on_done) {
+             t.record_edges(upto, limit, on_done.ptr());
+           })
+      .def("backward_slice",
+           [](const Tracer& t, std::uint64_t root, int depth, std::size_t max_nodes) {
+             bool truncated = false;
+             auto nodes = t.backward_slice(root, depth, max_nodes, truncated);
+             return py::make_tuple(nodes, truncated);
+           })
       .def("current", &Tracer::current)
       .def("taint", &Tracer::taint)
       .def("taint_current", &Tracer::taint_current)
@@ -114,8 +124,12 @@ PYBIND11_MODULE(_engine, m) {
       .def("object_counters",
            [](const Tracer& t, py::handle obj) { return t.object_counters(obj.ptr()); })
       .def("seed_item",
-           [](Tracer& t, py::handle container, Py_ssize_t index, std::uint64_t tag) {
-             t.seed_item(container.ptr(), index, tag);
+           [](Tracer& t, py::handle container, py::handle key, std::uint64_t tag) {
+             return t.seed_item(container.ptr(), key.ptr(), tag);
+           })
+      .def("seed_attr",
+           [](Tracer& t, py::handle owner, py::handle name, py::handle value, std::uint64_t tag) {
+             return t.seed_attr(owner.ptr(), name.ptr(), value.ptr(), tag);
            })
       .def("code_index", [](Tracer& t, py::handle code) { return t.code_index(code.ptr()); })
       .def("codes",

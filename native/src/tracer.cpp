@@ -190,7 +190,7 @@ Tracer::Tracer(PyObject* own_code) : own_code_(own_code) {
 Tracer::~Tracer() {
   detach();
   for (auto* cb : {stop_counter_cb_, stop_line_cb_, capture_pre_, capture_post_, own_code_,
-                   builtins_}) {
+                   builtins_, edges_done_}) {
     Py_XDECREF(cb);
   }
 }
@@ -1302,6 +1302,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
     }
   }
   if (p.tainted_inputs || p.taint_source) tainted_.insert(now);
+  if (now <= edges_upto_) record(p);
   if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
     capture_post(sf, depth, std::max(base, sf.code->nlocalsplus));
   }
@@ -1317,9 +1318,79 @@ void Tracer::land_exception(ShadowFrame& sf, int depth) {
   sf.iters.erase(std::remove_if(sf.iters.begin(), sf.iters.end(),
                                 [top](const IterState& st) { return st.slot >= top; }),
                  sf.iters.end());
+  if (p.counter <= edges_upto_) record(p);
   if (p.counter >= capture_min_ && p.counter <= capture_max_ && capture_.count(p.counter) != 0) {
     capture_post(sf, depth, depth);
   }
+}
+
+// The inputs a description of this instruction names: a call's arguments (and self), not
+// the callable; the values Python code handed back to C while it ran.
+void Tracer::record(const Pending& p) {
+  std::size_t first = 0;
+  if (p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx) {
+    first = (!p.in_objs.empty() && p.in_objs[0] != nullptr) ? 1 : 2;
+  }
+  const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
+  for (std::size_t i = first; i < p.in_tags.size(); ++i) {
+    if (p.in_tags[i] != 0 && p.in_tags[i] != p.counter) edge_tags_.push_back(p.in_tags[i]);
+  }
+  for (Tag t : p.callbacks) {
+    if (t != 0 && t != p.counter) edge_tags_.push_back(t);
+  }
+  const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
+  if (count != 0) edges_.push_back(Edges{p.counter, begin, count});
+  if (edge_tags_.size() > edges_limit_) {
+    edges_overflow_ = true;
+    edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
+  }
+  if (p.counter == edges_upto_ && edges_done_ != nullptr) {
+    PyObject* cb = edges_done_;
+    edges_done_ = nullptr;
+    PyObject* r = PyObject_CallNoArgs(cb);
+    if (r == nullptr) {
+      PyErr_Print();
+      ++stats_.callback_errors;
+    }
+    Py_XDECREF(r);
+    Py_DECREF(cb);
+  }
+}
+
+void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done) {
+  edges_upto_ = upto;
+  edges_limit_ = limit;
+  edges_overflow_ = false;
+  edges_.clear();
+  edge_tags_.clear();
+  Py_XDECREF(edges_done_);
+  Py_XINCREF(on_done);
+  edges_done_ = on_done;
+}
+
+std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std::size_t max_nodes,
+                                                        bool& truncated) const {
+  truncated = edges_overflow_;
+  std::unordered_map<Tag, const Edges*> index;
+  index.reserve(edges_.size());
+  for (const auto& e : edges_) index.emplace(e.counter, &e);
+  std::vector<std::pair<Tag, int>> out;
+  std::unordered_set<Tag> seen{root};
+  std::vector<std::pair<Tag, int>> frontier{{root, 0}};
+  for (std::size_t i = 0; i < frontier.size() && out.size() < max_nodes; ++i) {
+    const auto [tag, level] = frontier[i];
+    out.emplace_back(tag, level);
+    if (level >= depth) continue;
+    auto it = index.find(tag);
+    if (it == index.end()) continue;
+    const Edges& e = *it->second;
+    for (std::uint32_t k = 0; k < e.count; ++k) {
+      const Tag input = edge_tags_[e.begin + k];
+      if (seen.insert(input).second) frontier.emplace_back(input, level + 1);
+    }
+  }
+  if (out.size() >= max_nodes) truncated = true;
+  return out;
 }
 
 // -- queries --------------------------------------------------------------------------------
@@ -1543,12 +1614,23 @@ std::pair<Tag, Tag> Tracer::object_counters(PyObject* obj) const {
   return r == nullptr ? std::pair<Tag, Tag>{0, 0} : std::pair<Tag, Tag>{r->created, r->updated};
 }
 
-void Tracer::seed_item(PyObject* container, Py_ssize_t index, Tag tag) {
-  if (!(PyList_Check(container) || PyTuple_Check(container)) || index < 0 ||
-      index >= Py_SIZE(container) || !trackable(container)) {
-    return;
+bool Tracer::seed_item(PyObject* container, PyObject* key, Tag tag) {
+  std::uint64_t k = 0;
+  PyObject* current = nullptr;
+  if (!trackable(container) || !subscript_key(container, key, k, &current) || current == nullptr) {
+    return false;
   }
-  slots_.set(addr(container), index_key(index), tag, addr(seq_item(container, index)), 0);
+  slots_.set(addr(container), k, tag, addr(current), counter_.value());
+  return true;
+}
+
+bool Tracer::seed_attr(PyObject* owner, PyObject* name, PyObject* value, Tag tag) {
+  PyObject* ns = namespace_of(owner);
+  PyObject* target = ns != nullptr ? ns : owner;
+  if (!trackable(target)) return false;
+  slots_.set(addr(target), ns != nullptr ? name_key(name) : attr_key(name), tag, addr(value),
+             counter_.value());
+  return true;
 }
 
 void Tracer::on_dealloc(PyObject* obj) noexcept {

@@ -163,7 +163,19 @@ class Tracer {
   Tag attr_tag(PyObject* owner, PyObject* name, PyObject* value);
   Tag item_tag(PyObject* container, PyObject* key, PyObject* value);
   std::pair<Tag, Tag> object_counters(PyObject* obj) const;
-  void seed_item(PyObject* container, Py_ssize_t index, Tag tag);
+  // Give the value now in a slot a tag of the caller's choosing (an origin, or a flow to
+  // follow from here on); false when the slot cannot be tracked.
+  bool seed_item(PyObject* container, PyObject* key, Tag tag);
+  bool seed_attr(PyObject* owner, PyObject* name, PyObject* value, Tag tag);
+
+  // Backward slices in one pass: while recording, every producing instruction up to
+  // `upto` keeps its input tags (a query pass only: this is O(instructions), bounded by
+  // `limit` edges). on_done() is called once `upto` itself has completed.
+  void record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done);
+  // Counters reachable backwards from root within depth steps, nearest first, at most
+  // max_nodes; seeded origin tags are included as leaves. Sets truncated if edges ran out.
+  std::vector<std::pair<Tag, int>> backward_slice(Tag root, int depth, std::size_t max_nodes,
+                                                  bool& truncated) const;
 
   [[nodiscard]] const std::vector<CodeName>& codes() const noexcept { return code_names_; }
   std::int64_t code_index(PyObject* code);
@@ -242,6 +254,19 @@ class Tracer {
   std::uint64_t capture_max_ = 0;
   PyObject* capture_pre_ = nullptr;
   PyObject* capture_post_ = nullptr;
+
+  struct Edges {
+    std::uint64_t counter;
+    std::uint32_t begin;
+    std::uint32_t count;
+  };
+  void record(const Pending& p);
+  std::uint64_t edges_upto_ = 0;
+  std::size_t edges_limit_ = 0;
+  bool edges_overflow_ = false;
+  PyObject* edges_done_ = nullptr;
+  std::vector<Edges> edges_;
+  std::vector<Tag> edge_tags_;
 
   bool tainting_ = false;
   std::unordered_set<Tag> tainted_;

@@ -1,0 +1,246 @@
+"""The £0.00 story (seed 000): the checkout job is recorded serving one order, its inputs are
+taken away, and provenance walks from the wrong total back to the promotions read.
+
+Also the query commands' contracts: the --json schema of `trace`, `flows` from an event and
+from a value, `inspect-stack`, and one clear error with its exit code for every bad question.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import REPO, KeyFiles, run_cli
+from .replaying import record
+
+APP = REPO / "examples" / "pricing"
+NODE_KEYS = {"counter", "file", "line", "function", "op", "value", "origin", "inputs"}
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles]:
+    from sealtrace.proxy import write_keypair
+
+    work = tmp_path_factory.mktemp("story")
+    keys = KeyFiles(*write_keypair(work / "keys", "story"))
+    inputs = work / "inputs"
+    server = subprocess.Popen(
+        [sys.executable, str(APP / "serve_inputs.py"), str(inputs)], stdout=subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        recorded = record(
+            keys,
+            work / "store",
+            [sys.executable, str(APP / "app.py"), f"http://127.0.0.1:{port}/order.json",
+             str(inputs / "promotions.db")],
+            "--app-root", str(APP),
+        )  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    assert b'"total_price": 0.0' in recorded.proc.stdout
+    shutil.rmtree(inputs)  # nothing the run read is left
+    return work / "store", keys
+
+
+def _cli(store: Path, keys: KeyFiles, *args: str) -> subprocess.CompletedProcess[bytes]:
+    command, *rest = args
+    return run_cli(command, str(store), "--identity", str(keys.identity_path), *rest)
+
+
+def _trace(store: Path, keys: KeyFiles, at: str, var: str, depth: int = 12) -> dict[str, Any]:
+    proc = _cli(store, keys, "trace", "--at", at, "--var", var, "--depth", str(depth), "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node["inputs"]:
+        yield from _nodes(child)
+
+
+def _find(node: dict[str, Any], **want: Any) -> dict[str, Any]:
+    for n in _nodes(node):
+        if all(want[k](n) if callable(want[k]) else n.get(k) == want[k] for k in want):
+            return n
+    raise AssertionError(f"no node with {want}")
+
+
+def _call(node: dict[str, Any]) -> str | None:
+    return (node["origin"] or {}).get("call")
+
+
+def _line(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_three_jumps_from_the_wrong_total_to_the_promotions_read(
+    story: tuple[Path, KeyFiles],
+) -> None:
+    store, keys = story
+    pricing = APP / "services" / "pricing.py"
+    promotions = APP / "services" / "promotions.py"
+    doc = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    q = doc["query"]
+    assert q["value"]["repr"] == "0.0" and q["slot"] == "order.total_price"
+    assert q["stopped_at"]["function"] == "create_order_response"
+
+    # Jump 1: the symptom comes from the pricing service's total (rounded).
+    root = doc["root"]
+    assert root["file"] == str(pricing) and root["function"] == "calculate_total"
+    assert root["value"]["repr"] == "0.0"
+
+    # Jump 2: the line computing the total: subtotal 49.99 times (1 - discount 1.0).
+    total_line = _line(pricing, "total = subtotal * (1 - discount)")
+    product = _find(root, file=str(pricing), line=total_line, op="BINARY_OP *")
+    assert product["value"]["repr"] == "0.0"
+    operands = {n["value"]["repr"] for n in product["inputs"]}
+    assert "49.99" in operands
+    minus = _find(product, op="BINARY_OP -")
+    discount = next(n for n in minus["inputs"] if n["value"]["repr"] == "1.0")
+
+    # Jump 3: the discount comes from the promotions read: an external input, 100 (STAFF100).
+    read = _find(discount, origin=lambda n: (n["origin"] or {}).get("kind") == "external")
+    assert read["file"] == str(promotions)
+    assert read["origin"]["call"] == "sqlite3.Cursor.fetchone"
+    assert read["value"]["repr"] == "(100,)"
+    execute = _find(read, origin=lambda n: _call(n) == "sqlite3.Cursor.execute")
+    assert isinstance(execute["origin"]["event"], int)
+    assert execute["origin"]["event"] < read["origin"]["event"]
+
+    # The text output reads like the walk-through and names the STAFF100 lookup.
+    proc = _cli(store, keys, "trace", "--at", "routes/orders.py:4", "--var", "order.total_price")
+    text = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "total = subtotal * (1 - discount)" in text
+    assert "subtotal = 49.99" in text and "discount = 1.0" in text
+    assert "('STAFF100',)" in text
+    assert "External input: sqlite3.Cursor.fetchone" in text
+
+
+def test_trace_json_is_exactly_the_documented_schema(story: tuple[Path, KeyFiles]) -> None:
+    store, keys = story
+    doc = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    assert set(doc) == {"query", "root"}
+    for node in _nodes(doc["root"]):
+        assert set(node) == NODE_KEYS
+        assert isinstance(node["counter"], int) and isinstance(node["line"], int)
+        assert set(node["value"]) == {"type", "repr", "digest"}
+        if node["origin"] is not None:
+            assert set(node["origin"]) == {"kind", "call", "event"}
+            assert node["origin"]["kind"] in {"external", "constant", "argv", "env", "unknown"}
+    # Operands come from earlier steps; only values that Python code handed back to C while
+    # a step ran (a generator feeding sum()) come from later ones, and never from itself.
+    for node in _nodes(doc["root"]):
+        for child in node["inputs"]:
+            assert child["counter"] != node["counter"]
+            if child["counter"] and not node["op"].startswith("CALL"):
+                assert child["counter"] < node["counter"]
+
+
+def test_same_answer_every_time_and_from_a_counter(story: tuple[Path, KeyFiles]) -> None:
+    store, keys = story
+    first = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    again = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    assert first["root"] == again["root"]
+    counter = first["query"]["stopped_at"]["counter"]
+    by_counter = _trace(store, keys, str(counter), "order.total_price")
+    assert by_counter["root"] == first["root"]
+
+
+def test_argv_origin_and_end(story: tuple[Path, KeyFiles]) -> None:
+    store, keys = story
+    doc = _trace(store, keys, "end", "main", depth=2)
+    assert doc["root"]["op"].startswith("MAKE_FUNCTION")
+    db = _trace(store, keys, "services/promotions.py:2", "db", depth=3)
+    argv = _find(db["root"], op="argv[2]")
+    assert argv["origin"]["kind"] == "argv" and argv["value"]["repr"].endswith("promotions.db'")
+
+
+def test_flows_from_the_promotions_read_reach_the_response(story: tuple[Path, KeyFiles]) -> None:
+    store, keys = story
+    doc = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    read = _find(doc["root"], origin=lambda n: _call(n) == "sqlite3.Cursor.fetchone")
+    proc = _cli(store, keys, "flows", "--from", f"event:{read['origin']['event']}", "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    flows = json.loads(proc.stdout)
+    places = {(Path(p["file"]).name, p["function"]) for p in flows["locations"]}
+    assert ("pricing.py", "calculate_total") in places
+    assert ("orders.py", "create_order_response") in places
+    assert any(o["call"].endswith("write") for o in flows["outputs"])
+    # Negative control: the currency never touches the promotions read.
+    currency = _cli(store, keys, "flows", "--from", "payload['currency']@app.py:24", "--json")
+    assert currency.returncode == 0, currency.stderr.decode()
+    reached = {Path(p["file"]).name for p in json.loads(currency.stdout)["locations"]}
+    assert "pricing.py" not in reached and "promotions.py" not in reached
+
+
+def test_inspect_stack_shows_locals_with_their_steps(story: tuple[Path, KeyFiles]) -> None:
+    store, keys = story
+    total_line = _line(APP / "services" / "pricing.py", "return round(total, 2)")
+    proc = _cli(store, keys, "inspect-stack", "--at", f"services/pricing.py:{total_line}", "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    frames = json.loads(proc.stdout)["frames"]
+    assert [f["function"] for f in frames[:2]] == ["calculate_total", "main"]
+    local = {v["name"]: v for v in frames[0]["locals"]}
+    assert local["subtotal"]["value"]["repr"] == "49.99" and local["subtotal"]["tag"] > 0
+    assert local["discount"]["value"]["repr"] == "1.0"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("trace", "--at", "app.py:999", "--var", "x"), 2, "never reached"),
+        (("trace", "--at", "nowhere.py:3", "--var", "x"), 2, "not a recorded source file"),
+        (("trace", "--at", "crash", "--var", "x"), 2, "did not crash"),
+        (("trace", "--at", "app.py", "--var", "x"), 2, "expected FILE:LINE"),
+        (("trace", "--at", "routes/orders.py:4", "--var", "order.nope"), 2, "no attribute"),
+        (("trace", "--at", "routes/orders.py:4", "--var", "1 +"), 2, "not a name"),
+        (("trace", "--at", "routes/orders.py:4", "--var", "missing"), 2, "not defined"),
+        (("flows", "--from", "event:99999"), 2, "the recording has events"),
+        (("flows", "--from", "nonsense"), 2, "expected EXPR@LOCATION"),
+    ],
+)
+def test_bad_questions_get_one_line_and_exit_2(
+    story: tuple[Path, KeyFiles], args: tuple[str, ...], code: int, message: str
+) -> None:
+    store, keys = story
+    proc = _cli(store, keys, *args)
+    err = proc.stderr.decode()
+    assert proc.returncode == code, err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_wrong_key_and_tampered_recording_are_refused(
+    story: tuple[Path, KeyFiles], other_keys: KeyFiles, tmp_path: Path
+) -> None:
+    store, keys = story
+    wrong = run_cli(
+        "trace", str(store), "--identity", str(other_keys.identity_path),
+        "--at", "routes/orders.py:4", "--var", "order.total_price",
+    )  # fmt: skip
+    assert wrong.returncode == 4, wrong.stderr.decode()
+    copy = tmp_path / "tampered"
+    shutil.copytree(store, copy)
+    segment = next(p for p in sorted(copy.rglob("*")) if p.is_file() and "seg" in p.name)
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 1
+    segment.write_bytes(bytes(data))
+    tampered = _cli(copy, keys, "trace", "--at", "routes/orders.py:4", "--var", "x")
+    assert tampered.returncode == 4, tampered.stderr.decode()
+    # Nothing stored was lost: the original still answers.
+    assert _trace(store, keys, "routes/orders.py:4", "order.total_price")["root"]
