@@ -16,7 +16,7 @@ help:
 	@echo "make demo   - seal a sample into a local S3 (moto) store, inspect it, open it"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
 	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
-	@echo "make bench  - sealing throughput vs raw AES-256-GCM, and recorder overhead (bench/results/)"
+	@echo "make bench  - sealing vs raw AES-256-GCM, recorder overhead, provenance engine cost (bench/results/)"
 
 $(STAMP): pyproject.toml $(NATIVE)
 	infra/local/bootstrap.sh
@@ -50,6 +50,7 @@ demo: setup
 bench: setup
 	$(BIN)/python bench/seal.py
 	$(BIN)/python bench/record_overhead.py
+	$(BIN)/python bench/engine.py
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

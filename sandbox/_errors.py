@@ -9,6 +9,9 @@
     │                               this run (a location it never reached, a bad expression)
     ├── DivergenceError             exit 3: the replayed program did not do what the
     │                               recording says (the receipt names the first event)
+    ├── ValidationError             exit 3: the provenance engine failed its own validation
+    │                               (`sealtrace validate`: a planted root cause not ranked
+    │                               first, or the negative control reached an input)
     └── ReplayCrashedError          exit 1: the replay process died without a receipt
 
 Integrity failures of the recording itself (tampered, truncated, wrong key, a corrupt event
@@ -19,7 +22,13 @@ from __future__ import annotations
 
 from sealtrace.proxy import SealtraceError, UsageError
 
-__all__ = ["DivergenceError", "QueryError", "ReplayCrashedError", "ReplayEnvironmentError"]
+__all__ = [
+    "DivergenceError",
+    "QueryError",
+    "ReplayCrashedError",
+    "ReplayEnvironmentError",
+    "ValidationError",
+]
 
 
 class ReplayEnvironmentError(UsageError):
@@ -31,6 +40,10 @@ class QueryError(UsageError):
 
 
 class DivergenceError(SealtraceError):
+    exit_code = 3
+
+
+class ValidationError(SealtraceError):
     exit_code = 3
 
 

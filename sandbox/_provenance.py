@@ -5,6 +5,8 @@ one pass of a query (sealtrace.sandbox._queries runs as many passes as it needs)
 
     slice    run to a counter keeping every instruction's input tags, then walk back from
              it: the counters of its backward slice, nearest first
+    serve    run to the end taking checkpoints (sealtrace.sandbox._checkpoints), then
+             report as survey does; later passes start from those checkpoints
     survey   run to the end; report the instruction count, the last instruction of the
              main module ("end") and where the uncaught exception was raised ("crash")
     locate   stop before an instruction (a counter, or FILE:LINE#HIT) and report the frames
@@ -28,7 +30,7 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from sealtrace.proxy._runtime import is_own_code
 
@@ -221,12 +223,24 @@ def _static_attr(owner: Any, name: str) -> Any:
 class Provenance:
     """Runs one query pass over the replay; `emit(result)` ends the replaying process."""
 
-    def __init__(self, query: dict[str, Any], emit: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(
+        self,
+        query: dict[str, Any],
+        sink: Callable[[dict[str, Any], int], NoReturn],
+        redirect: Callable[[Callable[[dict[str, Any], int], NoReturn]], None] | None = None,
+    ) -> None:
+        """sink(receipt, exit code) ends the process with an answer; redirect(sink) points the
+        replay runtime's own endings (a divergence) at a worker's answer channel."""
         from sealtrace._engine import Engine
 
-        self.query = query
-        self.emit = emit
+        self.sink = sink
+        self.redirect = redirect
         self.engine = Engine(is_own_code)
+        self.checkpoints: Any = None
+        self._reset(query)
+
+    def _reset(self, query: dict[str, Any]) -> None:
+        self.query = query
         self.kind = query["kind"]
         self.events_by_counter: dict[int, list[tuple[int, str]]] = {}
         self.env_reads: dict[int, str] = {}
@@ -236,6 +250,20 @@ class Provenance:
         self.answer: dict[str, Any] | None = None
         self._last: tuple[Any, str, Any] | None = None
         self._instructions: dict[Any, dict[int, dis.Instruction]] = {}
+
+    def emit(self, result: dict[str, Any]) -> NoReturn:
+        self.sink({"status": "query", "result": result}, 0)
+
+    def reconfigure(
+        self, query: dict[str, Any], sink: Callable[[dict[str, Any], int], NoReturn]
+    ) -> None:
+        """In a worker forked from a checkpoint: take this question, answer on `sink`."""
+        self._reset(query)
+        self.sink = sink
+        if self.redirect is not None:
+            self.redirect(sink)
+        self.checkpoints = None
+        self._arm()
 
     # The replay runtime reports every event it serves, and every env value it gives out.
     def on_event(self, index: int, callee: str, output: bool) -> None:
@@ -258,12 +286,31 @@ class Provenance:
         """Just before the program's first instruction: argv is set."""
         for i in range(len(sys.argv)):
             self.engine.seed_item(sys.argv, i, ARGV_TAG + i)
+        if self.checkpoints is not None:
+            self.checkpoints.start()
 
     def attach(self, main_file: str | None) -> None:
-        q = self.query
         engine = self.engine
         if main_file:
             engine.set_end_file(main_file)
+        if self.kind == "serve":
+            from ._checkpoints import CheckpointPolicy, Checkpoints
+
+            policy = CheckpointPolicy(int(self.query["interval"]), int(self.query["cap"]))
+            self.checkpoints = Checkpoints(
+                engine,
+                int(self.query["control_fd"]),
+                policy,
+                self.reconfigure,
+                release=tuple(int(fd) for fd in self.query.get("release", ())),
+            )
+        self._arm()
+        engine.attach()
+
+    def _arm(self) -> None:
+        """Set the engine up for this pass's question."""
+        q = self.query
+        engine = self.engine
         if self.kind == "locate":
             at = q["at"]
             if "counter" in at:
@@ -285,7 +332,6 @@ class Provenance:
                 )
         elif self.kind == "slice":
             engine.record_edges(int(q["root"]), int(q.get("edge_limit", EDGE_LIMIT)), self._sliced)
-        engine.attach()
 
     def finish(self) -> None:
         """The program ended (or stopped): answer with what this pass found."""
@@ -293,7 +339,9 @@ class Provenance:
         engine.detach()
         stats = engine.stats()
         result: dict[str, Any] = {"kind": self.kind, "stats": stats}
-        if self.kind == "survey":
+        if self.checkpoints is not None:
+            self.checkpoints.finish()
+        if self.kind in ("survey", "serve"):
             result.update(
                 instructions=engine.counter,
                 end=engine.end_counter,

@@ -24,9 +24,10 @@ from typing import Any
 
 from sealtrace.proxy._stream import ParsedStream
 
+from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
 from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
-from ._session import replay
+from ._session import Receipt, replay
 
 __all__ = ["At", "ProvenanceSession", "parse_at"]
 
@@ -65,11 +66,22 @@ def parse_at(text: str) -> At:
 class ProvenanceSession:
     """One verified recording, queried by as many replay passes as each question needs."""
 
-    def __init__(self, data: bytes, parsed: ParsedStream, *, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        parsed: ParsedStream,
+        *,
+        timeout: float | None = None,
+        checkpoints: CheckpointPolicy | None = None,
+    ) -> None:
+        """With a checkpoint policy, the first pass replays the whole run once taking
+        checkpoints, and every later pass forks from the nearest one (close() ends them)."""
         self.data = data
         self.parsed = parsed
         self.meta = parsed.meta
         self.timeout = timeout
+        self.policy = checkpoints
+        self._replay: CheckpointedReplay | None = None
         self._survey: dict[str, Any] | None = None
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
@@ -78,9 +90,26 @@ class ProvenanceSession:
 
     # -- passes ---------------------------------------------------------------------------
 
-    def run(self, query: dict[str, Any]) -> dict[str, Any]:
+    def __enter__(self) -> ProvenanceSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._replay is not None:
+            self._replay.close()
+            self._replay = None
+
+    def run(self, query: dict[str, Any], start: int = 0) -> dict[str, Any]:
+        """One pass; `start` is the earliest counter the pass needs to run from."""
         self.passes += 1
-        receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
+        server = self._checkpointed() if self.policy is not None else None
+        if server is not None and server.nearest(start) is not None:
+            data, _code = server.ask(query, start)
+            receipt = Receipt(data)
+        else:  # no checkpoints, or the pass starts before the first one
+            receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
         if receipt.status != "query":
             if receipt.status == "bit-exact":
                 raise QueryError("the replay ended without answering the query")
@@ -90,9 +119,40 @@ class ProvenanceSession:
         result: dict[str, Any] = receipt.data["result"]
         return result
 
+    def _checkpointed(self) -> CheckpointedReplay:
+        if self._replay is None:
+            assert self.policy is not None
+            server = CheckpointedReplay(self.timeout)
+            fd = server.child_end.fileno()
+            query = {
+                "kind": "serve",
+                "control_fd": fd,
+                "interval": self.policy.interval,
+                "cap": self.policy.cap,
+            }
+            try:
+                receipt = replay(
+                    self.data, self.meta, timeout=self.timeout, query=query, pass_fds=(fd,)
+                )
+                if receipt.status != "query":
+                    raise DivergenceError(
+                        f"{receipt.message()}; provenance needs a faithful replay"
+                    )
+                server.collect()
+            except BaseException:
+                server.close()
+                raise
+            self._survey = receipt.data["result"]
+            self._replay = server
+        return self._replay
+
     def survey(self) -> dict[str, Any]:
         if self._survey is None:
-            self._survey = self.run({"kind": "survey"})
+            if self.policy is not None:
+                self._checkpointed()
+            else:
+                self._survey = self.run({"kind": "survey"})
+        assert self._survey is not None
         return self._survey
 
     # -- locations ------------------------------------------------------------------------
@@ -137,7 +197,8 @@ class ProvenanceSession:
     def locate(self, at: At, expr: str | None = None) -> dict[str, Any]:
         if expr is not None:
             parse_expression(expr)  # refuse a bad expression before replaying anything
-        result = self.run({"kind": "locate", "at": self.stop_spec(at), "expr": expr})
+        spec = self.stop_spec(at)
+        result = self.run({"kind": "locate", "at": spec, "expr": expr}, int(spec.get("counter", 0)))
         if not result.get("found"):
             raise QueryError(f"the run never reached {at.text}")
         if result.get("error"):
@@ -150,7 +211,7 @@ class ProvenanceSession:
         wanted = {c for c in counters if 0 < c < ARGV_TAG}
         if not wanted:
             return {}
-        result = self.run({"kind": "capture", "counters": sorted(wanted)})
+        result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
         return {int(k): v for k, v in result["nodes"].items()}
 
     def trace(self, at: At, expr: str, depth: int = 6) -> dict[str, Any]:
@@ -183,8 +244,9 @@ class ProvenanceSession:
         query["passes"] = self.passes
         query["truncated"] = self.truncated
         self.last_nodes = nodes
+        levels = _levels(root_tag, nodes)
         expanded: set[int] = set()
-        return {"query": query, "root": self._tree(root_tag, nodes, depth, expanded)}
+        return {"query": query, "root": self._tree(root_tag, nodes, 0, depth, levels, expanded)}
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
         """Counters within `depth` steps back from `root`, nearest first (one replay)."""
@@ -195,11 +257,19 @@ class ProvenanceSession:
         return [int(tag) for tag, _level in result["nodes"]]
 
     def _tree(
-        self, tag: int, nodes: dict[int, dict[str, Any]], depth: int, expanded: set[int]
+        self,
+        tag: int,
+        nodes: dict[int, dict[str, Any]],
+        level: int,
+        depth: int,
+        levels: dict[int, int],
+        expanded: set[int],
     ) -> dict[str, Any]:
-        """NODE for `tag`. A step already expanded elsewhere in the tree is shown once; an
-        input from outside the program ends its branch (only the inputs that are themselves
-        outside inputs, such as the cursor a fetchone reads, are followed from it)."""
+        """NODE for `tag` at `level` steps from the root. A step reached several ways is
+        expanded once, where it is nearest the root (so nothing within --depth is lost);
+        elsewhere it appears with no inputs. An input from outside the program ends its
+        branch: only inputs that are themselves outside inputs (the cursor a fetchone read)
+        are followed from it."""
         seeded = origin_tag_kind(tag)
         if seeded is not None:
             kind, index = seeded
@@ -231,12 +301,12 @@ class ProvenanceSession:
             }
         origin = node.get("origin")
         inputs = []
-        if depth > 0 and tag not in expanded:
+        if level < depth and tag not in expanded and levels.get(tag, level) == level:
             expanded.add(tag)
-            follow = _input_tags(node)
-            if origin is not None and origin.get("kind") in _OUTSIDE:
-                follow = [t for t in follow if _is_outside(t, nodes)]
-            inputs = [self._tree(t, nodes, depth - 1, expanded) for t in follow]
+            inputs = [
+                self._tree(t, nodes, level + 1, depth, levels, expanded)
+                for t in _followed(tag, nodes)
+            ]
         if origin is None and not _input_tags(node):
             origin = {"kind": "unknown", "call": None, "event": None}
         return {
@@ -279,7 +349,8 @@ class ProvenanceSession:
                 # Its slot was filled by untraced code: follow that slot from the point asked.
                 query["seed"] = {"at": self.stop_spec(at), "expr": expr}
             described.update(counter=located["counter"], value=located["value"]["summary"])
-        result = self.run(query)
+        tags = [t for t in query.get("tags", []) if origin_tag_kind(t) is None]
+        result = self.run(query, min(tags) if tags and "tags" in query else 0)
         return {
             "query": described,
             "locations": result["locations"],
@@ -303,6 +374,31 @@ def _is_outside(tag: int, nodes: dict[int, dict[str, Any]]) -> bool:
         return True
     origin = (nodes.get(tag) or {}).get("origin") or {}
     return origin.get("kind") in _OUTSIDE
+
+
+def _followed(tag: int, nodes: dict[int, dict[str, Any]]) -> list[int]:
+    node = nodes.get(tag)
+    if node is None:
+        return []
+    follow = _input_tags(node)
+    if (node.get("origin") or {}).get("kind") in _OUTSIDE:
+        follow = [t for t in follow if _is_outside(t, nodes)]
+    return follow
+
+
+def _levels(root: int, nodes: dict[int, dict[str, Any]]) -> dict[int, int]:
+    """Each step's distance from the root along the edges the tree follows."""
+    levels = {root: 0}
+    frontier = [root]
+    while frontier:
+        following = []
+        for tag in frontier:
+            for t in _followed(tag, nodes):
+                if t not in levels:
+                    levels[t] = levels[tag] + 1
+                    following.append(t)
+        frontier = following
+    return levels
 
 
 def _input_tags(node: dict[str, Any]) -> list[int]:

@@ -32,6 +32,7 @@ from sealtrace.proxy._launch import Target, run_target
 from sealtrace.proxy._runtime import args_digest, is_own_code, path_under
 from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_stream
 
+from . import _checkpoints  # noqa: F401 - keeps the real fork before the boundary replaces it
 from ._environment import environment_problem
 
 __all__ = ["RecordedSourceFinder", "ReplayRuntime", "main"]
@@ -67,6 +68,8 @@ class ReplayRuntime:
         # Told of every event served: (index, callee, is an output); the provenance engine
         # uses it to know which instruction received which external input.
         self.observer: Callable[[int, str, bool], None] | None = None
+        # Where the receipt goes: the result pipe, or a checkpoint worker's answer channel.
+        self.sink: Callable[[dict[str, Any], int], NoReturn] | None = None
 
     def intercepting(self) -> bool:
         return True
@@ -195,6 +198,8 @@ class ReplayRuntime:
         self._emit(receipt, 0 if status == "bit-exact" else 3)
 
     def _emit(self, receipt: dict[str, Any], code: int) -> NoReturn:
+        if self.sink is not None:
+            self.sink(receipt, code)
         data = json.dumps(receipt, default=_jsonable).encode()
         view = memoryview(data)
         while view:
@@ -357,7 +362,12 @@ def _provenance(
         return None
     from ._provenance import Provenance, attach_to_environ
 
-    prov = Provenance(query, lambda result: rt._emit({"status": "query", "result": result}, 0))
+    def redirect(sink: Callable[[dict[str, Any], int], NoReturn]) -> None:
+        rt.sink = sink
+
+    if query.get("kind") == "serve":
+        query = {**query, "release": [rt.result_fd]}
+    prov = Provenance(query, rt._emit, redirect)
     rt.observer = prov.on_event
     attach_to_environ(prov)
     main_file = target.value if target.kind == "script" else None

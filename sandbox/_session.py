@@ -103,6 +103,7 @@ def replay(
     *,
     timeout: float | None = None,
     query: dict[str, Any] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> Receipt:
     """Run the replaying process over `data` (a plaintext event stream).
 
@@ -118,7 +119,7 @@ def replay(
     try:
         child = subprocess.Popen(
             argv,
-            pass_fds=(input_read, result_write),
+            pass_fds=(input_read, result_write, *pass_fds),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -154,6 +155,7 @@ def replay(
         raise ReplayCrashedError(f"replay did not finish within {timeout:g}s") from None
     feeder.join()
     drain.join()
+    child.stderr.close()  # type: ignore[union-attr]
     try:
         receipt = json.loads(raw) if raw else None
     except ValueError:

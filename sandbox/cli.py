@@ -13,6 +13,7 @@ from sealtrace.proxy import Identity
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
 
 from ._session import load_recording, raise_for, replay_location
+from ._validate import validate
 
 __all__ = ["register"]
 
@@ -26,6 +27,17 @@ VarOpt = Annotated[
     str, typer.Option("--var", help="The value: a name, then .attributes and [literal keys].")
 ]
 DepthOpt = Annotated[int, typer.Option("--depth", help="How many steps back to follow.")]
+EveryOpt = Annotated[
+    int,
+    typer.Option(
+        "--checkpoint-every",
+        help="Take a fork checkpoint every N instructions and start each pass from the "
+        "nearest one (0: every pass replays from the start).",
+    ),
+]
+MaxCheckpointsOpt = Annotated[
+    int, typer.Option("--max-checkpoints", help="Past this many, keep every other one.")
+]
 FromOpt = Annotated[
     str, typer.Option("--from", help="EXPR@LOCATION, or event:N for a recorded input.")
 ]
@@ -60,12 +72,16 @@ def replay(
     raise_for(receipt)
 
 
-def _session(location: str, identity: Any, run_id: str | None) -> Any:
+def _session(location: str, identity: Any, run_id: str | None, every: int, cap: int) -> Any:
+    from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
     from ._queries import ProvenanceSession
 
+    if every < 0:
+        raise ValueError("--checkpoint-every must be 0 or more")
+    policy = CheckpointPolicy(every, cap) if every else None
     data, parsed = load_recording(location, Identity.load(identity), run_id)
-    return ProvenanceSession(data, parsed), SourceLines(parsed)
+    return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
 
 
 @_guarded
@@ -76,6 +92,8 @@ def trace(
     var: VarOpt,
     depth: DepthOpt = 6,
     run_id: RunIdOpt = None,
+    every: EveryOpt = 0,
+    cap: MaxCheckpointsOpt = 64,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -86,8 +104,9 @@ def trace(
     from ._explain import render_trace
     from ._queries import parse_at
 
-    session, src = _session(location, identity, run_id)
-    doc = session.trace(parse_at(at), var, depth)
+    session, src = _session(location, identity, run_id, every, cap)
+    with session:
+        doc = session.trace(parse_at(at), var, depth)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -100,13 +119,16 @@ def flows(
     identity: IdentityOpt,
     source: FromOpt,
     run_id: RunIdOpt = None,
+    every: EveryOpt = 0,
+    cap: MaxCheckpointsOpt = 64,
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
-    session, src = _session(location, identity, run_id)
-    doc = session.flows(source)
+    session, src = _session(location, identity, run_id, every, cap)
+    with session:
+        doc = session.flows(source)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -119,14 +141,17 @@ def inspect_stack(
     identity: IdentityOpt,
     at: AtOpt,
     run_id: RunIdOpt = None,
+    every: EveryOpt = 0,
+    cap: MaxCheckpointsOpt = 64,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
     from ._queries import parse_at
 
-    session, src = _session(location, identity, run_id)
-    doc = session.inspect_stack(parse_at(at))
+    session, src = _session(location, identity, run_id, every, cap)
+    with session:
+        doc = session.inspect_stack(parse_at(at))
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -138,3 +163,4 @@ def register(app: typer.Typer) -> None:
     app.command("trace")(trace)
     app.command("flows")(flows)
     app.command("inspect-stack")(inspect_stack)
+    app.command("validate")(validate)

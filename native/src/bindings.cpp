@@ -79,6 +79,10 @@ PYBIND11_MODULE(_engine, m) {
              t.stop_at_line(file, line, hit, cb.ptr());
            })
       .def("set_end_file", &Tracer::set_end_file)
+      .def("every",
+           [](Tracer& t, std::uint64_t interval, py::object cb) {
+             t.every(interval, cb.is_none() ? nullptr : cb.ptr());
+           })
       .def("capture",
            [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
               py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })

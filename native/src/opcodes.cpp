@@ -23,7 +23,7 @@ constexpr Entry kEntries[] = {
     {30, {"GET_LEN", Rule::kKeep, false}},
     {31, {"MATCH_MAPPING", Rule::kKeep, false}},
     {32, {"MATCH_SEQUENCE", Rule::kKeep, false}},
-    {33, {"MATCH_KEYS", Rule::kKeep, false}},
+    {33, {"MATCH_KEYS", Rule::kMatchKeys, false}},
     {35, {"PUSH_EXC_INFO", Rule::kPushExcInfo, false}},
     {36, {"CHECK_EXC_MATCH", Rule::kKeep, false}},
     {37, {"CHECK_EG_MATCH", Rule::kCompute, false}},
@@ -43,7 +43,7 @@ constexpr Entry kEntries[] = {
     {75, {"RETURN_GENERATOR", Rule::kNotTraced, false}},
     {82, {"LIST_TO_TUPLE", Rule::kBuildSeq, false}},
     {83, {"RETURN_VALUE", Rule::kReturn, false}},
-    {84, {"IMPORT_STAR", Rule::kPop, false}},
+    {84, {"IMPORT_STAR", Rule::kImportStar, false}},
     {85, {"SETUP_ANNOTATIONS", Rule::kNone, false}},
     {86, {"YIELD_VALUE", Rule::kYield, false}},
     {87, {"ASYNC_GEN_WRAP", Rule::kMove, false}},
@@ -98,14 +98,14 @@ constexpr Entry kEntries[] = {
     {139, {"DELETE_DEREF", Rule::kDeleteDeref, false}},
     {140, {"JUMP_BACKWARD", Rule::kNone, false}},
     {142, {"CALL_FUNCTION_EX", Rule::kCallFunctionEx, false}},
-    {144, {"EXTENDED_ARG", Rule::kNone, false}},
+    {144, {"EXTENDED_ARG", Rule::kExtendedArg, false}},
     {145, {"LIST_APPEND", Rule::kListAppend, false}},
     {146, {"SET_ADD", Rule::kPop, false}},
     {147, {"MAP_ADD", Rule::kMapAdd, false}},
     {148, {"LOAD_CLASSDEREF", Rule::kLoadClassDeref, false}},
     {149, {"COPY_FREE_VARS", Rule::kNotTraced, false}},
-    {151, {"RESUME", Rule::kNone, false}},
-    {152, {"MATCH_CLASS", Rule::kCompute, false}},
+    {151, {"RESUME", Rule::kResume, false}},
+    {152, {"MATCH_CLASS", Rule::kMatchClass, false}},
     {155, {"FORMAT_VALUE", Rule::kCompute, false}},
     {156, {"BUILD_CONST_KEY_MAP", Rule::kBuildConstKeyMap, false}},
     {157, {"BUILD_STRING", Rule::kCompute, false}},
@@ -245,6 +245,11 @@ std::string_view rule_name(Rule rule) noexcept {
     case Rule::kMove: return "move";
     case Rule::kSend: return "move:return|compute";
     case Rule::kNotTraced: return "not-traced";
+    case Rule::kResume: return "call-event:bind-arguments";
+    case Rule::kExtendedArg: return "prefix:modelled-with-the-next-instruction";
+    case Rule::kMatchKeys: return "keep-inputs+compute+item-slots";
+    case Rule::kMatchClass: return "compute+attr-slots";
+    case Rule::kImportStar: return "move:module-slots->name-slots";
   }
   return "?";
 }

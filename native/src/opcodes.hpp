@@ -61,12 +61,19 @@ enum class Rule : std::uint8_t {
   kMove,          // one value in, the same value out (GET_YIELD_FROM_ITER, ASYNC_GEN_WRAP)
   kSend,
   kNotTraced,     // runs before a frame's first traceable instruction
+  kResume,        // no opcode event: its call event binds the arguments (when oparg is 0)
+  kExtendedArg,   // modelled as the instruction it extends, at the same counter
+  kMatchKeys,     // keep subject and keys; the values tuple's items keep the dict's slot tags
+  kMatchClass,    // compute; the attributes tuple's items keep the subject's attribute tags
+  kImportStar,    // move: the module's name slots -> this namespace's name slots
 };
 
 struct OpModel {
   std::string_view name;
   Rule rule;
-  bool may_pop_more;  // a taken branch pops one more value than the fall-through
+  // Its two exits leave stacks one value apart: FOR_ITER and SEND pop one more when they
+  // jump, JUMP_IF_{TRUE,FALSE}_OR_POP when they fall through.
+  bool may_pop_more;
 };
 
 // The model for a de-specialised opcode; name is empty for numbers 3.11 does not use.

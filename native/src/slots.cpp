@@ -21,21 +21,42 @@ void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uint
   if (inserted) {
     ++slot_count_;
   } else {
+    unhold(object, it->second.value);
     it->second = Slot{tag, value};
   }
   record.updated = now;
+  if (value != 0 && tag != 0) holders_[value] = Holder{object, tag};
+}
+
+const Holder* SlotTable::holder(std::uintptr_t value) const {
+  auto it = holders_.find(value);
+  return it == holders_.end() ? nullptr : &it->second;
+}
+
+void SlotTable::drop_holder(std::uintptr_t value) noexcept { holders_.erase(value); }
+
+void SlotTable::unhold(std::uintptr_t object, std::uintptr_t value) noexcept {
+  if (holders_.empty()) return;
+  auto it = holders_.find(value);
+  if (it != holders_.end() && it->second.container == object) holders_.erase(it);
 }
 
 void SlotTable::erase(std::uintptr_t object, std::uint64_t key, Tag now) {
   auto it = records_.find(object);
   if (it == records_.end()) return;
-  slot_count_ -= it->second.slots.erase(key);
+  auto slot = it->second.slots.find(key);
+  if (slot != it->second.slots.end()) {
+    unhold(object, slot->second.value);
+    it->second.slots.erase(slot);
+    --slot_count_;
+  }
   it->second.updated = now;
 }
 
 void SlotTable::drop_slots(std::uintptr_t object, Tag now) {
   auto it = records_.find(object);
   if (it == records_.end()) return;
+  for (const auto& [key, slot] : it->second.slots) unhold(object, slot.value);
   slot_count_ -= it->second.slots.size();
   it->second.slots.clear();
   it->second.updated = now;
@@ -51,6 +72,7 @@ void SlotTable::mark_updated(std::uintptr_t object, Tag now) { records_[object].
 void SlotTable::forget(std::uintptr_t object) noexcept {
   auto it = records_.find(object);
   if (it == records_.end()) return;
+  for (const auto& [key, slot] : it->second.slots) unhold(object, slot.value);
   slot_count_ -= it->second.slots.size();
   records_.erase(it);
 }
@@ -62,6 +84,7 @@ const ObjectRecord* SlotTable::find(std::uintptr_t object) const {
 
 void SlotTable::clear() noexcept {
   records_.clear();
+  holders_.clear();
   slot_count_ = 0;
 }
 

@@ -41,12 +41,21 @@ struct ObjectRecord {
   std::unordered_map<std::uint64_t, Slot> slots;
 };
 
+// Which slot last took a value: lets a value read back by C code (a slice, dict.items(),
+// list(...)) recover its tag by identity, once the holder is checked to still hold it.
+struct Holder {
+  std::uintptr_t container = 0;
+  Tag tag = 0;
+};
+
 class SlotTable {
  public:
   // The tag in a slot if it still tags `value`, or 0.
   [[nodiscard]] Tag get(std::uintptr_t object, std::uint64_t key, std::uintptr_t value) const;
   [[nodiscard]] const Slot* slot(std::uintptr_t object, std::uint64_t key) const;
   void set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
+  [[nodiscard]] const Holder* holder(std::uintptr_t value) const;
+  void drop_holder(std::uintptr_t value) noexcept;
   void erase(std::uintptr_t object, std::uint64_t key, Tag now);
   // The object was reshaped (sorted, inserted into, cleared): its item tags no longer
   // say which value is where.
@@ -62,7 +71,9 @@ class SlotTable {
   void clear() noexcept;
 
  private:
+  void unhold(std::uintptr_t object, std::uintptr_t value) noexcept;
   std::unordered_map<std::uintptr_t, ObjectRecord> records_;
+  std::unordered_map<std::uintptr_t, Holder> holders_;
   std::size_t slot_count_ = 0;
 };
 

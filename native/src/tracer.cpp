@@ -29,6 +29,11 @@ constexpr std::size_t kMaxCopiedItems = 4096;
 constexpr std::size_t kMaxCallbacks = 64;
 constexpr std::uint8_t kPrecallOp = 166;
 constexpr std::uint8_t kCallOp = 171;
+constexpr std::uint8_t kForIterOp = 93;
+constexpr std::uint8_t kSendOp = 123;
+constexpr std::uint8_t kReraiseOp = 119;
+constexpr std::uint8_t kPopExceptOp = 89;
+constexpr std::uint8_t kEndAsyncForOp = 54;
 
 inline std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
@@ -40,7 +45,7 @@ struct Hook {
   destructor original;
   destructor hook;
 };
-constexpr int kHooks = 9;
+constexpr int kHooks = 10;
 Hook g_hooks[kHooks];
 
 template <int N>
@@ -57,7 +62,8 @@ void fill_hook_functions(std::integer_sequence<int, N...>) {
 void install_hooks() {
   PyTypeObject* types[kHooks] = {&PyList_Type,     &PyDict_Type,   &PyTuple_Type,
                                  &PyCell_Type,     &PyBaseObject_Type, &PyFunction_Type,
-                                 &PyGen_Type,      &PyCoro_Type,   &PyAsyncGen_Type};
+                                 &PyGen_Type,      &PyCoro_Type,   &PyAsyncGen_Type,
+                                 &PyType_Type};
   fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
   for (int i = 0; i < kHooks; ++i) {
     g_hooks[i].type = types[i];
@@ -180,6 +186,35 @@ PyObject* namespace_of(PyObject* owner) {
   return PyModule_Check(owner) ? PyModule_GetDict(owner) : nullptr;
 }
 
+// 3.11 keeps these structs private (listobject.c, tupleobject.c, genobject.c); their
+// layouts are fixed for the release the engine is built for.
+struct SeqIterLayout {
+  PyObject_HEAD
+  Py_ssize_t it_index;  // of the next item
+  PyObject* it_seq;     // NULL once exhausted
+};
+struct AsyncGenWrappedLayout {
+  PyObject_HEAD
+  PyObject* agw_val;
+};
+
+// The slot tag of the item a list or tuple iterator just returned: iterators made in
+// another frame (a comprehension's `.0`, a generator expression's) still know the index.
+Tag iterated_item_tag(const SlotTable& slots, PyObject* iter, PyObject* item) {
+  if (!Py_IS_TYPE(iter, &PyListIter_Type) && !Py_IS_TYPE(iter, &PyTupleIter_Type)) return 0;
+  const auto* it = reinterpret_cast<const SeqIterLayout*>(iter);
+  const Py_ssize_t i = it->it_index - 1;
+  PyObject* seq = it->it_seq;
+  if (seq == nullptr || i < 0 || i >= Py_SIZE(seq) || seq_item(seq, i) != item) return 0;
+  return slots.get(addr(seq), index_key(i), addr(item));
+}
+
+// An async generator yields its values wrapped; the consumer receives the value inside.
+PyObject* unwrap_async_gen_value(PyObject* v) {
+  if (v == nullptr || !Py_IS_TYPE(v, &_PyAsyncGenWrappedValue_Type)) return v;
+  return reinterpret_cast<AsyncGenWrappedLayout*>(v)->agw_val;
+}
+
 }  // namespace
 
 Tracer::Tracer(PyObject* own_code) : own_code_(own_code) {
@@ -190,7 +225,7 @@ Tracer::Tracer(PyObject* own_code) : own_code_(own_code) {
 Tracer::~Tracer() {
   detach();
   for (auto* cb : {stop_counter_cb_, stop_line_cb_, capture_pre_, capture_post_, own_code_,
-                   builtins_, edges_done_}) {
+                   builtins_, edges_done_, every_cb_}) {
     Py_XDECREF(cb);
   }
 }
@@ -322,6 +357,7 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     ext = 0;
   }
   Py_DECREF(bytes);
+  info->breakpoint_generation = breakpoint_generation_;
   if (!stop_file_.empty() && filename == stop_file_) {
     info->breakpoint.assign(info->instrs.size(), 0);
     for (std::size_t i = 0; i < info->instrs.size(); ++i) {
@@ -357,6 +393,7 @@ ShadowFrame* Tracer::acquire(_PyInterpreterFrame* iframe, CodeInfo* code) {
   sf->last_line = -1;
   sf->last_index = -1;
   sf->iters.clear();
+  sf->handled.clear();
   return sf;
 }
 
@@ -465,6 +502,15 @@ int Tracer::on_opcode(PyFrameObject* frame) {
   ++stats_.instructions;
   begin(*sf, index, depth);
   if (info->watch_end) end_counter_ = now;
+  if (every_interval_ != 0 && now % every_interval_ == 0 && every_cb_ != nullptr) {
+    PyObject* cb = every_cb_;
+    Py_INCREF(cb);
+    call_stop(cb, frame);
+    Py_DECREF(cb);
+  }
+  if (stop_line_cb_ != nullptr && info->breakpoint_generation != breakpoint_generation_) {
+    refresh_breakpoints(*info);
+  }
   if (!info->breakpoint.empty()) {
     const int line = info->instrs[static_cast<std::size_t>(index)].line;
     if (info->breakpoint[static_cast<std::size_t>(index)] != 0) {
@@ -504,6 +550,7 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
       ret = p.in_tags.back();
     }
     yielding = p.rule == Rule::kYield && value != nullptr;
+    if (yielding) value = unwrap_async_gen_value(value);
     if (value != nullptr && p.counter >= capture_min_ && p.counter <= capture_max_ &&
         capture_.count(p.counter) != 0 && capture_post_ != nullptr) {
       PyObject* outputs = Py_BuildValue("[(OK)]", value, static_cast<unsigned long long>(ret));
@@ -520,6 +567,20 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
       }
     }
     if (!yielding) p.active = false;
+  }
+  if (value != nullptr && (f->f_code->co_flags & CO_OPTIMIZED) == 0 && f->f_locals != nullptr &&
+      f->f_locals != f->f_globals && PyDict_Check(f->f_locals)) {
+    // A class body: remember its namespace's tags for the class __build_class__ makes.
+    class_slots_.clear();
+    Py_ssize_t pos = 0;
+    PyObject* k = nullptr;
+    PyObject* v = nullptr;
+    while (PyDict_Next(f->f_locals, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) continue;
+      const Tag t = slots_.get(addr(f->f_locals), name_key(k), addr(v));
+      if (t != 0) class_slots_.push_back(ClassSlot{attr_key(k), t, addr(v)});
+    }
+    class_slots_seq_ = return_seq_ + 1;  // the return recorded just below
   }
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
@@ -571,10 +632,22 @@ int Tracer::on_exception(PyFrameObject* frame, PyObject* arg) {
   ShadowFrame* sf = stack_.back();
   Pending& p = sf->p;
   if (!p.active) return 0;
+  // FOR_ITER and SEND end an iteration on StopIteration themselves: nothing unwinds.
+  if ((p.op == kForIterOp || p.op == kSendOp) &&
+      PyErr_GivenExceptionMatches(value, PyExc_StopIteration)) {
+    return 0;
+  }
   if (value != exc_value_) {
     exc_origin_ = p.counter;
     exc_tag_ = (p.rule == Rule::kRaise && !p.in_tags.empty()) ? p.in_tags.front() : p.counter;
     exc_value_ = value;
+    // generator.throw(exc): the exception arrives at the yield, handed in by the caller.
+    const Pending* cp = stack_.size() >= 2 ? &stack_[stack_.size() - 2]->p : nullptr;
+    if (p.rule == Rule::kYield && cp != nullptr && cp->active) {
+      for (std::size_t j = 0; j < cp->in_objs.size(); ++j) {
+        if (cp->in_objs[j] == value && cp->in_tags[j] != 0) exc_tag_ = cp->in_tags[j];
+      }
+    }
   }
   p.raised = true;
   return 0;
@@ -685,6 +758,11 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       PyObject* ns = namespace_of(owner);
       remember(ns != nullptr ? slots_.slot(addr(ns), name_key(name))
                              : slots_.slot(addr(owner), attr_key(name)));
+      if (p.aux_tag == 0 && ns == nullptr && in.rule != Rule::kImportFrom) {
+        PyObject* v = nullptr;
+        p.aux_tag = class_attr_slot(owner, name, &v);
+        p.aux_value = v;
+      }
       break;
     }
     case Rule::kStoreAttr:
@@ -841,6 +919,104 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       }
       break;
     }
+    case Rule::kUnpackEx: {
+      p.items.clear();
+      if (p.in_objs.empty()) break;
+      PyObject* seq = top(0);
+      if ((PyTuple_CheckExact(seq) || PyList_CheckExact(seq)) &&
+          static_cast<std::size_t>(Py_SIZE(seq)) <= kMaxCopiedItems) {
+        p.items.resize(static_cast<std::size_t>(Py_SIZE(seq)));
+        for (std::size_t j = 0; j < p.items.size(); ++j) {
+          PyObject* item = seq_item(seq, static_cast<Py_ssize_t>(j));
+          p.items[j] = slots_.get(addr(seq), index_key(static_cast<Py_ssize_t>(j)), addr(item));
+        }
+      }
+      break;
+    }
+    case Rule::kMatchKeys:
+    case Rule::kMatchClass: {
+      // The slot each value of the result tuple would be read from: its tag, and the value
+      // it tagged (compared, once the tuple exists, with what the instruction found).
+      const bool keys = in.rule == Rule::kMatchKeys;
+      p.items.clear();
+      p.keys.clear();
+      if (p.in_objs.size() < (keys ? 2U : 3U)) break;
+      PyObject* subject = top(keys ? 1 : 2);
+      auto want = [&](const Slot* slot) {
+        p.items.push_back(slot != nullptr ? slot->tag : 0);
+        p.keys.push_back(slot != nullptr ? static_cast<std::uint64_t>(slot->value) : 0);
+      };
+      if (keys) {
+        if (!PyDict_Check(subject) || !PyTuple_Check(top(0))) break;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(top(0)); ++i) {
+          std::uint64_t key = 0;
+          const bool known = item_key(PyTuple_GET_ITEM(top(0), i), key);
+          want(known ? slots_.slot(addr(subject), key) : nullptr);
+        }
+        break;
+      }
+      PyObject* names = top(0);
+      if (!PyType_Check(top(1)) || !PyTuple_Check(names)) break;
+      auto* cls = reinterpret_cast<PyTypeObject*>(top(1));
+      static PyObject* const match_args_name = [] {
+        PyObject* name = PyUnicode_InternFromString("__match_args__");
+        if (name == nullptr) PyErr_Clear();
+        return name;
+      }();
+      PyObject* match_args = in.oparg > 0 && match_args_name != nullptr
+                                 ? _PyType_Lookup(cls, match_args_name)
+                                 : nullptr;
+      for (int i = 0; i < in.oparg; ++i) {
+        if (match_args != nullptr && PyTuple_Check(match_args) &&
+            i < PyTuple_GET_SIZE(match_args)) {
+          want(slots_.slot(addr(subject), attr_key(PyTuple_GET_ITEM(match_args, i))));
+        } else if (i == 0 && match_args == nullptr &&
+                   PyType_HasFeature(cls, _Py_TPFLAGS_MATCH_SELF)) {
+          p.items.push_back(p.in_tags[0]);  // `case int(v)`: the subject itself
+          p.keys.push_back(addr(subject));
+        } else {
+          want(nullptr);
+        }
+      }
+      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); ++j) {
+        want(slots_.slot(addr(subject), attr_key(PyTuple_GET_ITEM(names, j))));
+      }
+      break;
+    }
+    case Rule::kImportStar: {
+      // `from m import *` copies the module's names here in C; their slots come along (a
+      // read still checks that a slot holds the value it tagged).
+      PyObject* module_ns = p.in_objs.empty() ? nullptr : namespace_of(top(0));
+      const ObjectRecord* record = module_ns != nullptr ? slots_.find(addr(module_ns)) : nullptr;
+      if (record == nullptr || f->f_locals == nullptr || !trackable(f->f_locals)) break;
+      std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
+      for (const auto& [key, slot] : copy) {
+        slots_.set(addr(f->f_locals), key, slot.tag, slot.value, now);
+      }
+      break;
+    }
+    case Rule::kRaise: {
+      // RERAISE and a bare `raise` unwind without an exception event: what lands in a
+      // handler is the exception on the stack, or the one being handled.
+      PyObject* exc = nullptr;
+      Tag tag = 0;
+      if (in.op == kReraiseOp && !p.in_objs.empty()) {
+        exc = p.in_objs[0];
+        tag = p.in_tags[0];
+      } else if (in.oparg == 0) {
+        PyObject* handled = PyErr_GetHandledException();
+        exc = handled == Py_None ? nullptr : handled;
+        for (const auto& [obj, t] : sf.handled) {
+          if (obj == exc) tag = t;
+        }
+        Py_XDECREF(handled);  // the thread state still holds it
+      }
+      if (exc != nullptr && (exc != exc_value_ || tag != 0)) {
+        exc_value_ = exc;
+        exc_tag_ = tag;
+      }
+      break;
+    }
     case Rule::kPrecall: {
       const int null_slot = depth - in.oparg - 2;
       if (lp[null_slot] == nullptr && PyMethod_Check(lp[null_slot + 1])) {
@@ -854,8 +1030,19 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       sf.kw_pending = false;
       if (!p.kw) model_call(sf);
       break;
+    case Rule::kPushExcInfo:
+      if (depth > sf.code->nlocalsplus) sf.handled.emplace_back(top(0), top_tag(0));
+      break;
     default:
       if (in.op == kKwNames) sf.kw_pending = true;
+      if (in.op == kPopExceptOp && !sf.handled.empty()) sf.handled.pop_back();
+      if (in.op == kEndAsyncForOp && p.in_objs.size() == 2 && p.in_objs[1] != nullptr &&
+          !PyErr_GivenExceptionMatches(p.in_objs[1], PyExc_StopAsyncIteration)) {
+        // Anything else ends `async for` by being re-raised, without an exception event.
+        exc_value_ = p.in_objs[1];
+        exc_tag_ = p.in_tags[1];
+        p.raised = true;
+      }
       break;
   }
 }
@@ -961,7 +1148,54 @@ Tag Tracer::computed(const Pending& p, PyObject* value) const noexcept {
   if (last_return_.seq > p.return_seq && last_return_.value == value && value != nullptr) {
     return last_return_.tag;  // a Python function called from C returned this very object
   }
+  if (p.rule == Rule::kBinarySubscr || p.rule == Rule::kForIter || p.rule == Rule::kLoadAttr ||
+      p.rule == Rule::kLoadMethod || p.rule == Rule::kUnpackSequence) {
+    const Tag held = held_tag(value);
+    if (held != 0) return held;
+  }
   return p.counter;
+}
+
+Tag Tracer::held_tag(PyObject* value) const noexcept {
+  if (value == nullptr || shared(value)) return 0;
+  if (PyUnicode_CheckExact(value) && PyUnicode_CHECK_INTERNED(value)) return 0;
+  const Holder* h = slots_.holder(addr(value));
+  if (h == nullptr) return 0;
+  auto* c = reinterpret_cast<PyObject*>(h->container);
+  constexpr Py_ssize_t kScan = 1024;
+  if (PyList_Check(c) || PyTuple_Check(c)) {
+    const Py_ssize_t n = std::min(Py_SIZE(c), kScan);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (seq_item(c, i) == value) return h->tag;
+    }
+  } else if (PyDict_Check(c)) {
+    if (PyDict_GET_SIZE(c) > kScan) return 0;
+    Py_ssize_t pos = 0;
+    PyObject* k = nullptr;
+    PyObject* v = nullptr;
+    while (PyDict_Next(c, &pos, &k, &v)) {
+      if (v == value) return h->tag;
+    }
+  } else if (PyCell_Check(c)) {
+    if (PyCell_GET(c) == value) return h->tag;
+  }
+  return 0;  // attribute holders cannot be checked without their name
+}
+
+// A class attribute read through the class or one of its instances.
+Tag Tracer::class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const {
+  PyTypeObject* start = PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : Py_TYPE(owner);
+  PyObject* mro = start->tp_mro;
+  if (mro == nullptr || !PyTuple_Check(mro)) return 0;
+  const std::uint64_t key = attr_key(name);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    const Slot* slot = slots_.slot(addr(PyTuple_GET_ITEM(mro, i)), key);
+    if (slot != nullptr) {
+      *value = reinterpret_cast<PyObject*>(slot->value);
+      return slot->tag;
+    }
+  }
+  return 0;
 }
 
 Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
@@ -978,6 +1212,18 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
   }
   if (PyGen_CheckExact(result) || PyCoro_CheckExact(result) || PyAsyncGen_CheckExact(result)) {
     adopt_generator(p, result);
+  }
+  if (PyType_Check(result) && class_slots_seq_ > p.return_seq && !class_slots_.empty()) {
+    // __build_class__ made this class from the body that just returned: its attributes
+    // keep the tags they had in the class namespace.
+    for (const auto& cs : class_slots_) {
+      slots_.set(addr(result), cs.key, cs.tag, cs.value, p.counter);
+    }
+    class_slots_.clear();
+  }
+  if (!shared(result)) {
+    const Tag held = held_tag(result);
+    if (held != 0) return held;
   }
   if (trackable(result) && Py_REFCNT(result) == 1) slots_.mark_created(addr(result), p.counter);
   return p.counter;
@@ -1017,6 +1263,31 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
       callee.slots[static_cast<std::size_t>(i)] = tag;
     }
   }
+  // The call built *args and **kwargs: their items keep the tags of the arguments.
+  PyCodeObject* code = f->f_code;
+  int extra = code->co_argcount + code->co_kwonlyargcount;
+  PyObject* args = (code->co_flags & CO_VARARGS) != 0 ? f->localsplus[extra++] : nullptr;
+  PyObject* kwargs = (code->co_flags & CO_VARKEYWORDS) != 0 ? f->localsplus[extra] : nullptr;
+  if (args != nullptr && PyTuple_CheckExact(args) && trackable(args) &&
+      static_cast<std::size_t>(PyTuple_GET_SIZE(args)) <= kMaxCopiedItems) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args); ++k) {
+      PyObject* item = PyTuple_GET_ITEM(args, k);
+      const int position = code->co_argcount + static_cast<int>(k);
+      const Tag tag = match_argument(p, item, position, posbase, nullptr);
+      if (tag != p.counter) slots_.set(addr(args), index_key(k), tag, addr(item), now);
+    }
+  }
+  if (kwargs != nullptr && PyDict_CheckExact(kwargs) && trackable(kwargs)) {
+    Py_ssize_t pos = 0;
+    PyObject* key = nullptr;
+    PyObject* item = nullptr;
+    while (PyDict_Next(kwargs, &pos, &key, &item)) {
+      std::uint64_t slot = 0;
+      if (!item_key(key, slot)) continue;
+      const Tag tag = match_argument(p, item, -1, 0, nullptr);
+      if (tag != p.counter) slots_.set(addr(kwargs), slot, tag, addr(item), now);
+    }
+  }
 }
 
 Tag Tracer::match_argument(const Pending& p, PyObject* value, int position, int posbase,
@@ -1048,8 +1319,11 @@ Tag Tracer::match_argument(const Pending& p, PyObject* value, int position, int 
       }
     }
   }
+  // A call's first input is NULL or the function; any other instruction that calls Python
+  // code (an operator's dunder, the display hook) passes its inputs from the first on.
+  const bool call = p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx;
   if (!shared(value)) {
-    for (int j = 1; j < n; ++j) {
+    for (int j = call ? 1 : 0; j < n; ++j) {
       if (p.in_objs[static_cast<std::size_t>(j)] == value) {
         return p.in_tags[static_cast<std::size_t>(j)];
       }
@@ -1066,6 +1340,35 @@ Tag Tracer::match_argument(const Pending& p, PyObject* value, int position, int 
         }
       }
     }
+    PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(function);
+    auto* fcode = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
+    if (kwdefaults != nullptr && PyDict_CheckExact(kwdefaults) && position >= 0 &&
+        position < fcode->co_nlocalsplus) {
+      PyObject* name = PyTuple_GET_ITEM(fcode->co_localsplusnames, position);
+      PyObject* current = PyDict_GetItemWithError(kwdefaults, name);
+      if (current == nullptr) PyErr_Clear();
+      if (current == value) {
+        const Tag t = slots_.get(addr(kwdefaults), name_key(name), addr(value));
+        if (t != 0) return t;
+      }
+    }
+  }
+  // C code calling back with the items of a list or tuple it was given (sorted's key,
+  // min, filter): the item keeps its slot's tag.
+  if (!shared(value)) {
+    for (PyObject* seq : p.in_objs) {
+      if (seq == nullptr || !(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) ||
+          static_cast<std::size_t>(Py_SIZE(seq)) > kMaxCopiedItems) {
+        continue;
+      }
+      for (Py_ssize_t k = 0; k < Py_SIZE(seq); ++k) {
+        if (seq_item(seq, k) != value) continue;
+        const Tag t = slots_.get(addr(seq), index_key(k), addr(value));
+        if (t != 0) return t;
+      }
+    }
+    const Tag held = held_tag(value);
+    if (held != 0) return held;
   }
   return p.counter;
 }
@@ -1073,7 +1376,7 @@ Tag Tracer::match_argument(const Pending& p, PyObject* value, int position, int 
 void Tracer::complete(ShadowFrame& sf, int depth) {
   Pending& p = sf.p;
   p.active = false;
-  if (p.raised) {
+  if (p.raised || p.rule == Rule::kRaise) {  // a raise never falls through
     land_exception(sf, depth);
     return;
   }
@@ -1183,6 +1486,51 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
           s[base + i] = p.in_tags[static_cast<std::size_t>(i)];
         }
         break;
+      case Rule::kMatchKeys:
+      case Rule::kMatchClass: {
+        fill(base);
+        for (int i = 0; i + 1 < pushed && i < static_cast<int>(p.in_tags.size()); ++i) {
+          s[base + i] = p.in_tags[static_cast<std::size_t>(i)];  // MATCH_KEYS keeps its inputs
+        }
+        PyObject* values = pushed >= 1 ? lp[depth - 1] : nullptr;
+        if (values == nullptr || !PyTuple_CheckExact(values) || !trackable(values) ||
+            PyTuple_GET_SIZE(values) != static_cast<Py_ssize_t>(p.items.size())) {
+          break;
+        }
+        slots_.mark_created(addr(values), now);
+        for (std::size_t i = 0; i < p.items.size(); ++i) {
+          const auto at = static_cast<Py_ssize_t>(i);
+          PyObject* v = PyTuple_GET_ITEM(values, at);
+          if (p.items[i] != 0 && addr(v) == p.keys[i]) {
+            slots_.set(addr(values), index_key(at), p.items[i], addr(v), now);
+          }
+        }
+        break;
+      }
+      case Rule::kUnpackEx: {
+        // From the top: the leading items, the starred list, then the trailing items with
+        // the sequence's last item deepest.
+        fill(base);
+        const int lead = p.oparg & 0xFF;
+        const int trail = p.oparg >> 8;
+        const auto n = static_cast<int>(p.items.size());
+        if (pushed != lead + 1 + trail || n < lead + trail) break;
+        auto item_tag = [&](int i) { return p.items[static_cast<std::size_t>(i)]; };
+        for (int i = 0; i < lead; ++i) {
+          if (item_tag(i) != 0) s[depth - 1 - i] = item_tag(i);
+        }
+        for (int k = 0; k < trail; ++k) {
+          if (item_tag(n - 1 - k) != 0) s[base + k] = item_tag(n - 1 - k);
+        }
+        PyObject* rest = lp[base + trail];
+        if (!PyList_CheckExact(rest) || !trackable(rest)) break;
+        slots_.mark_created(addr(rest), now);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(rest) && lead + j < n - trail; ++j) {
+          const Tag t = item_tag(lead + static_cast<int>(j));
+          if (t != 0) slots_.set(addr(rest), index_key(j), t, addr(PyList_GET_ITEM(rest, j)), now);
+        }
+        break;
+      }
       case Rule::kPushExcInfo:
         fill(base);
         if (pushed == 2) {
@@ -1232,7 +1580,8 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
         const int count = static_cast<int>(p.items.size());
         if (pushed == count) {
           for (int i = 0; i < count; ++i) {
-            const Tag t = p.items[static_cast<std::size_t>(i)];
+            Tag t = p.items[static_cast<std::size_t>(i)];
+            if (t == 0) t = held_tag(lp[base + (count - 1 - i)]);
             if (t != 0) s[base + (count - 1 - i)] = t;
           }
         }
@@ -1270,6 +1619,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
           }
           break;
         }
+        if (tag == 0) tag = iterated_item_tag(slots_, lp[slot], item);
         s[p.before] = tag != 0 ? tag : computed(p, item);
         break;
       }
@@ -1455,9 +1805,29 @@ void Tracer::stop_at_line(const std::string& filename, int line, std::uint64_t h
   stop_line_ = line;
   stop_hit_ = hit == 0 ? 1 : hit;
   hits_ = 0;
+  ++breakpoint_generation_;
 }
 
 void Tracer::set_end_file(const std::string& filename) { end_file_ = filename; }
+
+void Tracer::every(std::uint64_t interval, PyObject* callback) {
+  Py_XDECREF(every_cb_);
+  Py_XINCREF(callback);
+  every_cb_ = callback;
+  every_interval_ = callback != nullptr ? interval : 0;
+}
+
+// A line stop armed after a code object was first seen (in a worker forked from a
+// checkpoint) still finds its instructions.
+void Tracer::refresh_breakpoints(CodeInfo& info) {
+  info.breakpoint_generation = breakpoint_generation_;
+  info.breakpoint.clear();
+  if (info.index >= code_names_.size() || code_names_[info.index].filename != stop_file_) return;
+  info.breakpoint.assign(info.instrs.size(), 0);
+  for (std::size_t i = 0; i < info.instrs.size(); ++i) {
+    info.breakpoint[i] = info.instrs[i].line == stop_line_ ? 1 : 0;
+  }
+}
 
 void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post) {
   capture_.clear();

@@ -53,6 +53,7 @@ struct CodeInfo {
   std::vector<Instr> instrs;  // by code unit; EXTENDED_ARG units hold the full instruction
   std::vector<std::uint8_t> kinds;
   std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
+  std::uint64_t breakpoint_generation = 0;
 };
 
 struct CodeName {
@@ -105,6 +106,8 @@ struct ShadowFrame {
   int last_line = -1;
   int last_index = -1;
   std::vector<IterState> iters;
+  // Exceptions this frame is handling (PUSH_EXC_INFO .. POP_EXCEPT) and their tags.
+  std::vector<std::pair<PyObject*, Tag>> handled;
 };
 
 struct Reach {
@@ -141,6 +144,9 @@ class Tracer {
 
   // Stops call callback(frame, counter) before the instruction runs; one-shot.
   void stop_at_counter(std::uint64_t counter, PyObject* callback);
+  // callback(frame, counter) before every instruction whose counter is a multiple of
+  // interval (0 turns it off): where checkpoints are taken.
+  void every(std::uint64_t interval, PyObject* callback);
   void stop_at_line(const std::string& filename, int line, std::uint64_t hit, PyObject* callback);
   void set_end_file(const std::string& filename);
   [[nodiscard]] std::uint64_t end_counter() const noexcept { return end_counter_; }
@@ -208,6 +214,10 @@ class Tracer {
   void adopt_generator(const Pending& p, PyObject* gen);
   bool trackable(PyObject* obj) const noexcept;
   Tag computed(const Pending& p, PyObject* value) const noexcept;
+  // The tag of a value some slot still holds (checked), for values C code read back out of
+  // containers; 0 when no slot holds it or it is an object shared by unrelated values.
+  Tag held_tag(PyObject* value) const noexcept;
+  Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
   void model_call(ShadowFrame& sf);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
@@ -234,6 +244,14 @@ class Tracer {
     std::uint64_t seq = 0;
   } last_return_;
   std::uint64_t return_seq_ = 0;
+  // A class body's namespace tags, waiting for __build_class__ to return the class.
+  struct ClassSlot {
+    std::uint64_t key;
+    Tag tag;
+    std::uintptr_t value;
+  };
+  std::vector<ClassSlot> class_slots_;
+  std::uint64_t class_slots_seq_ = 0;
   PyObject* exc_value_ = nullptr;
   Tag exc_tag_ = 0;
   Tag exc_origin_ = 0;
@@ -241,6 +259,10 @@ class Tracer {
   std::uint64_t crash_counter_ = 0;
   std::string end_file_;
 
+  std::uint64_t every_interval_ = 0;
+  PyObject* every_cb_ = nullptr;
+  std::uint64_t breakpoint_generation_ = 0;
+  void refresh_breakpoints(CodeInfo& info);
   std::uint64_t stop_counter_ = 0;
   PyObject* stop_counter_cb_ = nullptr;
   std::string stop_file_;

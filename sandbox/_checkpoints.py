@@ -1,0 +1,253 @@
+"""Fork-based checkpoints: one traced replay, frozen copies of it along the way, and queries
+that resume from the nearest copy instead of from the start.
+
+Inside the replaying process (a "serve" pass), the runner forks a checkpoint before the
+program's first instruction (counter 0) and then every `interval` instructions. A checkpoint
+is a process stopped inside the engine's callback; its socket travels to the session (over
+the control socket, SCM_RIGHTS). Asked a question, a checkpoint forks a worker that takes the
+question's configuration and simply returns into the program: the run goes on from that
+instant, the worker answers over the checkpoint's socket and exits, and the checkpoint waits
+for the next question. Past `cap` checkpoints, every other one is dropped and the interval
+doubles, so the copies stay spread over the whole run.
+
+The session side (CheckpointedReplay) starts the serve pass, collects the checkpoints, and
+sends each question to the latest checkpoint at or before the counter it starts from.
+
+Messages on every socket are a 4-byte big-endian length and a JSON document.
+
+Inside the replay the boundary has replaced os.fork and the socket module (the program may
+not fork or open sockets behind the recording's back), so this module keeps the real fork,
+kill, waitpid, open, close and dup2 from import time and speaks through _socket;
+sealtrace.sandbox._replay imports it before installing the boundary.
+"""
+
+from __future__ import annotations
+
+import _socket
+import array
+import contextlib
+import json
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+__all__ = ["CheckpointPolicy", "CheckpointedReplay", "Checkpoints", "receive", "send"]
+
+_LENGTH = struct.Struct(">I")
+_MAX_MESSAGE = 256 * 1024 * 1024
+_fork = os.fork
+_kill = os.kill
+_waitpid = os.waitpid
+_open = os.open
+_close = os.close
+_dup2 = os.dup2
+Socket = _socket.socket
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    interval: int = 250_000
+    cap: int = 64
+
+    def __post_init__(self) -> None:
+        if self.interval < 1 or self.cap < 2:
+            raise ValueError("checkpoints need an interval of at least 1 and a cap of at least 2")
+
+
+def send(sock: Socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    body = json.dumps(message, default=repr).encode()
+    frame = _LENGTH.pack(len(body)) + body
+    if fds:
+        rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        sent = sock.sendmsg([frame[:4]], rights)
+        sock.sendall(frame[sent:])
+    else:
+        sock.sendall(frame)
+
+
+def _exactly(sock: Socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("the other side closed the socket")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(sock: Socket) -> tuple[dict[str, Any], list[int]]:
+    head, ancillary, _flags, _addr = sock.recvmsg(4, _socket.CMSG_LEN(4 * 4))
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
+    if not head:
+        raise EOFError("the other side closed the socket")
+    if len(head) < 4:
+        head += _exactly(sock, 4 - len(head))
+    (length,) = _LENGTH.unpack(head)
+    if length > _MAX_MESSAGE:
+        raise ValueError(f"a {length}-byte message is over the limit")
+    message: dict[str, Any] = json.loads(_exactly(sock, length))
+    return message, list(fds)
+
+
+# -- inside the replaying process -----------------------------------------------------------
+
+
+class Checkpoints:
+    """The runner's side: takes checkpoints; a checkpoint serves questions by forking."""
+
+    def __init__(
+        self,
+        engine: Any,
+        control_fd: int,
+        policy: CheckpointPolicy,
+        configure: Callable[[dict[str, Any], Callable[[dict[str, Any], int], NoReturn]], None],
+        release: tuple[int, ...] = (),
+    ) -> None:
+        """release: descriptors a checkpoint must not keep (the result pipe), or the session
+        would wait on them for as long as the checkpoint lives."""
+        self.engine = engine
+        self.release = release
+        self.control = Socket(fileno=control_fd)
+        self.interval = policy.interval
+        self.cap = policy.cap
+        self.configure = configure
+        self.taken: list[tuple[int, int]] = []  # (counter, pid)
+
+    def start(self) -> None:
+        """At the program's first instruction, then every interval. Checkpoints are taken
+        inside engine callbacks, where nothing they run is traced or counted."""
+        self.engine.stop_at_counter(self.engine.counter + 1, self._first)
+
+    def _first(self, frame: Any, counter: int) -> None:
+        if self._take(counter):
+            self.engine.every(self.interval, self._tick)
+
+    def _tick(self, frame: Any, counter: int) -> None:
+        if counter % self.interval == 0:
+            self._take(counter)
+
+    def _take(self, counter: int) -> bool:
+        """Fork a checkpoint here. True in the runner; False in a worker that a question
+        forked from the checkpoint, which goes on with the program from this instant."""
+        mine, theirs = _socket.socketpair()
+        pid = _fork()
+        if pid == 0:
+            theirs.close()
+            self.control.close()
+            for fd in self.release:
+                with contextlib.suppress(OSError):
+                    _close(fd)
+            null = _open(os.devnull, os.O_WRONLY)
+            _dup2(null, 2)  # the session reads the runner's stderr to its end
+            _close(null)
+            self._serve(mine)  # returns only in a worker
+            return False
+        mine.close()
+        send(self.control, {"checkpoint": counter, "pid": pid}, [theirs.fileno()])
+        theirs.close()
+        self.taken.append((counter, pid))
+        if len(self.taken) > self.cap:
+            self._thin()
+        return True
+
+    def _thin(self) -> None:
+        kept = [self.taken[0]]
+        for i, (counter, pid) in enumerate(self.taken[1:], 1):
+            if i % 2 == 0:
+                kept.append((counter, pid))
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    _kill(pid, 9)
+                with contextlib.suppress(ChildProcessError):
+                    _waitpid(pid, 0)
+                send(self.control, {"dropped": counter})
+        self.taken = kept
+        self.interval *= 2
+        self.engine.every(self.interval, self._tick)
+
+    def _serve(self, sock: Socket) -> None:
+        """A checkpoint: wait for questions; each is answered by a fork of this instant."""
+        self.engine.every(0, None)
+        while True:
+            try:
+                message, _fds = receive(sock)
+            except (EOFError, OSError):
+                os._exit(0)
+            pid = _fork()
+            if pid == 0:
+                self.configure(message["query"], _answerer(sock))
+                return  # the worker returns into the program, configured
+            with contextlib.suppress(ChildProcessError):
+                _waitpid(pid, 0)
+
+    def finish(self) -> None:
+        """The runner reached the end of the run; the checkpoints stay, waiting."""
+        self.engine.every(0, None)
+        self.control.close()
+
+
+def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
+    def answer(receipt: dict[str, Any], code: int) -> NoReturn:
+        try:
+            send(sock, {"receipt": receipt, "code": code})
+        finally:
+            os._exit(0)
+
+    return answer
+
+
+# -- the session side -----------------------------------------------------------------------
+
+
+class CheckpointedReplay:
+    """Checkpoints of one recording's replay, and questions answered from the nearest one."""
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
+        self.control, self.child_end = _socket.socketpair()
+        self.checkpoints: dict[int, Socket] = {}
+
+    def collect(self) -> None:
+        """After the serve pass has ended: every checkpoint it left."""
+        self.child_end.close()
+        self.control.setblocking(False)
+        while True:
+            try:
+                message, fds = receive(self.control)
+            except (BlockingIOError, EOFError):
+                break
+            if "checkpoint" in message:
+                self.checkpoints[int(message["checkpoint"])] = Socket(fileno=fds[0])
+            elif "dropped" in message:
+                dropped = self.checkpoints.pop(int(message["dropped"]), None)
+                if dropped is not None:
+                    dropped.close()
+        self.control.close()
+
+    def nearest(self, counter: int) -> int | None:
+        """The latest checkpoint at or before `counter`, if any."""
+        return max((c for c in self.checkpoints if c <= counter), default=None)
+
+    def ask(self, query: dict[str, Any], start: int) -> tuple[dict[str, Any], int]:
+        """The receipt and exit code of `query`, run from the nearest checkpoint."""
+        counter = self.nearest(start)
+        if counter is None:
+            raise LookupError(f"no checkpoint at or before {start}")
+        sock = self.checkpoints[counter]
+        sock.settimeout(self.timeout)
+        send(sock, {"query": query})
+        message, _fds = receive(sock)
+        return message["receipt"], int(message["code"])
+
+    def close(self) -> None:
+        for sock in self.checkpoints.values():
+            sock.close()
+        self.checkpoints.clear()
+        for sock in (self.control, self.child_end):
+            sock.close()

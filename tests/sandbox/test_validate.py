@@ -1,0 +1,98 @@
+"""`sealtrace validate`: the suite passes through the real CLI, and the validator itself can
+fail (a wrong ground truth, and a control that reaches an input, both exit 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sealtrace.sandbox import _validate
+from sealtrace.sandbox.cli import register
+from sealtrace.sandbox.validation.cases import CASES, PLANTED, TRACE, Origin, marked_line
+
+from ..conftest import run_cli
+
+KINDS = {"constant", "external", "env", "argv"}
+
+
+def test_manifest_names_every_answer() -> None:
+    names = [case.name for case in CASES]
+    assert len(names) == len(set(names))
+    planted = [case for case in CASES if not case.is_control]
+    assert len(planted) >= 8
+    assert [case.name for case in CASES if case.is_control] == ["negative_control"]
+    assert {case.truth.kind for case in planted if case.truth} == KINDS
+    for case in CASES:
+        assert (case.program / case.script).is_file(), case.name
+        assert marked_line(case.program / case.script, TRACE) > 0
+        files = sorted(p.name for p in case.program.glob("*.py"))
+        marked = [f for f in files if PLANTED in (case.program / f).read_text()]
+        if case.truth is None or case.truth.kind == "argv":
+            assert marked == [], case.name
+        else:
+            assert marked == [case.truth.file], case.name
+            assert case.truth_where().startswith(f"{case.truth.file}:")
+
+
+@pytest.mark.slow
+def test_suite_passes_through_the_cli() -> None:
+    proc = run_cli("validate", "--json")
+    report = json.loads(proc.stdout)
+    failing = {
+        case["name"]: (case["truth"], case["top1"] and case["top1"]["where"], case["error"])
+        for case in report["cases"]
+        if not case["passed"]
+    }
+    assert failing == {}
+    assert report["precision"] == 1.0
+    assert report["planted_cases"] == len(CASES) - 1
+    assert report["negative_control"] == {"passed": True, "cases": ["negative_control"]}
+    control = next(case for case in report["cases"] if case["control"])
+    assert control["complete"]
+    assert set(control["origin_kinds"]) <= {"constant"}
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_the_validator_fails_on_a_wrong_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative controls for the validator: the same recording judged against a decoy (the
+    north row, read by the same line as the poisoned south row) must fail, and so must a
+    "control" whose value does depend on an input. Nothing is left in the temp directory."""
+    base = next(case for case in CASES if case.name == "poisoned_input")
+    wrong_truth = dataclasses.replace(
+        base, name="wrong_truth", directory=base.name, truth=Origin("external", value="'north'")
+    )
+    false_control = dataclasses.replace(base, name="false_control", directory=base.name, truth=None)
+    monkeypatch.setattr(_validate, "CASES", (wrong_truth, false_control))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["validate", "--json"])
+
+    assert result.exit_code == 3, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["precision"] == 0.0
+    assert report["negative_control"]["passed"] is False
+    wrong, control = report["cases"]
+    assert wrong["passed"] is False
+    assert wrong["top1"]["where"] == wrong["truth"].split(" ", 1)[1]  # the same line...
+    assert "'south'" in wrong["top1"]["value"]  # ...but the poisoned row, not the decoy
+    assert wrong["truth_rank"] is None
+    assert control["passed"] is False
+    assert "external" in control["origin_kinds"]
+    assert result.stderr.strip().splitlines() == [
+        "sealtrace: error: validation failed: top-1 precision 0.00 (0/1); negative control "
+        "FAILED; failing: wrong_truth, false_control"
+    ]
+    assert list(scratch.iterdir()) == []  # no plaintext recording, no private key
