@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -205,6 +206,15 @@ def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
 # -- the session side -----------------------------------------------------------------------
 
 
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 class CheckpointedReplay:
     """Checkpoints of one recording's replay, and questions answered from the nearest one."""
 
@@ -212,6 +222,7 @@ class CheckpointedReplay:
         self.timeout = timeout
         self.control, self.child_end = _socket.socketpair()
         self.checkpoints: dict[int, Socket] = {}
+        self.pids: dict[int, int] = {}
 
     def collect(self) -> None:
         """After the serve pass has ended: every checkpoint it left."""
@@ -224,7 +235,9 @@ class CheckpointedReplay:
                 break
             if "checkpoint" in message:
                 self.checkpoints[int(message["checkpoint"])] = Socket(fileno=fds[0])
+                self.pids[int(message["checkpoint"])] = int(message["pid"])
             elif "dropped" in message:
+                self.pids.pop(int(message["dropped"]), None)
                 dropped = self.checkpoints.pop(int(message["dropped"]), None)
                 if dropped is not None:
                     dropped.close()
@@ -246,8 +259,18 @@ class CheckpointedReplay:
         return message["receipt"], int(message["code"])
 
     def close(self) -> None:
+        """End every checkpoint: each leaves when its socket closes; any still there after a
+        grace period is killed."""
         for sock in self.checkpoints.values():
             sock.close()
         self.checkpoints.clear()
+        deadline = time.monotonic() + 2.0
+        for pid in self.pids.values():
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, 9)
+        self.pids.clear()
         for sock in (self.control, self.child_end):
             sock.close()

@@ -244,3 +244,57 @@ def test_wrong_key_and_tampered_recording_are_refused(
     assert tampered.returncode == 4, tampered.stderr.decode()
     # Nothing stored was lost: the original still answers.
     assert _trace(store, keys, "routes/orders.py:4", "order.total_price")["root"]
+
+
+def _serving_processes(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and b'"serve"' in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_checkpoints_give_the_same_answers_and_end_with_the_command(
+    story: tuple[Path, KeyFiles],
+) -> None:
+    store, keys = story
+    plain = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    # An interval no other test uses marks this command's checkpoint processes.
+    every = "4999"
+    proc = _cli(
+        store, keys, "trace", "--at", "routes/orders.py:4", "--var", "order.total_price",
+        "--depth", "12", "--checkpoint-every", every, "--max-checkpoints", "4", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    checkpointed = json.loads(proc.stdout)
+    assert checkpointed["root"] == plain["root"]
+    assert checkpointed["query"]["stopped_at"] == plain["query"]["stopped_at"]
+    assert _serving_processes(f'"interval": {every}') == []
+
+
+def test_a_session_answers_later_passes_from_the_nearest_checkpoint(
+    story: tuple[Path, KeyFiles],
+) -> None:
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox._session import load_recording
+
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    plain = ProvenanceSession(data, parsed)
+    doc = plain.trace(parse_at("routes/orders.py:4"), "order.total_price", 3)
+    root = doc["root"]["counter"]
+    with ProvenanceSession(data, parsed, checkpoints=CheckpointPolicy(7001, 8)) as session:
+        survey = session.survey()
+        server = session._checkpointed()
+        assert 2 <= len(server.checkpoints) <= 9
+        assert server.nearest(root) is not None and server.nearest(root) <= root
+        assert session.capture({root})[root] == plain.capture({root})[root]
+        assert survey["instructions"] == plain.survey()["instructions"]
+    assert _serving_processes('"interval": 7001') == []
