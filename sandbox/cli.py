@@ -5,6 +5,7 @@ substrate or the provenance engine."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -84,6 +85,10 @@ def _session(location: str, identity: Any, run_id: str | None, every: int, cap: 
     return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
 
 
+def _answer(doc: dict[str, Any], as_json: bool, text: Callable[[], str]) -> None:
+    typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text())
+
+
 @_guarded
 def trace(
     location: LocationArg,
@@ -107,10 +112,7 @@ def trace(
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.trace(parse_at(at), var, depth)
-    if as_json:
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        typer.echo(render_trace(doc, session.last_nodes, src))
+    _answer(doc, as_json, lambda: render_trace(doc, session.last_nodes, src))
 
 
 @_guarded
@@ -129,10 +131,7 @@ def flows(
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.flows(source)
-    if as_json:
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        typer.echo(render_flows(doc, src))
+    _answer(doc, as_json, lambda: render_flows(doc, src))
 
 
 @_guarded
@@ -152,10 +151,7 @@ def inspect_stack(
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.inspect_stack(parse_at(at))
-    if as_json:
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        typer.echo(render_stack(doc, src))
+    _answer(doc, as_json, lambda: render_stack(doc, src))
 
 
 def register(app: typer.Typer) -> None:
