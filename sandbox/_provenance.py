@@ -146,19 +146,47 @@ def _clip(text: str | None) -> str | None:
     return text[: _REPR_LIMIT - 1] + "…"
 
 
-def summarize(value: Any) -> dict[str, Any]:
-    """{"type", "repr" (or None when it cannot be shown safely), "digest"}."""
-    text = _safe_repr(value)
+# Set for a sandboxed session: the agent's per-session key, so the runner's frames carry
+# digests only the agent can match (sealtrace.sandbox._protocol).
+DIGEST_KEY: bytes | None = None
+_TAGS = {type(None): 1, bool: 2, int: 3, float: 4, str: 5, bytes: 6, list: 7, tuple: 8, dict: 9}
+
+
+def canonical_bytes(value: Any, shown: str | None) -> bytes:
     if isinstance(value, bytes):
-        canonical = value
-    elif isinstance(value, str):
-        canonical = value.encode("utf-8", "surrogatepass")
-    else:
-        canonical = (text or "").encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(
-        _type_name(value).encode() + b"\0" + canonical, digest_size=32
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return (shown or "").encode("utf-8", "surrogatepass")
+
+
+def keyed_digest(key: bytes, type_name: str, canonical: bytes) -> str:
+    return hashlib.blake2b(
+        type_name.encode() + b"\0" + canonical, digest_size=32, key=key
     ).hexdigest()
-    return {"type": _type_name(value), "repr": _clip(text), "digest": digest}
+
+
+def summarize(value: Any) -> dict[str, Any]:
+    """{"type", "repr" (or None when it cannot be shown safely), "digest"}; in a sandboxed
+    session also "sandbox": the fixed-field form a frame carries (tag, length, int, float,
+    keyed digest)."""
+    text = _safe_repr(value)
+    type_name = _type_name(value)
+    canonical = canonical_bytes(value, text)
+    digest = hashlib.blake2b(type_name.encode() + b"\0" + canonical, digest_size=32).hexdigest()
+    summary: dict[str, Any] = {"type": type_name, "repr": _clip(text), "digest": digest}
+    if DIGEST_KEY is not None:
+        tag = _TAGS.get(type(value), 10 if type(value) in (set, frozenset) else 11)
+        summary["sandbox"] = {
+            "tag": tag,
+            "length": len(value) if tag in (5, 6, 7, 8, 9, 10) else 0,
+            "int": value if tag == 3 and -(2**63) <= value < 2**63 else 0,
+            "bool": bool(value) if tag == 2 else False,
+            "float": float(value) if tag == 4 else 0.0,
+            "digest": keyed_digest(DIGEST_KEY, type_name, canonical),
+            "type_digest": keyed_digest(DIGEST_KEY, "type", type_name.encode())[:16],
+        }
+    return summary
 
 
 # -- expressions ----------------------------------------------------------------------------
@@ -233,8 +261,11 @@ class Provenance:
         replay runtime's own endings (a divergence) at a worker's answer channel."""
         from sealtrace._engine import Engine
 
+        global DIGEST_KEY
         self.sink = sink
         self.redirect = redirect
+        if query.get("digest_key"):
+            DIGEST_KEY = bytes.fromhex(query["digest_key"])
         self.engine = Engine(is_own_code)
         self.checkpoints: Any = None
         self._reset(query)

@@ -73,6 +73,7 @@ class ProvenanceSession:
         *,
         timeout: float | None = None,
         checkpoints: CheckpointPolicy | None = None,
+        digest_key: bytes | None = None,
     ) -> None:
         """With a checkpoint policy, the first pass replays the whole run once taking
         checkpoints, and every later pass forks from the nearest one (close() ends them)."""
@@ -81,6 +82,8 @@ class ProvenanceSession:
         self.meta = parsed.meta
         self.timeout = timeout
         self.policy = checkpoints
+        # Sandboxed sessions: every value summary also carries a digest keyed with this.
+        self.digest_key = digest_key
         self._replay: CheckpointedReplay | None = None
         self._survey: dict[str, Any] | None = None
         self.passes = 0
@@ -104,6 +107,8 @@ class ProvenanceSession:
     def run(self, query: dict[str, Any], start: int = 0) -> dict[str, Any]:
         """One pass; `start` is the earliest counter the pass needs to run from."""
         self.passes += 1
+        if self.digest_key is not None:
+            query = {**query, "digest_key": self.digest_key.hex()}
         server = self._checkpointed() if self.policy is not None else None
         if server is not None and server.nearest(start) is not None:
             data, _code = server.ask(query, start)
@@ -130,6 +135,8 @@ class ProvenanceSession:
                 "interval": self.policy.interval,
                 "cap": self.policy.cap,
             }
+            if self.digest_key is not None:
+                query["digest_key"] = self.digest_key.hex()
             try:
                 receipt = replay(
                     self.data, self.meta, timeout=self.timeout, query=query, pass_fds=(fd,)

@@ -298,3 +298,91 @@ def test_a_session_answers_later_passes_from_the_nearest_checkpoint(
         assert session.capture({root})[root] == plain.capture({root})[root]
         assert survey["instructions"] == plain.survey()["instructions"]
     assert _serving_processes('"interval": 7001') == []
+
+
+def _same_answer(plain: dict[str, Any], boxed: dict[str, Any]) -> None:
+    """Sandboxed and in-process nodes agree; only strings the agent cannot match differ."""
+    assert boxed["counter"] == plain["counter"]
+    assert boxed["line"] == plain["line"]
+    assert boxed["origin"] == plain["origin"]
+    if boxed["file"]:
+        assert boxed["file"] == plain["file"]
+        assert boxed["function"] == plain["function"]
+    else:
+        assert not plain["file"].startswith(str(APP))  # only library files are unnamed
+    if "?" not in boxed["op"]:
+        assert boxed["op"] == plain["op"]
+    assert boxed["value"]["type"] in (plain["value"]["type"], "?")
+    if boxed["value"]["repr"] is not None:
+        assert boxed["value"]["repr"] == plain["value"]["repr"]
+    assert len(boxed["inputs"]) == len(plain["inputs"])
+    for b, p in zip(boxed["inputs"], plain["inputs"], strict=True):
+        _same_answer(p, b)
+
+
+def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
+    story: tuple[Path, KeyFiles],
+) -> None:
+    from sealtrace.agent._sandbox import SandboxSession
+    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox._session import load_recording
+
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    plain = ProvenanceSession(data, parsed).trace(
+        parse_at("routes/orders.py:4"), "order.total_price", 12
+    )
+    with SandboxSession(data, parsed, checkpoint_every=20_000) as box:
+        received: list[bytes] = []
+        feed = box.reader.feed
+        box.reader.feed = lambda data: received.append(data) or feed(data)  # type: ignore[method-assign]
+        boxed = box.trace("routes/orders.py:4", "order.total_price", 12)
+        stats = box.stats()
+    _same_answer(plain["root"], boxed["root"])
+    assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"]
+    assert (
+        boxed["query"]["value"]["repr"] == "0.0" and boxed["query"]["slot"] == "order.total_price"
+    )
+    # The story's strings crossed only as digests, and the agent matched them.
+    wire = b"".join(received)
+    assert len(wire) % 88 == 0
+    for secret in (b"STAFF100", b"promotions.db", b"total_price", b"MUG-01"):
+        assert secret not in wire
+    read = _find(boxed["root"], origin=lambda n: _call(n) == "sqlite3.Cursor.fetchone")
+    assert read["value"]["repr"] == "(100,)"
+    assert stats["instructions"] > 90_000 and stats["depth_mismatches"] == 0
+
+
+def test_sandboxed_flows_and_stack_agree_with_in_process(story: tuple[Path, KeyFiles]) -> None:
+    from sealtrace.agent._sandbox import SandboxSession
+    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox._session import load_recording
+
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    plain = ProvenanceSession(data, parsed)
+    line = _line(APP / "services" / "pricing.py", "return round(total, 2)")
+    at = f"services/pricing.py:{line}"
+    stack = plain.inspect_stack(parse_at(at))
+    event = next(i for i, e in enumerate(parsed.events) if e.callee == "sqlite3.Cursor.fetchone")
+    flows = plain.flows(f"event:{event}")
+    with SandboxSession(data, parsed) as box:
+        boxed_stack = box.inspect_stack(at)
+        boxed_flows = box.flows(f"event:{event}")
+    assert boxed_stack["query"]["counter"] == stack["query"]["counter"]
+    app_frames = [f for f in stack["frames"] if f["file"].startswith(str(APP))]
+    boxed_app = [f for f in boxed_stack["frames"] if f["file"].startswith(str(APP))]
+    assert len(boxed_app) == len(app_frames) >= 2
+    for plain_frame, boxed_frame in zip(app_frames, boxed_app, strict=True):
+        assert boxed_frame["function"] == plain_frame["function"]
+        assert boxed_frame["line"] == plain_frame["line"]
+        names = [v["name"] for v in plain_frame["locals"]]
+        assert [v["name"] for v in boxed_frame["locals"]] == names
+        for p, b in zip(plain_frame["locals"], boxed_frame["locals"], strict=True):
+            assert b["tag"] == p["tag"]
+            if b["value"]["repr"] is not None:
+                assert b["value"]["repr"] == p["value"]["repr"]
+    assert [(p["line"], p["counter"], p["count"]) for p in boxed_flows["locations"]] == [
+        (p["line"], p["counter"], p["count"]) for p in flows["locations"]
+    ]
+    assert boxed_flows["outputs"] == flows["outputs"]

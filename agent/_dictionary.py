@@ -1,0 +1,207 @@
+"""What the agent can show of a sandboxed answer: keyed digests matched to values it holds.
+
+The runner sends strings only as digests keyed with this session's key. The agent already
+holds the decrypted recording, so it builds a dictionary of everything it may show: the
+recorded sources' constants, names and function names, the recording's external inputs
+(results of recorded calls, recursively into their items), argv and environment values,
+the recorded call names, and the operator spellings `dis` uses. A digest that matches shows
+its value; anything else stays type, length and digest, with repr null.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dis
+import os
+from typing import Any
+
+from sealtrace.proxy._codec import CodecError
+from sealtrace.proxy._stream import ParsedStream
+from sealtrace.sandbox._provenance import canonical_bytes, keyed_digest, summarize
+
+__all__ = ["Dictionary"]
+
+_MAX_DEPTH = 4
+_MAX_ITEMS = 10_000
+
+
+class Dictionary:
+    def __init__(self, key: bytes, parsed: ParsedStream) -> None:
+        self.key = key
+        self.values: dict[str, str] = {}  # value digest -> repr
+        self.texts: dict[tuple[str, str], str] = {}  # (kind, digest) -> text
+        self.types: dict[str, str] = {}  # type digest (16 hex) -> type name
+        self.functions: dict[str, list[tuple[int, int, str]]] = {}
+        self._count = 0
+        for name in dir(builtins):
+            self._text("op", name)
+            self._text("op", f"NULL + {name}")
+            self._text("name", name)
+        for t in (int, float, str, bytes, bool, list, tuple, dict, set, frozenset, type(None)):
+            self._type(t.__qualname__)
+            for attr in dir(t):
+                self._text("op", f"{t.__qualname__}.{attr}")
+        for _, symbol in dis._nb_ops:  # type: ignore[attr-defined]
+            self._text("op", symbol)
+        for symbol in dis.cmp_op:
+            self._text("op", symbol)
+        for n in range(0, 1 << 16, 2):
+            self._text("op", f"to {n}")
+        for flags in ("defaults", "kwdefaults", "annotations", "closure"):
+            self._text("op", flags)
+        for conversion in ("str", "repr", "ascii"):
+            self._text("op", conversion)
+            self._text("op", f"{conversion}, with format")
+        self._text("op", "with format")
+        self._text("op", "")
+        self._text("name", "<module>")
+        for source in parsed.sources.values():
+            if source.path.endswith(os.sep):
+                continue
+            blob = parsed.blobs.get(source.digest)
+            if blob is not None:
+                self._source(source.module, source.path, blob)
+        for event in parsed.events:
+            self._text("op", event.callee)
+            try:
+                self._value(parsed.decode(event), 0)
+            except CodecError:
+                continue
+        meta = parsed.meta
+        for value in (meta.get("env") or {}).values():
+            self._value(value, 0)
+        target = meta.get("target") or {}
+        for value in [target.get("value"), *(target.get("args") or [])]:
+            if isinstance(value, str):
+                self._value(value, 0)
+
+    # -- building -------------------------------------------------------------------------
+
+    def _digest(self, kind: str, data: bytes) -> str:
+        return keyed_digest(self.key, kind, data)
+
+    def _text(self, kind: str, text: str) -> None:
+        self.texts[(kind, self._digest(kind, text.encode("utf-8", "surrogatepass")))] = text
+
+    def _type(self, name: str) -> None:
+        self.types[self._digest("type", name.encode())[:16]] = name
+
+    def _value(self, value: Any, depth: int) -> None:
+        if self._count > _MAX_ITEMS or depth > _MAX_DEPTH:
+            return
+        self._count += 1
+        shown = summarize(value)["repr"]
+        type_name = summarize(value)["type"]
+        self._type(type_name)
+        if shown is not None:
+            digest = keyed_digest(self.key, type_name, canonical_bytes(value, shown))
+            self.values[digest] = shown
+        if isinstance(value, dict):
+            for k, v in list(value.items())[:_MAX_ITEMS]:
+                self._value(k, depth + 1)
+                self._value(v, depth + 1)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for item in list(value)[:_MAX_ITEMS]:
+                self._value(item, depth + 1)
+
+    def _source(self, module: str, path: str, blob: bytes) -> None:
+        try:
+            tree = ast.parse(blob)
+        except SyntaxError:
+            return
+        spans: list[tuple[int, int, str]] = []
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                name = None
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = child.name
+                elif isinstance(child, ast.Lambda):
+                    name = "<lambda>"
+                elif isinstance(child, ast.ListComp):
+                    name = "<listcomp>"
+                elif isinstance(child, ast.SetComp):
+                    name = "<setcomp>"
+                elif isinstance(child, ast.DictComp):
+                    name = "<dictcomp>"
+                elif isinstance(child, ast.GeneratorExp):
+                    name = "<genexpr>"
+                if name is not None:
+                    qual = f"{prefix}{name}"
+                    end = getattr(child, "end_lineno", None) or child.lineno  # type: ignore[attr-defined]
+                    spans.append((child.lineno, end, qual))  # type: ignore[attr-defined]
+                    self._text("op", qual)
+                    self._text("name", qual)
+                    if isinstance(child, ast.ClassDef):
+                        self._type(qual)
+                        self._type(f"{module}.{qual}")
+                        visit(child, f"{qual}.")
+                    else:
+                        visit(child, f"{qual}.<locals>.")
+                else:
+                    visit(child, prefix)
+
+        visit(tree, "")
+        self.functions[path] = spans
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant):
+                self._value(node.value, 0)
+                self._text("op", repr(node.value))
+            elif isinstance(node, ast.Name):
+                self._text("op", node.id)
+                self._text("op", f"NULL + {node.id}")
+                self._text("name", node.id)
+            elif isinstance(node, ast.Attribute):
+                self._text("op", node.attr)
+                self._text("name", node.attr)
+            elif isinstance(node, ast.arg):
+                self._text("op", node.arg)
+                self._text("name", node.arg)
+            elif isinstance(node, ast.alias):
+                for part in (node.asname or node.name).split("."):
+                    self._text("op", part)
+
+    # -- looking up -----------------------------------------------------------------------
+
+    def text(self, kind: str, digest: bytes) -> str | None:
+        return self.texts.get((kind, digest.hex()))
+
+    def name_by_prefix(self, prefix: int) -> str | None:
+        """A name from the first 8 bytes of its digest (a NODE's function)."""
+        if not hasattr(self, "_prefixes"):
+            self._prefixes = {
+                int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True): t
+                for (k, d), t in self.texts.items()
+                if k == "name"
+            }
+        return self._prefixes.get(prefix)
+
+    def function_at(self, path: str, line: int) -> str:
+        """The innermost function, class or comprehension around a line; <module> if none."""
+        best: tuple[int, int, str] | None = None
+        for start, end, name in self.functions.get(path, []):
+            if start <= line <= end and (best is None or start >= best[0]):
+                best = (start, end, name)
+        return best[2] if best else "<module>"
+
+    def value(
+        self, tag: int, length: int, ival: int, fval: float, digest: bytes, type_digest: int
+    ) -> dict[str, Any]:
+        names = {1: "NoneType", 2: "bool", 3: "int", 4: "float", 5: "str", 6: "bytes", 7: "list",
+                 8: "tuple", 9: "dict", 10: "set"}  # fmt: skip
+        type_name = names.get(tag) or self.types.get(f"{type_digest:016x}", "?")
+        shown: str | None
+        if tag == 1:
+            shown = "None"
+        elif tag == 2:
+            shown = "True" if ival else "False"
+        elif tag == 3 and self.values.get(digest.hex()) is None:
+            shown = repr(ival) if self._digest("int", repr(ival).encode()) == digest.hex() else None
+        elif tag == 4:
+            shown = repr(fval)
+        else:
+            shown = self.values.get(digest.hex())
+        if tag == 3 and shown is None:
+            shown = self.values.get(digest.hex())
+        return {"type": type_name, "repr": shown, "digest": digest.hex()}

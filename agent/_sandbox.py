@@ -1,0 +1,416 @@
+"""The agent's side of a sandbox session: start the runner, stream the recording in, ask,
+check every frame, and turn frames back into the documented answers.
+
+The runner is reached through a Transport: two FIFOs in an agent-owned directory (the
+container bind-mounts it; LocalTransport runs the runner as a plain child process, for
+tests and for machines without Podman). The first frame that breaks the protocol, an
+answer past its budget, or silence past the timeout kills the runner and raises
+SandboxError (exit 5); nothing the runner sent is trusted further.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from sealtrace.proxy import SealtraceError
+from sealtrace.proxy._stream import ParsedStream
+from sealtrace.sandbox._errors import DivergenceError, QueryError
+from sealtrace.sandbox._protocol import (
+    FRAME_SIZE,
+    NO_SOURCE,
+    At,
+    ErrorCode,
+    Frame,
+    FrameError,
+    FrameReader,
+    Op,
+    Origin,
+    encode,
+)
+from sealtrace.sandbox._provenance import ARGV_TAG, ENV_TAG
+from sealtrace.sandbox._queries import parse_at
+from sealtrace.sandbox.runner import sources_of
+
+from ._dictionary import Dictionary
+
+__all__ = ["LocalTransport", "SandboxError", "SandboxSession", "Transport"]
+
+_KINDS: dict[int, str] = {
+    Origin.EXTERNAL: "external", Origin.CONSTANT: "constant", Origin.ARGV: "argv",
+    Origin.ENV: "env", Origin.UNKNOWN: "unknown",
+}  # fmt: skip
+
+
+class SandboxError(SealtraceError):
+    """The sandbox refused or failed, or its runner broke the protocol (exit 5)."""
+
+    exit_code = 5
+
+
+class Transport(Protocol):
+    """Where the runner runs. `directory` holds the FIFOs `in` and `out`."""
+
+    directory: Path
+
+    def start(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+class LocalTransport:
+    """The runner as a child process of the agent (no container)."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.argv: list[str] = [sys.executable, "-m", "sealtrace.sandbox.runner"]
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [*self.argv, str(self.directory / "in"), str(self.directory / "out")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class SandboxSession:
+    """One recording, served by one runner; every answer checked frame by frame."""
+
+    def __init__(
+        self,
+        data: bytes,
+        parsed: ParsedStream,
+        transport: Transport | None = None,
+        *,
+        timeout: float = 120.0,
+        budget: int = 100_000,
+        checkpoint_every: int = 250_000,
+    ) -> None:
+        self.parsed = parsed
+        self.timeout = timeout
+        self.transport = transport or LocalTransport()
+        self.key = os.urandom(32)
+        self.sources = sources_of(parsed)
+        self.reader = FrameReader(len(self.sources), budget=budget)
+        self.dictionary = Dictionary(self.key, parsed)
+        self.seq = 0
+        self.closed = False
+        fifo_in = self.transport.directory / "in"
+        fifo_out = self.transport.directory / "out"
+        for fifo in (fifo_in, fifo_out):
+            os.mkfifo(fifo, 0o600)
+        self.transport.start()
+        try:
+            # Opening a FIFO blocks until the other end opens it: the runner is starting.
+            self.out_fd = self._open(fifo_out, os.O_RDONLY)
+            self.in_fd = self._open(fifo_in, os.O_WRONLY)
+            self._expect_hello()
+            self.loaded = self._ask(
+                Frame(Op.LOAD, a=checkpoint_every, f=len(data), digest=self.key), data
+            )[0]
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path, flags: int) -> int:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return os.open(path, flags | os.O_NONBLOCK)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SandboxError("the runner did not open its pipes in time") from None
+                time.sleep(0.01)
+
+    # -- wire -----------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = time.monotonic() + self.timeout
+        while view:
+            _, ready, _ = select.select([], [self.in_fd], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self._fail("the runner stopped reading")
+            try:
+                view = view[os.write(self.in_fd, view[: 1 << 16]) :]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                self._fail("the runner went away")
+
+    def _frames(self) -> list[Frame]:
+        """The frames of one answer, up to DONE or ERROR, each checked."""
+        got: list[Frame] = []
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.out_fd], [], [], max(0.0, left))
+            if not ready:
+                self._fail(f"no frame from the runner for {self.timeout:g}s")
+            try:
+                data = os.read(self.out_fd, FRAME_SIZE * 256)
+            except BlockingIOError:
+                continue
+            try:
+                if not data:
+                    self.reader.end()
+                    self._fail("the runner closed its pipe mid-answer")
+                for frame in self.reader.feed(data):
+                    got.append(frame)
+                    if frame.op in (Op.DONE, Op.ERROR, Op.BYE, Op.HELLO):
+                        return got
+            except FrameError as exc:
+                self._fail(f"protocol violation: {exc}")
+
+    def _fail(self, why: str) -> Any:
+        self.close()
+        raise SandboxError(f"sandbox session ended: {why}")
+
+    def _expect_hello(self) -> None:
+        frames = self._frames()
+        if [f.op for f in frames] != [Op.HELLO]:
+            self._fail("the runner did not say HELLO")
+
+    def _ask(self, request: Frame, payload: bytes = b"") -> list[Frame]:
+        if self.closed:
+            raise SandboxError("the sandbox session is closed")
+        self.seq += 1
+        request = Frame(**{**request.__dict__, "seq": self.seq})
+        self.reader.ask(request.op, request.seq)
+        self._write(encode(request) + payload)
+        frames = self._frames()
+        last = frames[-1]
+        if last.op is Op.ERROR:
+            code = ErrorCode(last.e)
+            if code is ErrorCode.DIVERGED:
+                raise DivergenceError("replay diverged in the sandbox before the answer")
+            if code in (ErrorCode.NOT_REACHED, ErrorCode.BAD_EXPRESSION, ErrorCode.NO_PRODUCER):
+                raise QueryError(
+                    "the sandboxed run cannot answer that: a location it never reached, or "
+                    "an expression that names nothing there"
+                )
+            self._fail(f"the runner reported {code.name}")
+        return frames[:-1]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(OSError):
+            if self.reader.asked is None and self.reader.hello and not self.reader.closed:
+                self.seq += 1
+                self.reader.ask(Op.GOODBYE, self.seq)
+                os.write(self.in_fd, encode(Frame(Op.GOODBYE, seq=self.seq)))
+        for name in ("in_fd", "out_fd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.transport.kill()
+
+    def __enter__(self) -> SandboxSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- questions ------------------------------------------------------------------------
+
+    def _where(self, at_text: str) -> dict[str, Any]:
+        at = parse_at(at_text)
+        if at.special == "crash":
+            return {"e": At.CRASH}
+        if at.special == "end":
+            return {"e": At.END}
+        if at.counter is not None:
+            return {"e": At.COUNTER, "a": at.counter}
+        assert at.file is not None and at.line is not None
+        matches = [
+            s for s in self.sources if s == at.file or s.endswith(os.sep + at.file.lstrip("./"))
+        ]
+        if len(matches) != 1:
+            raise QueryError(f"{at.file} is not one recorded source file")
+        return {"e": At.LINE, "c": self.sources.index(matches[0]), "d": at.line, "ival": at.hit}
+
+    def trace(self, at: str, expr: str, depth: int = 6) -> dict[str, Any]:
+        text = expr.encode()
+        frames = self._ask(Frame(Op.TRACE, b=depth, f=len(text), **self._where(at)), text)
+        stop = frames[0]
+        query_value = frames[1]
+        nodes: dict[int, Frame] = {}
+        values: dict[int, Frame] = {}
+        inputs: dict[int, list[int]] = {}
+        order: list[int] = []
+        current = None
+        for fr in frames[2:]:
+            if fr.op is Op.NODE:
+                nodes[fr.a] = fr
+                order.append(fr.a)
+                current = fr.a
+            elif fr.op is Op.VALUE and current is not None:
+                values[fr.a] = fr
+            elif fr.op is Op.EDGE:
+                inputs.setdefault(fr.a, []).append(fr.b)
+        if not order:
+            self._fail("a trace without a root")
+        levels = {order[0]: 0}
+        frontier = [order[0]]
+        while frontier:
+            following = []
+            for tag in frontier:
+                for child in inputs.get(tag, []):
+                    if child not in levels:
+                        levels[child] = levels[tag] + 1
+                        following.append(child)
+            frontier = following
+        expanded: set[int] = set()
+
+        def tree(tag: int, level: int) -> dict[str, Any]:
+            node = self._node(nodes.get(tag), values.get(tag), tag)
+            if level < depth and tag not in expanded and levels.get(tag, level) == level:
+                expanded.add(tag)
+                node["inputs"] = [tree(child, level + 1) for child in inputs.get(tag, [])]
+            return node
+
+        source = self.sources[stop.c] if stop.c != NO_SOURCE else None
+        query = {
+            "at": at,
+            "var": expr,
+            "depth": depth,
+            "stopped_at": {
+                "counter": stop.a,
+                "file": source,
+                "line": stop.d,
+                "function": self.dictionary.function_at(source, stop.d) if source else None,
+            },
+            "value": self._value(query_value),
+            "slot": expr.strip()[: stop.f],
+            "passes": stop.b,
+            "truncated": bool(stop.e),
+        }
+        return {"query": query, "root": tree(order[0], 0)}
+
+    def _value(self, fr: Frame | None) -> dict[str, Any]:
+        if fr is None:
+            return {"type": "?", "repr": None, "digest": ""}
+        return self.dictionary.value(fr.e, fr.f, fr.ival, fr.fval, fr.digest, fr.b)
+
+    def _node(self, fr: Frame | None, value: Frame | None, tag: int) -> dict[str, Any]:
+        if fr is None:
+            return {"counter": tag, "file": "", "line": 0, "function": "", "op": "?",
+                    "value": self._value(value), "origin": None, "inputs": []}  # fmt: skip
+        kind = _KINDS.get(fr.f)
+        if tag >= ARGV_TAG:
+            name = "env" if tag >= ENV_TAG else "argv"
+            seeded: dict[str, Any] = {"kind": name, "call": None, "event": None}
+            return {"counter": 0, "file": "", "line": 0, "function": "", "op": f"{name}[{fr.b}]",
+                    "value": self._value(value), "origin": seeded, "inputs": []}  # fmt: skip
+        source = self.sources[fr.c] if fr.c != NO_SOURCE else ""
+        opname = _opname(fr.e >> 16)
+        argrepr = self.dictionary.text("op", fr.digest)
+        op = opname if argrepr == "" else f"{opname} {argrepr if argrepr is not None else '?'}"
+        origin: dict[str, Any] | None = None
+        if kind is not None:
+            event = None if fr.b == 2**64 - 1 else fr.b
+            call: str | None = None
+            if (
+                kind in ("external", "env")
+                and event is not None
+                and event < len(self.parsed.events)
+            ):
+                call = self.parsed.events[event].callee
+                op = f"{opname} {call}" if opname.startswith("CALL") else op
+            origin = {"kind": kind, "call": call, "event": event}
+        return {
+            "counter": tag,
+            "file": source,
+            "line": fr.d,
+            "function": self.dictionary.name_by_prefix(fr.ival)
+            or (self.dictionary.function_at(source, fr.d) if source else ""),
+            "op": op,
+            "value": self._value(value),
+            "origin": origin,
+            "inputs": [],
+        }
+
+    def inspect_stack(self, at: str) -> dict[str, Any]:
+        frames = self._ask(Frame(Op.INSPECT, **self._where(at)))
+        stack: list[dict[str, Any]] = []
+        counter = 0
+        pending: tuple[str, int] | None = None
+        for fr in frames:
+            if fr.op is Op.FRAME_AT:
+                counter = fr.a
+                source = self.sources[fr.c] if fr.c != NO_SOURCE else ""
+                function = self.dictionary.text("name", fr.digest) or "?"
+                stack.append({"file": source, "line": fr.d, "function": function, "locals": []})
+            elif fr.op is Op.LOCAL:
+                pending = (self.dictionary.text("name", fr.digest) or "?", fr.a)
+            elif fr.op is Op.VALUE and pending is not None and stack:
+                name, tag = pending
+                stack[-1]["locals"].append({"name": name, "value": self._value(fr), "tag": tag})
+                pending = None
+        return {"query": {"at": at, "counter": counter}, "frames": stack}
+
+    def flows(self, source: str) -> dict[str, Any]:
+        source = source.strip()
+        if source.startswith("event:"):
+            try:
+                event = int(source.split(":", 1)[1])
+            except ValueError:
+                raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+            request = Frame(Op.FLOWS, e=At.EVENT, b=event)
+            text = b""
+        else:
+            expr, sep, where = source.rpartition("@")
+            if not sep or not expr:
+                raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
+            text = expr.encode()
+            request = Frame(Op.FLOWS, f=len(text), **self._where(where))
+        frames = self._ask(request, text)
+        locations = []
+        outputs = []
+        for fr in frames:
+            if fr.op is Op.REACH:
+                file = self.sources[fr.c] if fr.c != NO_SOURCE else ""
+                locations.append(
+                    {
+                        "file": file,
+                        "function": self.dictionary.text("name", fr.digest) or "?",
+                        "line": fr.d,
+                        "counter": fr.a,
+                        "count": fr.ival,
+                    }
+                )
+            elif fr.op is Op.OUTPUT:
+                call = self.parsed.events[fr.b].callee if fr.b < len(self.parsed.events) else "?"
+                outputs.append({"event": fr.b, "call": call, "counter": fr.a})
+        return {"query": {"from": source}, "locations": locations, "outputs": outputs}
+
+    def stats(self) -> dict[str, int]:
+        fr = self._ask(Frame(Op.ASK_STATS))[0]
+        return {"instructions": fr.a, "depth_mismatches": fr.b, "live_frames": fr.d,
+                "tracked_slots": fr.ival}  # fmt: skip
+
+
+def _opname(op: int) -> str:
+    import dis
+
+    return dis.opname[op] if 0 < op < len(dis.opname) else "?"

@@ -1,0 +1,336 @@
+"""The pipe protocol between the agent and the replay runner in the sandbox.
+
+Container → agent: every frame is exactly FRAME_SIZE bytes with the same fixed fields. No
+field is a string, a repr or of variable length: counters, small integers, an int64 and a
+float64 payload, and a 32-byte digest keyed with the session key the agent supplied. The
+agent can read values only by matching a digest against something it already holds.
+
+Agent → container: a request is a fixed header (the same layout) followed by at most
+MAX_REQUEST_TEXT bytes of UTF-8 (an expression such as `order.total_price`); the agent is
+the trusted side and the runner checks requests anyway.
+
+    offset  field   type
+    0       magic   u16   0x5354
+    2       version u8    PROTOCOL_VERSION
+    3       op      u8    Op
+    4       seq     u32   1, 2, 3, … per direction: never repeats, never goes back
+    8       a       u64   a counter (instruction step)
+    16      b       u64   a second counter, an event index, or 2**64-1 for none
+    24      c       u32   a source index (the recording's sources sorted by path), or NO_SOURCE
+    28      d       u32   a line, a count or a frame number
+    32      e       u32   a type tag, an opcode (op << 16 | oparg & 0xFFFF), or an origin kind
+    36      f       u32   a length, or a request's text length
+    40      ival    i64
+    48      fval    f64
+    56      digest  32 bytes (keyed BLAKE2b-256)
+    88
+
+Invariants (the agent's FrameReader enforces them and ends the session on the first
+violation): a frame is exactly FRAME_SIZE bytes; magic and version match; the op is one this
+direction may send and answers the question asked (HELLO first, LOADED once, then for each
+request its answer frames ending in DONE or ERROR, BYE last); seq increases by one; fields
+are within their ranges (a counter is at most the run's instruction count once LOADED gave
+it, a source index names a recorded source or is NO_SOURCE, a tag is known); an answer has
+at most `budget` frames; silence longer than the timeout is a violation.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = [
+    "FRAME_SIZE",
+    "MAX_REQUEST_TEXT",
+    "NONE",
+    "NO_SOURCE",
+    "PROTOCOL_VERSION",
+    "Frame",
+    "FrameError",
+    "FrameReader",
+    "Op",
+    "Origin",
+    "TypeTag",
+    "decode",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+MAGIC = 0x5354
+FRAME_SIZE = 88
+MAX_REQUEST_TEXT = 4096
+NO_SOURCE = 0xFFFF_FFFF
+NONE = 2**64 - 1
+MAX_LINE = 10_000_000
+_LAYOUT = struct.Struct("<HBBIQQIIIIqd32s")
+assert _LAYOUT.size == FRAME_SIZE
+
+
+class Op(enum.IntEnum):
+    # container → agent
+    HELLO = 1  # a: engine version hex, d: FRAME_SIZE
+    LOADED = 2  # a: instructions, b: end counter, ival: crash counter (0 none), d: sources
+    STATS = 3  # a: instructions, b: depth mismatches, d: live frames, ival: tracked slots
+    NODE = 4  # a: counter, b: event or NONE, c/d: source/line, e: opcode, f: origin kind,
+    #           ival: the function name's digest (first 8 bytes), digest: the operation's
+    VALUE = 5  # a: counter it belongs to, e: type tag, f: length, ival/fval, digest; b: type
+    EDGE = 6  # a: counter, b: an input's counter
+    FRAME_AT = 7  # a: stop counter, c/d: source/line, f: frame number (0 innermost)
+    LOCAL = 8  # a: tag, d: frame number, digest: the name's digest; its VALUE follows
+    REACH = 9  # a: first counter, c/d: source/line, ival: times
+    OUTPUT = 10  # a: counter, b: event index
+    DONE = 11  # a: frames in this answer (this one excluded), b: the request's seq
+    ERROR = 12  # e: ErrorCode, b: the request's seq
+    BYE = 13
+    # agent → container
+    LOAD = 64  # f: recording length; the plaintext follows on the input pipe
+    TRACE = 65  # a: counter or 0, c/d: source/line, e: At, ival: hit, f: text (expr), b: depth
+    FLOWS = 66  # like TRACE, or b: event index with e: At.EVENT
+    INSPECT = 67  # like TRACE without an expression
+    ASK_STATS = 68
+    GOODBYE = 69
+
+
+CONTAINER_OPS = frozenset(op for op in Op if op < 64)
+AGENT_OPS = frozenset(op for op in Op if op >= 64)
+
+
+class At(enum.IntEnum):
+    COUNTER = 1
+    LINE = 2
+    CRASH = 3
+    END = 4
+    EVENT = 5
+
+
+class TypeTag(enum.IntEnum):
+    NONE = 1
+    BOOL = 2
+    INT = 3  # ival when it fits in int64, else digest only
+    FLOAT = 4  # fval
+    STR = 5  # f: length in code points, digest
+    BYTES = 6  # f: length, digest
+    LIST = 7
+    TUPLE = 8
+    DICT = 9
+    SET = 10
+    OTHER = 11  # b: the type name's digest (first 8 bytes), digest of the shown form
+
+
+class Origin(enum.IntEnum):
+    NONE = 0
+    EXTERNAL = 1
+    CONSTANT = 2
+    ARGV = 3
+    ENV = 4
+    UNKNOWN = 5
+
+
+class ErrorCode(enum.IntEnum):
+    NOT_REACHED = 1
+    BAD_EXPRESSION = 2
+    NO_PRODUCER = 3
+    DIVERGED = 4
+    BAD_REQUEST = 5
+    INTERNAL = 6
+
+
+class FrameError(ValueError):
+    """A frame that breaks the protocol: the session ends and the sandbox is torn down."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    op: Op
+    seq: int = 0
+    a: int = 0
+    b: int = 0
+    c: int = 0
+    d: int = 0
+    e: int = 0
+    f: int = 0
+    ival: int = 0
+    fval: float = 0.0
+    digest: bytes = bytes(32)
+
+
+def encode(frame: Frame) -> bytes:
+    return _LAYOUT.pack(
+        MAGIC,
+        PROTOCOL_VERSION,
+        int(frame.op),
+        frame.seq,
+        frame.a,
+        frame.b,
+        frame.c,
+        frame.d,
+        frame.e,
+        frame.f,
+        frame.ival,
+        frame.fval,
+        frame.digest,
+    )
+
+
+def decode(data: bytes) -> Frame:
+    """One frame from exactly FRAME_SIZE bytes; FrameError for anything else."""
+    if len(data) != FRAME_SIZE:
+        raise FrameError(f"a frame is {FRAME_SIZE} bytes, not {len(data)}")
+    magic, version, op, seq, a, b, c, d, e, f, ival, fval, digest = _LAYOUT.unpack(data)
+    if magic != MAGIC:
+        raise FrameError(f"bad magic {magic:#06x}")
+    if version != PROTOCOL_VERSION:
+        raise FrameError(f"protocol version {version}, expected {PROTOCOL_VERSION}")
+    try:
+        kind = Op(op)
+    except ValueError:
+        raise FrameError(f"unknown opcode {op}") from None
+    return Frame(kind, seq, a, b, c, d, e, f, ival, fval, digest)
+
+
+_ANSWERS: dict[Op, frozenset[Op]] = {
+    Op.TRACE: frozenset({Op.NODE, Op.VALUE, Op.EDGE, Op.FRAME_AT}),
+    Op.FLOWS: frozenset({Op.REACH, Op.OUTPUT, Op.VALUE, Op.FRAME_AT}),
+    Op.INSPECT: frozenset({Op.FRAME_AT, Op.LOCAL, Op.VALUE}),
+    Op.ASK_STATS: frozenset({Op.STATS}),
+    Op.LOAD: frozenset({Op.LOADED}),
+}
+
+
+class FrameReader:
+    """The agent's check of everything the runner sends (see the module docstring).
+
+    feed() takes bytes as they arrive and returns the complete frames; ask() and answered()
+    tell it which question is open. Any violation raises FrameError.
+    """
+
+    def __init__(self, sources: int, budget: int = 100_000) -> None:
+        self.sources = sources
+        self.budget = budget
+        self.buffer = b""
+        self.seq = 0
+        self.hello = False
+        self.instructions: int | None = None
+        self.asked: tuple[Op, int] | None = None  # (request op, request seq)
+        self.in_answer = 0
+        self.closed = False
+
+    def ask(self, op: Op, seq: int) -> None:
+        if op not in AGENT_OPS:
+            raise ValueError(f"{op.name} is not a request")
+        if self.asked is not None:
+            raise ValueError("one question at a time")
+        self.asked = (op, seq)
+        self.in_answer = 0
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self.buffer += data
+        frames = []
+        while len(self.buffer) >= FRAME_SIZE:
+            raw, self.buffer = self.buffer[:FRAME_SIZE], self.buffer[FRAME_SIZE:]
+            frames.append(self._check(decode(raw)))
+        return frames
+
+    def end(self) -> None:
+        """The runner's pipe reached end of file."""
+        if self.buffer:
+            raise FrameError(f"{len(self.buffer)} bytes left over: a truncated frame")
+        if not self.closed:
+            raise FrameError("the runner went away without BYE")
+
+    def _check(self, fr: Frame) -> Frame:
+        if self.closed:
+            raise FrameError("a frame after BYE")
+        if fr.op not in CONTAINER_OPS:
+            raise FrameError(f"{fr.op.name} may not come from the runner")
+        if fr.seq != self.seq + 1:
+            raise FrameError(f"frame seq {fr.seq} after {self.seq}")
+        self.seq = fr.seq
+        if not self.hello:
+            if fr.op is not Op.HELLO or fr.a == 0 or fr.d != FRAME_SIZE:
+                raise FrameError("the runner must begin with HELLO")
+            self.hello = True
+            return fr
+        if fr.op is Op.BYE:
+            if self.asked is not None and self.asked[0] is not Op.GOODBYE:
+                raise FrameError("BYE in the middle of an answer")
+            self.closed = True
+            return fr
+        if self.asked is None:
+            raise FrameError(f"{fr.op.name} answers no question")
+        op, request_seq = self.asked
+        if fr.op in (Op.DONE, Op.ERROR):
+            if fr.b != request_seq:
+                raise FrameError(f"{fr.op.name} for request {fr.b}, not {request_seq}")
+            if fr.op is Op.DONE and fr.a != self.in_answer:
+                raise FrameError(f"DONE counts {fr.a} frames, {self.in_answer} came")
+            if fr.op is Op.ERROR and fr.e not in ErrorCode._value2member_map_:
+                raise FrameError(f"unknown error code {fr.e}")
+            self.asked = None
+            return fr
+        if fr.op not in _ANSWERS.get(op, frozenset()):
+            raise FrameError(f"{fr.op.name} does not answer {op.name}")
+        self.in_answer += 1
+        if self.in_answer > self.budget:
+            raise FrameError(f"more than {self.budget} frames in one answer")
+        self._ranges(fr)
+        return fr
+
+    def _ranges(self, fr: Frame) -> None:
+        limit = self.instructions
+        if fr.op is Op.LOADED:
+            if self.instructions is not None:
+                raise FrameError("LOADED twice")
+            if fr.b > fr.a or not 0 <= fr.ival <= fr.a:
+                raise FrameError("LOADED counters out of range")
+            self.instructions = fr.a
+            return
+        if limit is None:
+            raise FrameError(f"{fr.op.name} before LOADED")
+        counters = {
+            Op.NODE: (fr.a,),
+            Op.VALUE: (fr.a,),
+            Op.EDGE: (fr.a, fr.b),
+            Op.FRAME_AT: (fr.a,),
+            Op.REACH: (fr.a,),
+            Op.OUTPUT: (fr.a,),
+            Op.STATS: (fr.a,),
+        }.get(fr.op, ())
+        for counter in counters:
+            if counter > limit and counter < (1 << 62):
+                raise FrameError(f"{fr.op.name} counter {counter} beyond the run ({limit})")
+        if fr.op in (Op.NODE, Op.FRAME_AT, Op.REACH):
+            if fr.c >= self.sources and fr.c != NO_SOURCE:
+                raise FrameError(f"source index {fr.c} out of range")
+            if fr.d > MAX_LINE:
+                raise FrameError(f"line {fr.d} out of range")
+        if fr.op is Op.NODE and fr.f not in Origin._value2member_map_:
+            raise FrameError(f"unknown origin kind {fr.f}")
+        if fr.op is Op.VALUE and fr.e not in TypeTag._value2member_map_:
+            raise FrameError(f"unknown type tag {fr.e}")
+        if fr.op is Op.REACH and fr.ival < 1:
+            raise FrameError("REACH counts at least one use")
+
+
+def numbered(frames: list[Frame], start: int = 1) -> list[Frame]:
+    """The frames with consecutive seq numbers from `start` (the runner's writer)."""
+    return [replace(fr, seq=start + i) for i, fr in enumerate(frames)]
+
+
+def describe(frame: Frame) -> dict[str, Any]:
+    """A frame as a plain dict, for logs and error messages (digests in hex)."""
+    return {
+        "op": frame.op.name,
+        "seq": frame.seq,
+        "a": frame.a,
+        "b": frame.b,
+        "c": frame.c,
+        "d": frame.d,
+        "e": frame.e,
+        "f": frame.f,
+        "ival": frame.ival,
+        "fval": frame.fval,
+        "digest": frame.digest.hex(),
+    }

@@ -1,0 +1,320 @@
+"""The replay runner: the one process the agent talks to inside the sandbox.
+
+    python -m sealtrace.sandbox.runner INPUT OUTPUT
+
+It reads requests and the plaintext recording from INPUT (a pipe or FIFO), answers with the
+provenance engine (sealtrace.sandbox._queries, replaying in child processes with fork
+checkpoints), and writes nothing but fixed-size frames (sealtrace.sandbox._protocol) to
+OUTPUT. Its own stdout and stderr, and the replayed program's, go nowhere: what the program
+prints is compared by the replay, never forwarded. Strings leave only as digests keyed with
+the session key the agent sent in LOAD.
+"""
+
+from __future__ import annotations
+
+import dis
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from sealtrace.proxy._stream import parse_stream
+
+from ._checkpoints import CheckpointPolicy
+from ._errors import DivergenceError, QueryError
+from ._protocol import (
+    FRAME_SIZE,
+    MAX_REQUEST_TEXT,
+    NO_SOURCE,
+    NONE,
+    At,
+    ErrorCode,
+    Frame,
+    Op,
+    Origin,
+    decode,
+    encode,
+)
+from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
+from ._queries import At as AtSpec
+from ._queries import ProvenanceSession
+
+__all__ = ["main", "sources_of"]
+
+_ORIGINS = {
+    None: Origin.NONE,
+    "external": Origin.EXTERNAL,
+    "constant": Origin.CONSTANT,
+    "argv": Origin.ARGV,
+    "env": Origin.ENV,
+    "unknown": Origin.UNKNOWN,
+}
+ENGINE_VERSION = 0x0001_0000
+
+
+def sources_of(parsed: Any) -> list[str]:
+    """The recorded source paths in the order both sides number them."""
+    return sorted({s.path for s in parsed.sources.values() if not s.path.endswith(os.sep)})
+
+
+class Runner:
+    def __init__(self, inp: int, out: int) -> None:
+        self.inp = inp
+        self.out = out
+        self.seq = 0
+        self.session: ProvenanceSession | None = None
+        self.sources: list[str] = []
+        self.key = b""
+
+    # -- wire -----------------------------------------------------------------------------
+
+    def _read(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = os.read(self.inp, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _send(self, frames: list[Frame]) -> None:
+        data = bytearray()
+        for fr in frames:
+            self.seq += 1
+            data += encode(Frame(**{**fr.__dict__, "seq": self.seq}))
+        view = memoryview(bytes(data))
+        while view:
+            view = view[os.write(self.out, view) :]
+
+    def serve(self) -> None:
+        self._send([Frame(Op.HELLO, a=ENGINE_VERSION, d=FRAME_SIZE)])
+        while True:
+            try:
+                request = decode(self._read(FRAME_SIZE))
+            except EOFError:
+                return
+            text = b""
+            if request.op is not Op.LOAD and request.f:
+                if request.f > MAX_REQUEST_TEXT:
+                    self._send([Frame(Op.ERROR, e=ErrorCode.BAD_REQUEST, b=request.seq)])
+                    return
+                text = self._read(request.f)
+            if request.op is Op.GOODBYE:
+                self._send([Frame(Op.BYE)])
+                return
+            try:
+                answer = list(self._answer(request, text.decode("utf-8")))
+            except QueryError:
+                self._send([Frame(Op.ERROR, e=ErrorCode.NOT_REACHED, b=request.seq)])
+                continue
+            except DivergenceError:
+                self._send([Frame(Op.ERROR, e=ErrorCode.DIVERGED, b=request.seq)])
+                continue
+            except Exception:
+                self._send([Frame(Op.ERROR, e=ErrorCode.INTERNAL, b=request.seq)])
+                continue
+            self._send([*answer, Frame(Op.DONE, a=len(answer), b=request.seq)])
+
+    # -- answers --------------------------------------------------------------------------
+
+    def _answer(self, request: Frame, text: str) -> Iterator[Frame]:
+        if request.op is Op.LOAD:
+            yield self._load(request)
+            return
+        session = self.session
+        if session is None:
+            raise QueryError("LOAD first")
+        if request.op is Op.ASK_STATS:
+            survey = session.survey()
+            stats = survey.get("stats", {})
+            yield Frame(
+                Op.STATS,
+                a=int(survey["instructions"]),
+                b=int(stats.get("depth_mismatches", 0)),
+                d=int(stats.get("live_frames", 0)),
+                ival=int(stats.get("tracked_slots", 0)),
+            )
+        elif request.op is Op.TRACE:
+            doc = session.trace(self._at(request), text, int(request.b))
+            yield from self._trace_frames(doc)
+        elif request.op is Op.INSPECT:
+            doc = session.inspect_stack(self._at(request))
+            yield from self._stack_frames(doc)
+        elif request.op is Op.FLOWS:
+            where = "" if request.e == At.EVENT else self._at_text(request)
+            source = f"event:{request.b}" if request.e == At.EVENT else f"{text}@{where}"
+            doc = session.flows(source)
+            yield from self._flow_frames(doc)
+        else:
+            raise QueryError(f"{request.op.name} is not a request")
+
+    def _load(self, request: Frame) -> Frame:
+        data = self._read(request.f)
+        self.key = request.digest
+        parsed = parse_stream(data)
+        self.sources = sources_of(parsed)
+        self.session = ProvenanceSession(
+            data,
+            parsed,
+            checkpoints=CheckpointPolicy(int(request.a) or 250_000, 64),
+            digest_key=self.key,
+        )
+        survey = self.session.survey()
+        return Frame(
+            Op.LOADED,
+            a=int(survey["instructions"]),
+            b=int(survey["end"]),
+            ival=int(survey["crash"]),
+            d=len(self.sources),
+        )
+
+    def _at_text(self, request: Frame) -> str:
+        kind = At(request.e)
+        if kind is At.COUNTER:
+            return str(request.a)
+        if kind is At.CRASH:
+            return "crash"
+        if kind is At.END:
+            return "end"
+        if request.c >= len(self.sources):
+            raise QueryError("no such source")
+        return f"{self.sources[request.c]}:{request.d}#{max(1, request.ival)}"
+
+    def _at(self, request: Frame) -> AtSpec:
+        from ._queries import parse_at
+
+        return parse_at(self._at_text(request))
+
+    def _source(self, path: str) -> int:
+        try:
+            return self.sources.index(path)
+        except ValueError:
+            return NO_SOURCE
+
+    def _digest(self, kind: str, text: str) -> bytes:
+        return bytes.fromhex(keyed_digest(self.key, kind, text.encode("utf-8", "surrogatepass")))
+
+    def _value(self, counter: int, summary: dict[str, Any] | None) -> Frame:
+        box = (summary or {}).get("sandbox") or {"tag": 11, "digest": "00" * 32}
+        return Frame(
+            Op.VALUE,
+            a=counter,
+            b=int(box.get("type_digest", "0"), 16),
+            e=int(box["tag"]),
+            f=min(int(box.get("length", 0)), 2**32 - 1),
+            ival=int(box.get("bool", False)) if box["tag"] == 2 else int(box.get("int", 0)),
+            fval=float(box.get("float", 0.0)),
+            digest=bytes.fromhex(box["digest"]),
+        )
+
+    def _trace_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+        q = doc["query"]
+        stop = q["stopped_at"]
+        via = q.get("slot") or ""
+        yield Frame(
+            Op.FRAME_AT,
+            a=int(stop["counter"]),
+            b=int(q.get("passes", 0)),
+            c=self._source(stop["file"] or ""),
+            d=int(stop["line"] or 0),
+            e=1 if q.get("truncated") else 0,
+            f=len(via),
+        )
+        yield self._value(0, q["value"])
+        emitted: set[int] = set()
+        for node in _walk(doc["root"]):
+            key = _key(node)
+            seeded = origin_tag_kind(key)
+            if key not in emitted:
+                emitted.add(key)
+                opname, _, argrepr = node["op"].partition(" ")
+                origin = node["origin"] or {}
+                event = origin.get("event")
+                if seeded is not None:
+                    event = seeded[1]
+                yield Frame(
+                    Op.NODE,
+                    a=key,
+                    b=NONE if event is None else int(event),
+                    c=self._source(node["file"]),
+                    d=int(node["line"]),
+                    e=(dis.opmap.get(opname, 0) << 16),
+                    f=_ORIGINS.get(origin.get("kind"), Origin.UNKNOWN),
+                    ival=int.from_bytes(
+                        self._digest("name", node["function"])[:8], "little", signed=True
+                    ),
+                    digest=self._digest("op", argrepr),
+                )
+                yield self._value(key, node["value"])
+            for child in node["inputs"]:
+                yield Frame(Op.EDGE, a=key, b=_key(child))
+
+    def _stack_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+        counter = int(doc["query"]["counter"])
+        for number, frame in enumerate(doc["frames"]):
+            yield Frame(
+                Op.FRAME_AT,
+                a=counter,
+                c=self._source(frame["file"]),
+                d=int(frame["line"]),
+                f=number,
+                digest=self._digest("name", frame["function"]),
+            )
+            for local in frame["locals"]:
+                yield Frame(
+                    Op.LOCAL,
+                    a=int(local["tag"]),
+                    d=number,
+                    digest=self._digest("name", local["name"]),
+                )
+                yield self._value(int(local["tag"]), local["value"])
+
+    def _flow_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+        for loc in doc["locations"]:
+            yield Frame(
+                Op.REACH,
+                a=int(loc["counter"]),
+                c=self._source(loc["file"]),
+                d=int(loc["line"]),
+                ival=int(loc["count"]),
+                digest=self._digest("name", loc["function"]),
+            )
+        for out in doc["outputs"]:
+            yield Frame(Op.OUTPUT, a=int(out["counter"]), b=int(out["event"]))
+
+
+def _key(node: dict[str, Any]) -> int:
+    """A node's counter; an argv or env origin has none, so its seeded tag stands in."""
+    counter = int(node["counter"])
+    if counter:
+        return counter
+    kind, _, index = str(node["op"]).partition("[")
+    base = {"argv": ARGV_TAG, "env": ENV_TAG}.get(kind)
+    return base + int(index.rstrip("]")) if base is not None and index else 0
+
+
+def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node["inputs"]:
+        yield from _walk(child)
+
+
+def main() -> None:
+    inp = os.open(sys.argv[1], os.O_RDONLY)
+    out = os.open(sys.argv[2], os.O_WRONLY)
+    # Nothing but frames leaves: the runner's own output and its children's go nowhere.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    runner = Runner(inp, out)
+    try:
+        runner.serve()
+    finally:
+        if runner.session is not None:
+            runner.session.close()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
