@@ -471,3 +471,18 @@ def test_program_replays_bit_exact_with_its_inputs_deleted(
     assert receipt["outputs_matched"] > 0 and receipt["output_bytes"] > 0
     assert receipt["exit_status"] == {"recorded": run.status, "replayed": run.status}
     assert not work.exists(), "replay recreated the deleted working directory"
+
+    # The provenance engine follows the same run without changing it: a pass with the
+    # engine attached replays every event (a divergence would raise here), the run's end is
+    # found, and the shadow stacks stay in step with the interpreter's.
+    from sealtrace.sandbox._queries import ProvenanceSession
+    from sealtrace.sandbox._session import load_recording
+
+    data, parsed = load_recording(str(location), keys.identity)
+    survey = ProvenanceSession(data, parsed).survey()
+    stats = survey["stats"]
+    assert survey["instructions"] > 1000 and stats["frames"] > 10
+    assert stats["callback_errors"] == 0
+    assert stats["depth_mismatches"] <= survey["instructions"] // 100_000, stats
+    assert stats["live_frames"] == 0
+    assert not work.exists(), "the engine's replay recreated the deleted working directory"
