@@ -166,6 +166,11 @@ PYBIND11_MODULE(_engine, m) {
           }
         }
         d["mismatches_by_op"] = by_op;
+        if (s.depth_mismatches != 0 && s.first_mismatch_code < t.codes().size()) {
+          const auto& code = t.codes()[s.first_mismatch_code];
+          d["first_mismatch"] = py::make_tuple(code.filename, code.qualname,
+                                               s.first_mismatch_line, s.first_mismatch_counter);
+        }
         return d;
       });
 }

@@ -342,13 +342,13 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     in.line = PyCode_Addr2Line(code, static_cast<int>(i * 2));
     int e0 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 0);
     int e1 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 1);
-    in.effect = static_cast<std::int8_t>(std::clamp(e0, -127, 127));
-    in.effect_jump = static_cast<std::int8_t>(std::clamp(e1, -127, 127));
+    in.effect = e0;
+    in.effect_jump = e1;
     if (PyErr_Occurred()) PyErr_Clear();
     // The compiler books CALL's argument pops on PRECALL; at run time CALL does them.
     if (op == kPrecallOp) in.effect = in.effect_jump = 0;
     if (op == kCallOp) {
-      in.effect = in.effect_jump = static_cast<std::int8_t>(std::clamp(-(in.oparg + 1), -127, 0));
+      in.effect = in.effect_jump = -(in.oparg + 1);
     }
     for (Py_ssize_t j = (run_start < 0 ? i : run_start); j <= i; ++j) {
       info->instrs[static_cast<std::size_t>(j)] = in;
@@ -661,6 +661,15 @@ bool Tracer::trackable(PyObject* obj) const noexcept {
   return t != nullptr && hooked(t->tp_dealloc);
 }
 
+void Tracer::note_mismatch(const ShadowFrame& sf, const Instr& in, Tag counter) noexcept {
+  if (stats_.depth_mismatches++ == 0) {
+    stats_.first_mismatch_code = sf.code->index;
+    stats_.first_mismatch_line = in.line;
+    stats_.first_mismatch_counter = counter;
+  }
+  ++stats_.mismatches_by_op[in.op];
+}
+
 void Tracer::begin(ShadowFrame& sf, int index, int depth) {
   const Instr& in = sf.code->instrs[static_cast<std::size_t>(index)];
   _PyInterpreterFrame* f = sf.iframe;
@@ -691,8 +700,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
   int peeks = op_peeks(in.op, in.oparg);
   const int stack_depth = depth - sf.code->nlocalsplus;
   if (pops + peeks > stack_depth) {
-    ++stats_.depth_mismatches;
-    ++stats_.mismatches_by_op[in.op];
+    note_mismatch(sf, in, now);
     pops = std::min(pops, stack_depth);
     peeks = std::max(0, std::min(peeks, stack_depth - pops));
   }
@@ -1386,10 +1394,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
   const int pushed = depth - base;
   const int delta = depth - p.before;
   const Instr& in = sf.code->instrs[static_cast<std::size_t>(p.index)];
-  if (delta != in.effect && delta != in.effect_jump) {
-    ++stats_.depth_mismatches;
-    ++stats_.mismatches_by_op[in.op];
-  }
+  if (delta != in.effect && delta != in.effect_jump) note_mismatch(sf, in, p.counter);
   const Tag now = p.counter;
   auto fill = [&](int from) {
     for (int i = std::max(from, sf.code->nlocalsplus); i < depth; ++i) s[i] = now;

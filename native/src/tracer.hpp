@@ -36,8 +36,8 @@ namespace sealtrace {
 struct Instr {
   std::uint8_t op = 0;
   Rule rule = Rule::kNone;
-  std::int8_t effect = 0;       // stack effect without and with the jump
-  std::int8_t effect_jump = 0;
+  std::int32_t effect = 0;  // stack effect without and with the jump (BUILD_TUPLE 300: -299)
+  std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;
   std::int32_t line = -1;
 };
@@ -127,6 +127,10 @@ struct Stats {
   std::uint64_t callback_errors = 0;
   std::size_t max_shadow_depth = 0;
   std::uint64_t mismatches_by_op[256] = {};
+  // Where the first mismatch happened (code index, line, step), for diagnosis.
+  std::uint32_t first_mismatch_code = 0;
+  int first_mismatch_line = 0;
+  std::uint64_t first_mismatch_counter = 0;
 };
 
 class Tracer {
@@ -206,6 +210,7 @@ class Tracer {
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
   void release(ShadowFrame* frame);
   void begin(ShadowFrame& sf, int index, int depth);
+  void note_mismatch(const ShadowFrame& sf, const Instr& in, Tag counter) noexcept;
   void complete(ShadowFrame& sf, int depth);
   void land_exception(ShadowFrame& sf, int depth);
   void bind_arguments(const Pending& p, ShadowFrame& callee);

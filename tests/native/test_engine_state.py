@@ -104,3 +104,17 @@ alone = [loose][0:1][0]
     # Negative control: the temporary list that held `loose` is gone, so the slice's item
     # gets the slice's own tag, not a stale one.
     assert engine.item_tag(ns, "alone", ns["alone"]) not in (0, held)
+
+
+def test_wide_instructions_keep_the_stack_in_step() -> None:
+    # 300 items: BUILD_TUPLE/BUILD_LIST/CALL take EXTENDED_ARG and move the stack by more
+    # than a byte's worth.
+    names = ", ".join(f"v{i}" for i in range(300))
+    source = (
+        "".join(f"v{i} = {i} * 2\n" for i in range(300))
+        + f"t = ({names},)\nl = [{names}]\ndef f(*a):\n    return a\nr = f({names})\n"
+    )
+    engine, ns = _run(source)
+    stats = engine.stats()
+    assert stats["depth_mismatches"] == 0, stats
+    assert engine.item_tag(ns["t"], 299, ns["t"][299]) == engine.item_tag(ns, "v299", ns["v299"])
