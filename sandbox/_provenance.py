@@ -278,7 +278,6 @@ class Provenance:
         self.outputs: list[dict[str, Any]] = []
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
-        self.answer: dict[str, Any] | None = None
         self._last: tuple[Any, str, Any] | None = None
         self._instructions: dict[Any, dict[int, dis.Instruction]] = {}
 

@@ -15,7 +15,7 @@ Tag SlotTable::get(std::uintptr_t object, std::uint64_t key, std::uintptr_t valu
 }
 
 void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
-                    Tag now) {
+                    Tag now, bool hold) {
   ObjectRecord& record = records_[object];
   auto [it, inserted] = record.slots.try_emplace(key, Slot{tag, value});
   if (inserted) {
@@ -25,7 +25,7 @@ void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uint
     it->second = Slot{tag, value};
   }
   record.updated = now;
-  if (value != 0 && tag != 0) holders_[value] = Holder{object, tag};
+  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, tag};
 }
 
 const Holder* SlotTable::holder(std::uintptr_t value) const {

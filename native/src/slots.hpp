@@ -53,7 +53,10 @@ class SlotTable {
   // The tag in a slot if it still tags `value`, or 0.
   [[nodiscard]] Tag get(std::uintptr_t object, std::uint64_t key, std::uintptr_t value) const;
   [[nodiscard]] const Slot* slot(std::uintptr_t object, std::uint64_t key) const;
-  void set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
+  // hold: also remember this slot as the value's holder (for values worth recognising by
+  // identity; shared singletons and small ints are not).
+  void set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now,
+           bool hold = true);
   [[nodiscard]] const Holder* holder(std::uintptr_t value) const;
   void drop_holder(std::uintptr_t value) noexcept;
   void erase(std::uintptr_t object, std::uint64_t key, Tag now);

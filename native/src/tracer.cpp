@@ -732,7 +732,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       if (ns == nullptr || !trackable(ns)) break;
       const std::uint64_t key = name_key(PyTuple_GET_ITEM(code->co_names, in.oparg));
       if (in.rule == Rule::kStoreName || in.rule == Rule::kStoreGlobal) {
-        slots_.set(addr(ns), key, top_tag(0), addr(top(0)), now);
+        set_slot(addr(ns), key, top_tag(0), addr(top(0)), now);
       } else {
         slots_.erase(addr(ns), key, now);
       }
@@ -783,7 +783,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       if (!trackable(target)) {
         ++stats_.untracked_writes;
       } else if (in.rule == Rule::kStoreAttr) {
-        slots_.set(addr(target), key, top_tag(1), addr(top(1)), now);
+        set_slot(addr(target), key, top_tag(1), addr(top(1)), now);
       } else {
         slots_.erase(addr(target), key, now);
       }
@@ -811,7 +811,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       } else if ((PyList_Check(container) || PyDict_Check(container)) &&
                  (subscript_key(container, key_obj, key, &current) ||
                   (PyDict_Check(container) && item_key(key_obj, key)))) {
-        slots_.set(addr(container), key, top_tag(2), addr(top(2)), now);
+        set_slot(addr(container), key, top_tag(2), addr(top(2)), now);
       } else {
         slots_.drop_slots(addr(container), now);
       }
@@ -837,7 +837,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       PyObject* cell = lp[in.oparg];
       if (cell == nullptr || !PyCell_Check(cell)) break;
       if (in.rule == Rule::kStoreDeref) {
-        slots_.set(addr(cell), kCellKey, top_tag(0), addr(top(0)), now);
+        set_slot(addr(cell), kCellKey, top_tag(0), addr(top(0)), now);
       } else {
         slots_.erase(addr(cell), kCellKey, now);
       }
@@ -846,7 +846,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
     case Rule::kListAppend: {
       PyObject* list = lp[depth - 1 - in.oparg];
       if (PyList_Check(list) && trackable(list)) {
-        slots_.set(addr(list), index_key(PyList_GET_SIZE(list)), top_tag(0), addr(top(0)), now);
+        set_slot(addr(list), index_key(PyList_GET_SIZE(list)), top_tag(0), addr(top(0)), now);
       }
       break;
     }
@@ -854,7 +854,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       PyObject* map = lp[depth - 2 - in.oparg];
       std::uint64_t key = 0;
       if (PyDict_Check(map) && trackable(map) && item_key(top(1), key)) {
-        slots_.set(addr(map), key, top_tag(0), addr(top(0)), now);
+        set_slot(addr(map), key, top_tag(0), addr(top(0)), now);
       }
       break;
     }
@@ -868,7 +868,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
         for (Py_ssize_t j = 0; j < Py_SIZE(src); ++j) {
           PyObject* item = seq_item(src, j);
           Tag t = slots_.get(addr(src), index_key(j), addr(item));
-          slots_.set(addr(list), index_key(base + j), t != 0 ? t : top_tag(0), addr(item), now);
+          set_slot(addr(list), index_key(base + j), t != 0 ? t : top_tag(0), addr(item), now);
         }
       } else {
         slots_.mark_updated(addr(list), now);
@@ -883,7 +883,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       if (record != nullptr && PyDict_Check(src)) {
         std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(),
                                                          record->slots.end());
-        for (const auto& [key, slot] : copy) slots_.set(addr(dict), key, slot.tag, slot.value, now);
+        for (const auto& [key, slot] : copy) copy_slot(addr(dict), key, slot, now);
       } else {
         slots_.mark_updated(addr(dict), now);
       }
@@ -999,7 +999,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       if (record == nullptr || f->f_locals == nullptr || !trackable(f->f_locals)) break;
       std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
       for (const auto& [key, slot] : copy) {
-        slots_.set(addr(f->f_locals), key, slot.tag, slot.value, now);
+        copy_slot(addr(f->f_locals), key, slot, now);
       }
       break;
     }
@@ -1078,7 +1078,7 @@ void Tracer::model_call(ShadowFrame& sf) {
   if (PyList_Check(self) && trackable(self)) {
     const Py_ssize_t len = PyList_GET_SIZE(self);
     if (is("append") && argc == 1) {
-      slots_.set(addr(self), index_key(len), tags[0], addr(args[0]), now);
+      set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
     } else if (is("pop") && argc <= 1) {
       Py_ssize_t i = len - 1;
       if (argc == 1 && PyLong_CheckExact(args[0])) {
@@ -1101,7 +1101,7 @@ void Tracer::model_call(ShadowFrame& sf) {
       for (Py_ssize_t j = 0; j < Py_SIZE(args[0]); ++j) {
         PyObject* item = seq_item(args[0], j);
         Tag t = slots_.get(addr(args[0]), index_key(j), addr(item));
-        slots_.set(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
+        set_slot(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
       }
     } else if (is("insert") || is("remove") || is("sort") || is("reverse") || is("clear") ||
                is("extend") || is("__setitem__") || is("__delitem__")) {
@@ -1117,7 +1117,7 @@ void Tracer::model_call(ShadowFrame& sf) {
         p.aux_tag = slots_.get(addr(self), key, addr(current));
         p.aux_value = p.aux_tag != 0 ? current : nullptr;
       } else if (is("setdefault") && argc == 2) {
-        slots_.set(addr(self), key, tags[1], addr(args[1]), now);
+        set_slot(addr(self), key, tags[1], addr(args[1]), now);
         p.aux_tag = tags[1];
         p.aux_value = args[1];
       } else if (argc == 2) {  // get/pop default
@@ -1130,7 +1130,7 @@ void Tracer::model_call(ShadowFrame& sf) {
       if (record != nullptr) {
         std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(),
                                                          record->slots.end());
-        for (const auto& [k, slot] : copy) slots_.set(addr(self), k, slot.tag, slot.value, now);
+        for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
       }
     } else if (is("clear") || is("popitem") || is("update")) {
       slots_.drop_slots(addr(self), now);
@@ -1147,7 +1147,7 @@ void Tracer::model_call(ShadowFrame& sf) {
         p.aux_value = reinterpret_cast<PyObject*>(slot->value);
       }
     } else if (is("setattr") && argc == 3 && trackable(target)) {
-      slots_.set(addr(target), key, tags[2], addr(args[2]), now);
+      set_slot(addr(target), key, tags[2], addr(args[2]), now);
     }
   }
 }
@@ -1162,6 +1162,18 @@ Tag Tracer::computed(const Pending& p, PyObject* value) const noexcept {
     if (held != 0) return held;
   }
   return p.counter;
+}
+
+// A slot copied from another object's record: its value may be gone (C code may have
+// replaced it unseen), so it is never dereferenced and never registered as a holder.
+void Tracer::copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now) {
+  slots_.set(object, key, slot.tag, slot.value, now, false);
+}
+
+void Tracer::set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
+                      Tag now) {
+  const bool hold = value != 0 && !shared(reinterpret_cast<PyObject*>(value));
+  slots_.set(object, key, tag, value, now, hold);
 }
 
 Tag Tracer::held_tag(PyObject* value) const noexcept {
@@ -1225,7 +1237,7 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     // __build_class__ made this class from the body that just returned: its attributes
     // keep the tags they had in the class namespace.
     for (const auto& cs : class_slots_) {
-      slots_.set(addr(result), cs.key, cs.tag, cs.value, p.counter);
+      slots_.set(addr(result), cs.key, cs.tag, cs.value, p.counter, false);
     }
     class_slots_.clear();
   }
@@ -1266,7 +1278,7 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
     }
     const Tag tag = match_argument(p, v, i, posbase, function);
     if (cell != nullptr) {
-      slots_.set(addr(cell), kCellKey, tag, addr(v), now);
+      set_slot(addr(cell), kCellKey, tag, addr(v), now);
     } else {
       callee.slots[static_cast<std::size_t>(i)] = tag;
     }
@@ -1282,7 +1294,7 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
       PyObject* item = PyTuple_GET_ITEM(args, k);
       const int position = code->co_argcount + static_cast<int>(k);
       const Tag tag = match_argument(p, item, position, posbase, nullptr);
-      if (tag != p.counter) slots_.set(addr(args), index_key(k), tag, addr(item), now);
+      if (tag != p.counter) set_slot(addr(args), index_key(k), tag, addr(item), now);
     }
   }
   if (kwargs != nullptr && PyDict_CheckExact(kwargs) && trackable(kwargs)) {
@@ -1293,7 +1305,7 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
       std::uint64_t slot = 0;
       if (!item_key(key, slot)) continue;
       const Tag tag = match_argument(p, item, -1, 0, nullptr);
-      if (tag != p.counter) slots_.set(addr(kwargs), slot, tag, addr(item), now);
+      if (tag != p.counter) set_slot(addr(kwargs), slot, tag, addr(item), now);
     }
   }
 }
@@ -1507,7 +1519,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
           const auto at = static_cast<Py_ssize_t>(i);
           PyObject* v = PyTuple_GET_ITEM(values, at);
           if (p.items[i] != 0 && addr(v) == p.keys[i]) {
-            slots_.set(addr(values), index_key(at), p.items[i], addr(v), now);
+            set_slot(addr(values), index_key(at), p.items[i], addr(v), now);
           }
         }
         break;
@@ -1532,7 +1544,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
         slots_.mark_created(addr(rest), now);
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(rest) && lead + j < n - trail; ++j) {
           const Tag t = item_tag(lead + static_cast<int>(j));
-          if (t != 0) slots_.set(addr(rest), index_key(j), t, addr(PyList_GET_ITEM(rest, j)), now);
+          if (t != 0) set_slot(addr(rest), index_key(j), t, addr(PyList_GET_ITEM(rest, j)), now);
         }
         break;
       }
@@ -1561,7 +1573,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
         for (Py_ssize_t i = 0; i < count && i < size; ++i) {
           const Tag t = from_list ? p.items[static_cast<std::size_t>(i)]
                                   : p.in_tags[static_cast<std::size_t>(i)];
-          if (t != 0) slots_.set(addr(obj), index_key(i), t, addr(seq_item(obj, i)), now);
+          if (t != 0) set_slot(addr(obj), index_key(i), t, addr(seq_item(obj, i)), now);
         }
         break;
       }
@@ -1576,7 +1588,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
           if (p.keys[i] == 0) continue;
           const std::size_t vi = pairs ? 2 * i + 1 : i;
           if (vi >= p.in_objs.size()) break;
-          slots_.set(addr(obj), p.keys[i], p.in_tags[vi], addr(p.in_objs[vi]), now);
+          set_slot(addr(obj), p.keys[i], p.in_tags[vi], addr(p.in_objs[vi]), now);
         }
         break;
       }
@@ -1651,7 +1663,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
         if (p.rule == Rule::kCompute && p.op == 132 && pushed == 1 && (p.oparg & 1) != 0 &&
             trackable(lp[base])) {
           // MAKE_FUNCTION with defaults: remember where the defaults tuple came from.
-          slots_.set(addr(lp[base]), kDefaultsKey, p.in_tags[0], addr(p.in_objs[0]), now);
+          set_slot(addr(lp[base]), kDefaultsKey, p.in_tags[0], addr(p.in_objs[0]), now);
         }
         break;
     }
@@ -1995,7 +2007,7 @@ bool Tracer::seed_item(PyObject* container, PyObject* key, Tag tag) {
   if (!trackable(container) || !subscript_key(container, key, k, &current) || current == nullptr) {
     return false;
   }
-  slots_.set(addr(container), k, tag, addr(current), counter_.value());
+  set_slot(addr(container), k, tag, addr(current), counter_.value());
   return true;
 }
 
@@ -2003,7 +2015,7 @@ bool Tracer::seed_attr(PyObject* owner, PyObject* name, PyObject* value, Tag tag
   PyObject* ns = namespace_of(owner);
   PyObject* target = ns != nullptr ? ns : owner;
   if (!trackable(target)) return false;
-  slots_.set(addr(target), ns != nullptr ? name_key(name) : attr_key(name), tag, addr(value),
+  set_slot(addr(target), ns != nullptr ? name_key(name) : attr_key(name), tag, addr(value),
              counter_.value());
   return true;
 }

@@ -222,6 +222,9 @@ class Tracer {
   // The tag of a value some slot still holds (checked), for values C code read back out of
   // containers; 0 when no slot holds it or it is an object shared by unrelated values.
   Tag held_tag(PyObject* value) const noexcept;
+  // Every value passed here is alive (it is on a stack, in a container or being stored).
+  void set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
+  void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
   Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
   void model_call(ShadowFrame& sf);
   Tag call_result(ShadowFrame& sf, PyObject* result);
