@@ -61,6 +61,7 @@ class Transport(Protocol):
 
     directory: Path
 
+    def own(self, path: Path) -> None: ...
     def start(self) -> None: ...
     def kill(self) -> None: ...
 
@@ -72,6 +73,9 @@ class LocalTransport:
         self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
         self.process: subprocess.Popen[bytes] | None = None
         self.argv: list[str] = [sys.executable, "-m", "sealtrace.sandbox.runner"]
+
+    def own(self, path: Path) -> None:
+        pass  # the runner runs as the agent's own user
 
     def start(self) -> None:
         self.process = subprocess.Popen(
@@ -116,6 +120,7 @@ class SandboxSession:
         fifo_out = self.transport.directory / "out"
         for fifo in (fifo_in, fifo_out):
             os.mkfifo(fifo, 0o600)
+            self.transport.own(fifo)
         self.transport.start()
         try:
             # Opening a FIFO blocks until the other end opens it: the runner is starting.

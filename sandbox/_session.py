@@ -91,6 +91,11 @@ def _child_env(meta: dict[str, Any]) -> dict[str, str]:
     seed = meta.get("hash_seed")
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
+    utf8 = (meta.get("flags") or {}).get("utf8_mode")
+    if utf8 is not None and "PYTHONUTF8" not in env:
+        # Python turns UTF-8 mode on by itself under the C locale (a bare container):
+        # replay runs in the mode the recording ran in, whatever this host's locale.
+        env["PYTHONUTF8"] = str(int(utf8))
     zone = (meta.get("timezone") or {}).get("zone")
     if zone and "TZ" not in env:
         env["TZ"] = zone

@@ -8,6 +8,7 @@ from a value, `inspect-stack`, and one clear error with its exit code for every 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -386,3 +387,145 @@ def test_sandboxed_flows_and_stack_agree_with_in_process(story: tuple[Path, KeyF
         (p["line"], p["counter"], p["count"]) for p in flows["locations"]
     ]
     assert boxed_flows["outputs"] == flows["outputs"]
+
+
+@pytest.fixture(scope="module")
+def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The rootless Podman API service of the sandbox user, started here if not running."""
+    import pwd
+    import time
+
+    from podman import PodmanClient
+
+    from ..conftest import REPO as repo
+
+    user = pwd.getpwnam("sealtrace-sbx")
+    run_dir = Path(f"/run/user/{user.pw_uid}/podman")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(run_dir, user.pw_uid, user.pw_gid)
+    os.chown(run_dir.parent, user.pw_uid, user.pw_gid)
+    sock = run_dir / f"sealtrace-test-{os.getpid()}.sock"
+    service = subprocess.Popen(
+        [str(repo / "infra" / "local" / "podman-as-user"), "system", "service", "--time=0",
+         f"unix://{sock}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(200):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    client = PodmanClient(base_url=f"unix://{sock}")
+    try:
+        assert client.version()["Version"], "the Podman service did not answer"
+        yield client, user
+    finally:
+        client.close()
+        service.terminate()
+        service.wait()
+
+
+@pytest.fixture(scope="module")
+def replay_image(podman_service: tuple[Any, Any]) -> str:
+    from sealtrace.sandbox._image import build_image
+
+    client, _user = podman_service
+    return build_image(client)
+
+
+@pytest.mark.podman
+def test_the_story_in_a_hardened_rootless_container(
+    story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any], replay_image: str
+) -> None:
+    from sealtrace.agent._podman import PodmanTransport
+    from sealtrace.agent._sandbox import SandboxSession
+    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox._session import load_recording
+
+    client, user = podman_service
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    plain = ProvenanceSession(data, parsed).trace(
+        parse_at("routes/orders.py:4"), "order.total_price", 12
+    )
+    transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
+    with SandboxSession(data, parsed, transport, timeout=120) as box:
+        info = transport.inspect()
+        boxed = box.trace("routes/orders.py:4", "order.total_price", 12)
+    _same_answer(plain["root"], boxed["root"])
+    host = info["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["NetworkMode"] == "none"
+    assert "no-new-privileges" in host["SecurityOpt"]
+    # Podman lists the default capabilities it dropped; nothing is added back (the probe
+    # below reads CapEff 0 from inside).
+    assert {"CAP_CHOWN", "CAP_NET_RAW", "CAP_SETUID", "CAP_KILL"} <= set(host["CapDrop"])
+    assert not host.get("CapAdd")
+    limits = {u["Name"]: u["Hard"] for u in host["Ulimits"]}
+    assert limits["RLIMIT_NPROC"] == 256 and limits["RLIMIT_NOFILE"] == 1024
+    assert limits["RLIMIT_AS"] == 4 << 30
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    assert set(mounts) == {"/pipes"} and mounts["/pipes"]["RW"] is False
+    assert "/tmp" in host["Tmpfs"]
+    assert not transport.directory.exists()  # the pipes went with the session
+    assert not [c for c in client.containers.list(all=True) if c.id == info["Id"]]
+
+
+PROBE = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(result):
+    return ctypes.get_errno() if result == -1 else 0
+status = open("/proc/self/status").read()
+out = {
+    "capeff": status.split("CapEff:")[1].split()[0],
+    "nonewprivs": status.split("NoNewPrivs:")[1].split()[0],
+    "keyctl": errno_of(libc.syscall(250, 0, -3, 0)),
+    "unshare": errno_of(libc.unshare(0x10000000)),
+    "mount": errno_of(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
+    "ptrace": errno_of(libc.ptrace(16, 1, None, None)),
+}
+try:
+    socket.create_connection(("127.0.0.1", int(os.environ.get("PORT", "1"))), timeout=2)
+    out["connect"] = "connected"
+except OSError as exc:
+    out["connect"] = type(exc).__name__
+try:
+    open("/etc-created-by-sandbox", "w")
+    out["write_root"] = "written"
+except OSError as exc:
+    out["write_root"] = exc.errno
+print(out)
+"""
+
+
+@pytest.mark.podman
+def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
+    podman_service: tuple[Any, Any], replay_image: str
+) -> None:
+    import ast
+    import errno
+    import socket
+    import sys
+
+    from sealtrace.agent._podman import PodmanTransport
+
+    client, user = podman_service
+    listener = socket.create_server(("127.0.0.1", 0))
+    transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
+    try:
+        options = transport.options([sys.executable, "-c", PROBE])
+        options["environment"] = {"PORT": str(listener.getsockname()[1])}
+        container = client.containers.create(replay_image, **options)
+        container.start()
+        container.wait()
+        seen = ast.literal_eval(b"".join(container.logs()).decode().strip().splitlines()[-1])
+        container.remove(force=True)
+    finally:
+        transport.kill()
+        listener.close()
+    assert seen["capeff"] == "0000000000000000" and seen["nonewprivs"] == "1"
+    for call in ("keyctl", "unshare", "mount", "ptrace"):
+        assert seen[call] == errno.EPERM, (call, seen)
+    assert seen["connect"] != "connected"
+    assert seen["write_root"] == errno.EROFS
+    assert not Path("/etc-created-by-sandbox").exists()

@@ -1,0 +1,141 @@
+"""The sandbox container: the runner in the replay image, under rootless Podman, driven
+with podman-py.
+
+Every session container gets: no network, a read-only root, every capability dropped,
+no_new_privileges, a seccomp profile narrower than Podman's default (mount, unshare, setns,
+keyctl, ptrace, bpf, userfaultfd, io_uring and perf_event_open are refused), pids and
+memory bounded by ulimits (cgroup limits are unavailable to rootless Podman on these
+hosts), an empty environment, a size-capped tmpfs at /tmp, and one bind mount: the
+directory holding the two FIFOs. The FIFOs and that directory belong to the Podman user, so
+the container's root (that user, mapped) can open them and nothing else of the agent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DENIED_SYSCALLS", "PodmanTransport", "SandboxLimits", "seccomp_profile"]
+
+DENIED_SYSCALLS = (
+    "mount", "umount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key",
+    "ptrace", "bpf", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "perf_event_open", "pivot_root", "chroot", "open_by_handle_at", "name_to_handle_at",
+    "kexec_load", "init_module", "finit_module", "delete_module", "process_vm_readv",
+    "process_vm_writev", "fsopen", "fsmount", "fsconfig", "move_mount", "open_tree",
+)  # fmt: skip
+_DEFAULT_PROFILE = Path("/usr/share/containers/seccomp.json")
+_EPERM = 1
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    nproc: int = 256
+    nofile: int = 1024
+    address_space: int = 4 << 30  # RLIMIT_AS, bytes
+    tmpfs_size: str = "64m"
+    python: str = ""  # the interpreter path inside the image (default: this one's)
+
+
+def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
+    """Podman's default profile with DENIED_SYSCALLS taken out of every rule that allows
+    them, and refused with EPERM."""
+    profile: dict[str, Any] = json.loads(base.read_text())
+    denied = set(DENIED_SYSCALLS)
+    rules = []
+    for rule in profile.get("syscalls", []):
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            names = [n for n in rule.get("names", []) if n not in denied]
+            if not names:
+                continue
+            rule = {**rule, "names": names}
+        rules.append(rule)
+    rules.append({"names": sorted(denied), "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM})
+    profile["syscalls"] = rules
+    return profile
+
+
+class PodmanTransport:
+    """One session container. `client` is a podman.PodmanClient on the rootless service."""
+
+    def __init__(
+        self,
+        client: Any,
+        image: str,
+        *,
+        uid: int,
+        gid: int,
+        limits: SandboxLimits | None = None,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.uid = uid
+        self.gid = gid
+        self.limits = limits or SandboxLimits()
+        self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
+        self.private = Path(tempfile.mkdtemp(prefix="sealtrace-seccomp-"))
+        for path in (self.directory, self.private):
+            os.chown(path, uid, gid)
+        self.profile = self.private / "seccomp.json"
+        self.profile.write_text(json.dumps(seccomp_profile()))
+        os.chown(self.profile, uid, gid)
+        self.container: Any = None
+
+    def own(self, path: Path) -> None:
+        os.chown(path, self.uid, self.gid)
+
+    def options(self, command: list[str]) -> dict[str, Any]:
+        """The hardened container every session runs in (podman-py create arguments)."""
+        limits = self.limits
+        return {
+            "command": command,
+            "network_mode": "none",
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "no_new_privileges": True,
+            "seccomp_profile_path": str(self.profile),
+            "environment": {},
+            "runtime": "runc",
+            "mounts": [
+                {
+                    "type": "bind",
+                    "source": str(self.directory),
+                    "target": "/pipes",
+                    "read_only": True,
+                },
+                # The container's own /tmp: a size-capped tmpfs, not a host path.
+                {"type": "tmpfs", "target": "/tmp", "options": [f"size={limits.tmpfs_size}"]},  # noqa: S108
+            ],
+            "ulimits": [
+                {"Name": "nofile", "Soft": limits.nofile, "Hard": limits.nofile},
+                {"Name": "nproc", "Soft": limits.nproc, "Hard": limits.nproc},
+                {"Name": "as", "Soft": limits.address_space, "Hard": limits.address_space},
+            ],
+            "labels": {"sealtrace.session": self.directory.name},
+        }
+
+    def start(self) -> None:
+        import sys
+
+        python = self.limits.python or sys.executable
+        command = [python, "-m", "sealtrace.sandbox.runner", "/pipes/in", "/pipes/out"]
+        self.container = self.client.containers.create(self.image, **self.options(command))
+        self.container.start()
+
+    def inspect(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.client.containers.get(self.container.id).inspect()
+        return result
+
+    def kill(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
+            self.container = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.rmtree(self.private, ignore_errors=True)

@@ -1,0 +1,144 @@
+"""The replay image, built offline: the interpreter, its standard library, the virtual
+environment's distributions (sealtrace's replay runtime and engine among them) and the
+shared libraries they load, each at the path it has on this machine.
+
+Replay checks the recording's Python version, distribution manifest and source paths, so
+the image reproduces this interpreter's tree exactly rather than installing anything. It is
+`FROM scratch` + one `ADD rootfs.tar`, built through a rootless Podman service; no registry
+is involved. The image is tagged with the digest of its rootfs, so an unchanged tree is not
+built twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_image", "image_files", "write_rootfs"]
+
+# Parts of the standard library no replay needs (tests, GUI toolkits, installers).
+_STDLIB_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip")
+_MERGED_TOPS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_EMPTY_DIRS = {"tmp": 0o1777, "pipes": 0o755, "proc": 0o555, "dev": 0o755, "sys": 0o555}
+
+
+def _tree(root: str, skip: Iterable[str] = ()) -> set[str]:
+    skipped = set(skip)
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [
+            d for d in dirnames if d != "__pycache__" and os.path.join(dirpath, d) not in skipped
+        ]
+        found.update(os.path.join(dirpath, name) for name in (*dirnames, *filenames))
+    return found
+
+
+def _shared_libraries(objects: Iterable[str]) -> set[str]:
+    libs: set[str] = set()
+    for path in objects:
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        out = subprocess.run(["ldd", path], capture_output=True, text=True, check=False).stdout
+        for match in re.finditer(r"(/\S+\.so[^\s]*)", out):
+            libs.add(match.group(1))
+            libs.add(os.path.realpath(match.group(1)))
+    return libs
+
+
+def image_files(python: str = sys.executable) -> list[str]:
+    """Every path the image holds, for the interpreter `python` runs as (its venv too)."""
+    probe = subprocess.run(
+        [python, "-c", "import json, sys, sysconfig, sealtrace.proxy as p, os; print(json.dumps("
+         "[sys.prefix, sys.base_prefix, sysconfig.get_paths()['stdlib'], "
+         "sysconfig.get_paths()['purelib'], os.path.dirname(os.path.dirname(p.__file__)), "
+         "sys.executable]))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    import json
+
+    prefix, base, stdlib, purelib, _pkg_parent, executable = json.loads(probe.stdout)
+    files = _tree(stdlib, [os.path.join(stdlib, d) for d in _STDLIB_SKIP])
+    files |= _tree(purelib)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    files.add(os.path.join(base, "bin", version))
+    for name in os.listdir(os.path.join(base, "lib")):
+        if name.startswith(f"lib{version}.so"):
+            files.add(os.path.join(base, "lib", name))
+    for name in ("pyvenv.cfg", "bin/python", "bin/python3", f"bin/{version}"):
+        path = os.path.join(prefix, name)
+        if os.path.lexists(path):
+            files.add(path)
+    files.add(executable)
+    # sealtrace installed in editable mode lives in its source tree: the packages come along.
+    import sealtrace.proxy
+
+    repo = Path(sealtrace.proxy.__file__).resolve().parent.parent
+    for package in ("proxy", "sandbox", "agent", "server"):
+        if (repo / package / "__init__.py").exists():
+            files |= _tree(str(repo / package))
+    objects = [f for f in files if f.endswith(".so") or ".so." in f or f.endswith(version)]
+    files |= _shared_libraries(objects)
+    if os.path.isdir("/usr/share/zoneinfo"):
+        files |= _tree("/usr/share/zoneinfo")
+    return sorted(files)
+
+
+def write_rootfs(out: Path, files: list[str]) -> str:
+    """Write the rootfs tar; returns the SHA-256 of its content (the image's tag)."""
+    digest = hashlib.sha256()
+    with tarfile.open(out, "w") as tar:
+        for top in _MERGED_TOPS:
+            if os.path.islink(top):
+                tar.add(top, recursive=False)
+        seen: set[str] = set()
+        for path in files:
+            # A path under a symlinked top directory goes in through the link's target.
+            name = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+            if name in seen or not os.path.lexists(path):
+                continue
+            seen.add(name)
+            info = tar.gettarinfo(path, arcname=name.lstrip("/"))
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = 0
+            digest.update(name.encode() + b"\0")
+            if info.isreg():
+                with open(path, "rb") as handle:
+                    data = handle.read()
+                digest.update(hashlib.sha256(data).digest())
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                digest.update(info.linkname.encode())
+                tar.addfile(info)
+        for name, mode in _EMPTY_DIRS.items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = mode
+            tar.addfile(info)
+    return digest.hexdigest()
+
+
+def build_image(
+    client: Any, python: str = sys.executable, *, name: str = "sealtrace-replay"
+) -> str:
+    """Build (or find) the replay image through a Podman service; returns its reference."""
+    with tempfile.TemporaryDirectory(prefix="sealtrace-image-") as work:
+        context = Path(work)
+        tag = write_rootfs(context / "rootfs.tar", image_files(python))[:16]
+        reference = f"localhost/{name}:{tag}"
+        if client.images.exists(reference):
+            return reference
+        (context / "Containerfile").write_text("FROM scratch\nADD rootfs.tar /\n")
+        client.images.build(
+            path=str(context), dockerfile="Containerfile", tag=reference, pull=False
+        )
+    return reference
