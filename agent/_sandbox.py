@@ -407,7 +407,15 @@ class SandboxSession:
             elif fr.op is Op.OUTPUT:
                 call = self.parsed.events[fr.b].callee if fr.b < len(self.parsed.events) else "?"
                 outputs.append({"event": fr.b, "call": call, "counter": fr.a})
-        return {"query": {"from": source}, "locations": locations, "outputs": outputs}
+        query: dict[str, Any] = {"from": source}
+        if request.e == At.EVENT:
+            callee = (
+                self.parsed.events[request.b].callee if request.b < len(self.parsed.events) else "?"
+            )
+            query["event"] = {"index": request.b, "call": callee}
+        else:
+            query.update(counter=0, value=None)  # the runner does not say what it found there
+        return {"query": query, "locations": locations, "outputs": outputs}
 
     def stats(self) -> dict[str, int]:
         fr = self._ask(Frame(Op.ASK_STATS))[0]

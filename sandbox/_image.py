@@ -5,8 +5,8 @@ shared libraries they load, each at the path it has on this machine.
 Replay checks the recording's Python version, distribution manifest and source paths, so
 the image reproduces this interpreter's tree exactly rather than installing anything. It is
 `FROM scratch` + one `ADD rootfs.tar`, built through a rootless Podman service; no registry
-is involved. The image is tagged with the digest of its rootfs, so an unchanged tree is not
-built twice.
+is involved. The image is tagged with a digest of its file list (path, size, mode, mtime), so an
+unchanged tree is neither read nor built twice.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_image", "image_files", "write_rootfs"]
+__all__ = ["build_image", "image_files", "image_tag", "write_rootfs"]
 
 # Parts of the standard library no replay needs (tests, GUI toolkits, installers).
 _STDLIB_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip")
@@ -127,16 +127,29 @@ def write_rootfs(out: Path, files: list[str]) -> str:
     return digest.hexdigest()
 
 
+def image_tag(files: list[str]) -> str:
+    """16 hex digits naming this tree: every path with its size, mode and modification time."""
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def build_image(
     client: Any, python: str = sys.executable, *, name: str = "sealtrace-replay"
 ) -> str:
     """Build (or find) the replay image through a Podman service; returns its reference."""
+    files = image_files(python)
+    reference = f"localhost/{name}:{image_tag(files)}"
+    if client.images.exists(reference):
+        return reference
     with tempfile.TemporaryDirectory(prefix="sealtrace-image-") as work:
         context = Path(work)
-        tag = write_rootfs(context / "rootfs.tar", image_files(python))[:16]
-        reference = f"localhost/{name}:{tag}"
-        if client.images.exists(reference):
-            return reference
+        write_rootfs(context / "rootfs.tar", files)
         (context / "Containerfile").write_text("FROM scratch\nADD rootfs.tar /\n")
         client.images.build(
             path=str(context), dockerfile="Containerfile", tag=reference, pull=False

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sealtrace.proxy import Identity
+from sealtrace.proxy import Identity, UsageError
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
 
 from ._session import load_recording, raise_for, replay_location
@@ -38,6 +38,13 @@ EveryOpt = Annotated[
 ]
 MaxCheckpointsOpt = Annotated[
     int, typer.Option("--max-checkpoints", help="Past this many, keep every other one.")
+]
+SandboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sandbox",
+        help="Answer from a hardened rootless Podman container: only fixed frames come out.",
+    ),
 ]
 FromOpt = Annotated[
     str, typer.Option("--from", help="EXPR@LOCATION, or event:N for a recorded input.")
@@ -85,6 +92,20 @@ def _session(location: str, identity: Any, run_id: str | None, every: int, cap: 
     return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
 
 
+def _sandboxed(location: str, identity: Any, run_id: str | None) -> Any:
+    """A sandbox session from the installed client (sealtrace.agent, via the
+    `sealtrace.sandbox_client` entry point: this package never imports it)."""
+    from importlib.metadata import entry_points
+
+    from ._explain import SourceLines
+
+    clients = list(entry_points(group="sealtrace.sandbox_client"))
+    if not clients:
+        raise UsageError("--sandbox needs sealtrace's agent package, which is not installed")
+    data, parsed = load_recording(location, Identity.load(identity), run_id)
+    return clients[0].load()(data, parsed), SourceLines(parsed)
+
+
 def _answer(doc: dict[str, Any], as_json: bool, text: Callable[[], str]) -> None:
     typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text())
 
@@ -99,6 +120,7 @@ def trace(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
+    sandbox: SandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -109,6 +131,12 @@ def trace(
     from ._explain import render_trace
     from ._queries import parse_at
 
+    if sandbox:
+        box, src = _sandboxed(location, identity, run_id)
+        with box:
+            doc = box.trace(at, var, depth)
+        _answer(doc, as_json, lambda: render_trace(doc, {}, src))
+        return
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.trace(parse_at(at), var, depth)
@@ -123,11 +151,18 @@ def flows(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
+    sandbox: SandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
+    if sandbox:
+        box, src = _sandboxed(location, identity, run_id)
+        with box:
+            doc = box.flows(source)
+        _answer(doc, as_json, lambda: render_flows(doc, src))
+        return
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.flows(source)
@@ -142,12 +177,19 @@ def inspect_stack(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
+    sandbox: SandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
     from ._queries import parse_at
 
+    if sandbox:
+        box, src = _sandboxed(location, identity, run_id)
+        with box:
+            doc = box.inspect_stack(at)
+        _answer(doc, as_json, lambda: render_stack(doc, src))
+        return
     session, src = _session(location, identity, run_id, every, cap)
     with session:
         doc = session.inspect_stack(parse_at(at))

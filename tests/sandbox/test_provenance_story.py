@@ -417,7 +417,7 @@ def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     client = PodmanClient(base_url=f"unix://{sock}")
     try:
         assert client.version()["Version"], "the Podman service did not answer"
-        yield client, user
+        yield client, user, f"unix://{sock}"
     finally:
         client.close()
         service.terminate()
@@ -425,23 +425,23 @@ def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def replay_image(podman_service: tuple[Any, Any]) -> str:
+def replay_image(podman_service: tuple[Any, Any, str]) -> str:
     from sealtrace.sandbox._image import build_image
 
-    client, _user = podman_service
+    client, _user, _socket = podman_service
     return build_image(client)
 
 
 @pytest.mark.podman
 def test_the_story_in_a_hardened_rootless_container(
-    story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any], replay_image: str
+    story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
     from sealtrace.agent._podman import PodmanTransport
     from sealtrace.agent._sandbox import SandboxSession
     from sealtrace.sandbox._queries import ProvenanceSession, parse_at
     from sealtrace.sandbox._session import load_recording
 
-    client, user = podman_service
+    client, user, _socket = podman_service
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
     plain = ProvenanceSession(data, parsed).trace(
@@ -500,7 +500,7 @@ print(out)
 
 @pytest.mark.podman
 def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
-    podman_service: tuple[Any, Any], replay_image: str
+    podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
     import ast
     import errno
@@ -509,7 +509,7 @@ def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
 
     from sealtrace.agent._podman import PodmanTransport
 
-    client, user = podman_service
+    client, user, _socket = podman_service
     listener = socket.create_server(("127.0.0.1", 0))
     transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
     try:
@@ -529,3 +529,32 @@ def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
     assert seen["connect"] != "connected"
     assert seen["write_root"] == errno.EROFS
     assert not Path("/etc-created-by-sandbox").exists()
+
+
+@pytest.mark.podman
+def test_the_commands_answer_from_the_sandbox(
+    story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    _client, _user, socket_url = podman_service
+    store, keys = story
+    env = {"SEALTRACE_PODMAN_SOCKET": socket_url}
+    built = run_cli("sandbox", "build-image", "--json", env=env)
+    assert built.returncode == 0, built.stderr.decode()
+    assert json.loads(built.stdout)["image"] == replay_image  # already built: found, not rebuilt
+    base = [str(store), "--identity", str(keys.identity_path), "--sandbox"]
+    plain = _trace(store, keys, "routes/orders.py:4", "order.total_price")
+    boxed = run_cli(
+        "trace", *base, "--at", "routes/orders.py:4", "--var", "order.total_price", "--depth",
+        "12", "--json", env=env,
+    )  # fmt: skip
+    assert boxed.returncode == 0, boxed.stderr.decode()
+    _same_answer(plain["root"], json.loads(boxed.stdout)["root"])
+    event = _find(plain["root"], origin=lambda n: _call(n) == "sqlite3.Cursor.fetchone")
+    flows = run_cli("flows", *base, "--from", f"event:{event['origin']['event']}", env=env)
+    assert flows.returncode == 0 and b"calculate_total" in flows.stdout, flows.stderr.decode()
+    stack = run_cli("inspect-stack", *base, "--at", "end", "--json", env=env)
+    assert stack.returncode == 0, stack.stderr.decode()
+    assert json.loads(stack.stdout)["frames"][0]["function"] == "<module>"
+    nowhere = run_cli("trace", *base, "--at", "end", "--var", "main",
+                      env={"SEALTRACE_PODMAN_SOCKET": "unix:///nonexistent.sock"})  # fmt: skip
+    assert nowhere.returncode == 5 and b"no rootless Podman service" in nowhere.stderr

@@ -1,0 +1,63 @@
+"""Sandboxed queries on this machine: the rootless Podman service of the sandbox user, the
+replay image, and a hardened container for one session.
+
+Settings (environment): SEALTRACE_PODMAN_USER (default sealtrace-sbx, the user
+infra/local/podman-setup.sh creates) and SEALTRACE_PODMAN_SOCKET (default that user's
+/run/user/UID/podman/podman.sock). sealtrace.sandbox's CLI finds this module through the
+`sealtrace.sandbox_client` entry point, so the sandbox package never imports the agent.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from typing import Any
+
+from sealtrace.proxy._stream import ParsedStream
+
+from ._podman import PodmanTransport
+from ._sandbox import SandboxError, SandboxSession
+
+__all__ = ["open_sandbox", "podman_client", "sandbox_user"]
+
+
+def sandbox_user() -> pwd.struct_passwd:
+    name = os.environ.get("SEALTRACE_PODMAN_USER", "sealtrace-sbx")
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise SandboxError(
+            f"no sandbox user {name!r}: run infra/local/podman-setup.sh as root"
+        ) from None
+
+
+def podman_client() -> Any:
+    from podman import PodmanClient
+
+    user = sandbox_user()
+    socket = os.environ.get(
+        "SEALTRACE_PODMAN_SOCKET", f"unix:///run/user/{user.pw_uid}/podman/podman.sock"
+    )
+    path = socket.removeprefix("unix://")
+    if not os.path.exists(path):
+        raise SandboxError(
+            f"no rootless Podman service at {path}: start one with "
+            f"`infra/local/podman-as-user system service --time=0 unix://{path}`"
+        )
+    client = PodmanClient(base_url=f"unix://{path}")
+    try:
+        client.version()  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise SandboxError(f"the Podman service at {path} does not answer: {exc}") from None
+    return client
+
+
+def open_sandbox(data: bytes, parsed: ParsedStream) -> SandboxSession:
+    """A session on `data` in a fresh hardened container (the image is built if missing)."""
+    from sealtrace.sandbox._image import build_image
+
+    client = podman_client()
+    user = sandbox_user()
+    image = build_image(client)
+    transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
+    return SandboxSession(data, parsed, transport)
