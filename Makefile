@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python bench/seal.py
 	$(BIN)/python bench/record_overhead.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/sandbox.py
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

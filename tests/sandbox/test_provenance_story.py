@@ -558,3 +558,53 @@ def test_the_commands_answer_from_the_sandbox(
     nowhere = run_cli("trace", *base, "--at", "end", "--var", "main",
                       env={"SEALTRACE_PODMAN_SOCKET": "unix:///nonexistent.sock"})  # fmt: skip
     assert nowhere.returncode == 5 and b"no rootless Podman service" in nowhere.stderr
+
+
+BOMB = """
+import os, time
+children = 0
+error = None
+try:
+    while children < 5000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        children += 1
+except OSError as exc:
+    error = exc.errno
+try:
+    hog = bytearray(6 << 30)
+    memory = "allocated"
+except MemoryError:
+    memory = "MemoryError"
+print({"children": children, "fork_error": error, "memory": memory})
+"""
+
+
+@pytest.mark.podman
+def test_a_fork_bomb_and_a_memory_hog_hit_the_sandbox_limits(
+    podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    import ast
+    import errno
+    import sys
+
+    from sealtrace.agent._podman import PodmanTransport
+
+    client, user, _socket = podman_service
+    transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
+    try:
+        container = client.containers.create(
+            replay_image, **transport.options([sys.executable, "-c", BOMB])
+        )
+        container.start()
+        container.wait()
+        seen = ast.literal_eval(b"".join(container.logs()).decode().strip().splitlines()[-1])
+        container.remove(force=True)
+    finally:
+        transport.kill()
+    # nproc is counted per host user: the bomb stops well short of 5000, with EAGAIN.
+    assert seen["fork_error"] == errno.EAGAIN and seen["children"] < 256, seen
+    # RLIMIT_AS (4 GiB): a 6 GiB allocation fails inside the process instead of growing.
+    assert seen["memory"] == "MemoryError", seen
