@@ -96,3 +96,61 @@ def test_the_validator_fails_on_a_wrong_answer(
         "FAILED; failing: wrong_truth, false_control"
     ]
     assert list(scratch.iterdir()) == []  # no plaintext recording, no private key
+
+
+def _agree(plain: dict[str, object], boxed: dict[str, object]) -> None:
+    """A sandboxed node agrees with the in-process one; only strings the agent could not
+    match (library files, unresolved reprs and operations) may be missing."""
+    for key in ("counter", "line", "origin"):
+        assert boxed[key] == plain[key], (key, plain, boxed)
+    if boxed["file"]:
+        assert (boxed["file"], boxed["function"]) == (plain["file"], plain["function"])
+    if "?" not in str(boxed["op"]):
+        assert boxed["op"] == plain["op"]
+    repr_ = boxed["value"]["repr"]  # type: ignore[index]
+    if repr_ is not None:
+        assert repr_ == plain["value"]["repr"]  # type: ignore[index]
+    inputs_b, inputs_p = boxed["inputs"], plain["inputs"]
+    assert len(inputs_b) == len(inputs_p)  # type: ignore[arg-type]
+    for b, p in zip(inputs_b, inputs_p, strict=True):  # type: ignore[call-overload]
+        _agree(p, b)
+
+
+@pytest.mark.slow
+def test_sandboxed_traces_agree_with_in_process_on_every_case() -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from sealtrace.agent._sandbox import SandboxSession
+    from sealtrace.proxy import Identity, write_keypair
+    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox._session import load_recording
+
+    with tempfile.TemporaryDirectory(prefix="sealtrace-validate-agree-") as tmp:
+        work = Path(tmp)
+        recipient, identity = write_keypair(work / "keys", "agree")
+        for case in CASES:
+            program = work / case.name / "program"
+            inputs_dir = work / case.name / "inputs"
+            shutil.copytree(case.program, program)
+            inputs_dir.mkdir()
+            inputs = case.make_inputs(inputs_dir)
+            store = work / case.name / "recording"
+            proc = subprocess.run(
+                [*_validate._sealtrace(), "record", "--recipient", str(recipient), "--output",
+                 str(store), "--app-root", str(program), "--", sys.executable,
+                 str(program / case.script), *inputs.args],
+                cwd=inputs_dir, env={**os.environ, **inputs.env}, capture_output=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr.decode()
+            shutil.rmtree(inputs_dir)
+            data, parsed = load_recording(str(store), Identity.load(identity))
+            where = f"{program / case.script}:{case.trace_line(program)}"
+            plain = ProvenanceSession(data, parsed).trace(parse_at(where), case.trace, case.depth)
+            with SandboxSession(data, parsed) as box:
+                boxed = box.trace(where, case.trace, case.depth)
+            _agree(plain["root"], boxed["root"])
+            assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"], case.name
