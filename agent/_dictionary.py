@@ -75,6 +75,11 @@ class Dictionary:
         for value in [target.get("value"), *(target.get("args") or [])]:
             if isinstance(value, str):
                 self._value(value, 0)
+        self.prefixes = {
+            int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True): t
+            for (k, d), t in self.texts.items()
+            if k == "name"
+        }
 
     # -- building -------------------------------------------------------------------------
 
@@ -91,8 +96,8 @@ class Dictionary:
         if self._count > _MAX_ITEMS or depth > _MAX_DEPTH:
             return
         self._count += 1
-        shown = summarize(value)["repr"]
-        type_name = summarize(value)["type"]
+        summary = summarize(value)
+        shown, type_name = summary["repr"], summary["type"]
         self._type(type_name)
         if shown is not None:
             digest = keyed_digest(self.key, type_name, canonical_bytes(value, shown))
@@ -169,13 +174,7 @@ class Dictionary:
 
     def name_by_prefix(self, prefix: int) -> str | None:
         """A name from the first 8 bytes of its digest (a NODE's function)."""
-        if not hasattr(self, "_prefixes"):
-            self._prefixes = {
-                int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True): t
-                for (k, d), t in self.texts.items()
-                if k == "name"
-            }
-        return self._prefixes.get(prefix)
+        return self.prefixes.get(prefix)
 
     def function_at(self, path: str, line: int) -> str:
         """The innermost function, class or comprehension around a line; <module> if none."""

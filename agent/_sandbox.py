@@ -11,6 +11,7 @@ SandboxError (exit 5); nothing the runner sent is trusted further.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import shutil
@@ -37,7 +38,8 @@ from sealtrace.sandbox._protocol import (
     encode,
 )
 from sealtrace.sandbox._provenance import ARGV_TAG, ENV_TAG
-from sealtrace.sandbox._queries import parse_at
+from sealtrace.sandbox._queries import At as AtSpec
+from sealtrace.sandbox._queries import parse_at, parse_from, resolve_source
 from sealtrace.sandbox.runner import sources_of
 
 from ._dictionary import Dictionary
@@ -116,6 +118,8 @@ class SandboxSession:
         self.dictionary = Dictionary(self.key, parsed)
         self.seq = 0
         self.closed = False
+        # Operand names for text output: frames carry none (see ProvenanceSession.last_nodes).
+        self.last_nodes: dict[int, dict[str, Any]] = {}
         fifo_in = self.transport.directory / "in"
         fifo_out = self.transport.directory / "out"
         for fifo in (fifo_in, fifo_out):
@@ -197,7 +201,7 @@ class SandboxSession:
         if self.closed:
             raise SandboxError("the sandbox session is closed")
         self.seq += 1
-        request = Frame(**{**request.__dict__, "seq": self.seq})
+        request = dataclasses.replace(request, seq=self.seq)
         self.reader.ask(request.op, request.seq)
         self._write(encode(request) + payload)
         frames = self._frames()
@@ -238,8 +242,7 @@ class SandboxSession:
 
     # -- questions ------------------------------------------------------------------------
 
-    def _where(self, at_text: str) -> dict[str, Any]:
-        at = parse_at(at_text)
+    def _where(self, at: AtSpec) -> dict[str, Any]:
         if at.special == "crash":
             return {"e": At.CRASH}
         if at.special == "end":
@@ -247,14 +250,12 @@ class SandboxSession:
         if at.counter is not None:
             return {"e": At.COUNTER, "a": at.counter}
         assert at.file is not None and at.line is not None
-        matches = [
-            s for s in self.sources if s == at.file or s.endswith(os.sep + at.file.lstrip("./"))
-        ]
-        if len(matches) != 1:
-            raise QueryError(f"{at.file} is not one recorded source file")
-        return {"e": At.LINE, "c": self.sources.index(matches[0]), "d": at.line, "ival": at.hit}
+        path = resolve_source(at.file, self.sources)
+        if path not in self.sources:
+            raise QueryError(f"{at.file} is not a recorded source file")
+        return {"e": At.LINE, "c": self.sources.index(path), "d": at.line, "ival": at.hit}
 
-    def trace(self, at: str, expr: str, depth: int = 6) -> dict[str, Any]:
+    def trace(self, at: AtSpec, expr: str, depth: int = 6) -> dict[str, Any]:
         text = expr.encode()
         frames = self._ask(Frame(Op.TRACE, b=depth, f=len(text), **self._where(at)), text)
         stop = frames[0]
@@ -296,7 +297,7 @@ class SandboxSession:
 
         source = self.sources[stop.c] if stop.c != NO_SOURCE else None
         query = {
-            "at": at,
+            "at": at.text,
             "var": expr,
             "depth": depth,
             "stopped_at": {
@@ -355,7 +356,7 @@ class SandboxSession:
             "inputs": [],
         }
 
-    def inspect_stack(self, at: str) -> dict[str, Any]:
+    def inspect_stack(self, at: AtSpec) -> dict[str, Any]:
         frames = self._ask(Frame(Op.INSPECT, **self._where(at)))
         stack: list[dict[str, Any]] = []
         counter = 0
@@ -372,23 +373,16 @@ class SandboxSession:
                 name, tag = pending
                 stack[-1]["locals"].append({"name": name, "value": self._value(fr), "tag": tag})
                 pending = None
-        return {"query": {"at": at, "counter": counter}, "frames": stack}
+        return {"query": {"at": at.text, "counter": counter}, "frames": stack}
 
     def flows(self, source: str) -> dict[str, Any]:
         source = source.strip()
-        if source.startswith("event:"):
-            try:
-                event = int(source.split(":", 1)[1])
-            except ValueError:
-                raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+        event, expr, where = parse_from(source)
+        text = expr.encode()
+        if event is not None:
             request = Frame(Op.FLOWS, e=At.EVENT, b=event)
-            text = b""
         else:
-            expr, sep, where = source.rpartition("@")
-            if not sep or not expr:
-                raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
-            text = expr.encode()
-            request = Frame(Op.FLOWS, f=len(text), **self._where(where))
+            request = Frame(Op.FLOWS, f=len(text), **self._where(parse_at(where)))
         frames = self._ask(request, text)
         locations = []
         outputs = []

@@ -13,8 +13,6 @@ and 10M instructions. Prints a table and writes bench/results/engine.json.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -25,10 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _machine import machine
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engine.json"
 REPEATS = 5
-POLICY: Any = None  # set in jumps(): a checkpoint every 200,000 instructions, at most 128
 
 WORKLOADS: dict[str, str] = {
     "pure-Python loop": """
@@ -166,8 +165,7 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
     from sealtrace.sandbox._queries import ProvenanceSession, parse_at
     from sealtrace.sandbox._session import load_recording
 
-    global POLICY
-    POLICY = CheckpointPolicy(interval=200_000, cap=128)
+    policy = CheckpointPolicy(interval=200_000, cap=128)
     rows = []
     work = Path(tempfile.mkdtemp(prefix="sealtrace-bench-"))
     try:
@@ -191,7 +189,7 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
             locate_s = time.perf_counter() - start
             tag = int(located["value"]["tag"])
             plain = _jump(session, tag)
-            with ProvenanceSession(data, parsed, checkpoints=POLICY) as checkpointed:
+            with ProvenanceSession(data, parsed, checkpoints=policy) as checkpointed:
                 start = time.perf_counter()
                 checkpointed.survey()  # the one run that takes the checkpoints
                 setup_s = time.perf_counter() - start
@@ -204,7 +202,7 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
                     "jump_seconds_with_checkpoints": fast,
                     "checkpointing_run_seconds": setup_s,
                     "checkpoints": count,
-                    "checkpoint_interval": POLICY.interval,
+                    "checkpoint_interval": policy.interval,
                     "locate_seconds": locate_s,
                 }
             )
@@ -238,12 +236,7 @@ def main() -> None:
     RESULTS.write_text(
         json.dumps(
             {
-                "machine": {
-                    "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "system": f"{platform.system()} {platform.release()}",
-                },
+                "machine": machine(),
                 "repeats": 1 if quick else REPEATS,
                 "workloads": rows,
                 "median_slowdown": median,

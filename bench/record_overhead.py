@@ -50,10 +50,8 @@ Python.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -64,6 +62,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _machine import machine
 
 from sealtrace.proxy import Identity
 from sealtrace.proxy._keys import write_keypair
@@ -443,37 +443,6 @@ def cpu_workload(bench: Bench) -> dict[str, Any]:
         return lambda: [str(n)]
 
     return overheads(bench.pairs(script, {n: args(n) for n in CPU_SIZES}), *CPU_SIZES)
-
-
-def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    with contextlib.suppress(OSError, StopIteration):
-        info["cpu_model"] = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        head = dirty = ""
-    if head:
-        info["sealtrace_commit"] = head + ("+dirty" if dirty else "")
-    return info
 
 
 def cpu_ticks() -> tuple[int, int]:

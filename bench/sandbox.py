@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import pwd
 import shutil
 import statistics
@@ -24,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _machine import machine
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -146,12 +147,7 @@ def main() -> None:
     RESULTS.write_text(
         json.dumps(
             {
-                "machine": {
-                    "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "system": f"{platform.system()} {platform.release()}",
-                },
+                "machine": machine(),
                 "repeats": repeats,
                 "image": image,
                 "start": rows,

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _machine import machine
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from sealtrace.proxy import (
@@ -159,25 +159,10 @@ def main() -> None:
             f" | {r['open_vs_raw']:>8.0%} | {r['open_with_setup_vs_raw']:>6.0%}"
             f" | {r['seal_setup_us']:>13.0f} | {r['open_setup_us']:>13.0f}"
         )
-    machine = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    try:
-        model = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-        machine["cpu_model"] = model
-    except (OSError, StopIteration):
-        pass
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
-            {"bench": "seal", "target_ratio": 0.8, "machine": machine, "results": rows}, indent=2
+            {"bench": "seal", "target_ratio": 0.8, "machine": machine(), "results": rows}, indent=2
         )
         + "\n"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -63,9 +64,7 @@ def image_files(python: str = sys.executable) -> list[str]:
          "sys.executable]))"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    import json
-
-    prefix, base, stdlib, purelib, _pkg_parent, executable = json.loads(probe.stdout)
+    prefix, base, stdlib, purelib, repo, executable = json.loads(probe.stdout)
     files = _tree(stdlib, [os.path.join(stdlib, d) for d in _STDLIB_SKIP])
     files |= _tree(purelib)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -79,12 +78,9 @@ def image_files(python: str = sys.executable) -> list[str]:
             files.add(path)
     files.add(executable)
     # sealtrace installed in editable mode lives in its source tree: the packages come along.
-    import sealtrace.proxy
-
-    repo = Path(sealtrace.proxy.__file__).resolve().parent.parent
     for package in ("proxy", "sandbox", "agent", "server"):
-        if (repo / package / "__init__.py").exists():
-            files |= _tree(str(repo / package))
+        if os.path.exists(os.path.join(repo, package, "__init__.py")):
+            files |= _tree(os.path.join(repo, package))
     objects = [f for f in files if f.endswith(".so") or ".so." in f or f.endswith(version)]
     files |= _shared_libraries(objects)
     if os.path.isdir("/usr/share/zoneinfo"):

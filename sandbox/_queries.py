@@ -29,7 +29,7 @@ from ._errors import DivergenceError, QueryError
 from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
 from ._session import Receipt, replay
 
-__all__ = ["At", "ProvenanceSession", "parse_at"]
+__all__ = ["At", "ProvenanceSession", "parse_at", "parse_from", "resolve_source"]
 
 _AT = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?:#(?P<hit>\d+))?$")
 
@@ -61,6 +61,36 @@ def parse_at(text: str) -> At:
     if hit < 1:
         raise QueryError(f"--at {text!r}: hits count from 1")
     return At(text, file=m["file"], line=int(m["line"]), hit=hit)
+
+
+def resolve_source(name: str, files: list[str]) -> str:
+    """The recorded file `name` names: itself, or the one recorded path it is a suffix of; an
+    absolute path outside the recording (a library file) stands for itself."""
+    if name in files:
+        return name
+    suffix = name.lstrip("./")
+    matches = [f for f in files if f == suffix or f.endswith(os.sep + suffix)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise QueryError(f"{name} matches several recorded files: {', '.join(matches)}")
+    if os.path.isabs(name):
+        return name  # a library or stdlib file: counted as the replay runs it
+    raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
+
+
+def parse_from(source: str) -> tuple[int | None, str, str]:
+    """`--from`: (event, "", "") for event:N, or (None, EXPR, LOCATION) for EXPR@LOCATION."""
+    source = source.strip()
+    if source.startswith("event:"):
+        try:
+            return int(source.split(":", 1)[1]), "", ""
+        except ValueError:
+            raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+    expr, sep, where = source.rpartition("@")
+    if not sep or not expr:
+        raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
+    return None, expr, where
 
 
 class ProvenanceSession:
@@ -172,18 +202,7 @@ class ProvenanceSession:
         return sorted(files)
 
     def resolve_file(self, name: str) -> str:
-        files = self._files()
-        if name in files:
-            return name
-        suffix = name.lstrip("./")
-        matches = [f for f in files if f == suffix or f.endswith(os.sep + suffix)]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise QueryError(f"{name} matches several recorded files: {', '.join(matches)}")
-        if os.path.isabs(name):
-            return name  # a library or stdlib file: counted as the replay runs it
-        raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
+        return resolve_source(name, self._files())
 
     def stop_spec(self, at: At) -> dict[str, Any]:
         if at.special is not None:
@@ -333,20 +352,14 @@ class ProvenanceSession:
         source = source.strip()
         query: dict[str, Any] = {"kind": "flows"}
         described: dict[str, Any] = {"from": source}
-        if source.startswith("event:"):
-            try:
-                event = int(source.split(":", 1)[1])
-            except ValueError:
-                raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+        event, expr, where = parse_from(source)
+        if event is not None:
             last = len(self.parsed.events) - 1
             if not 0 <= event <= last:
                 raise QueryError(f"--from {source!r}: the recording has events 0 to {last}")
             query["event"] = event
             described["event"] = {"index": event, "call": self.parsed.events[event].callee}
         else:
-            expr, sep, where = source.rpartition("@")
-            if not sep or not expr:
-                raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
             at = parse_at(where)
             located = self.locate(at, expr)
             tag = int(located["value"]["tag"])

@@ -82,13 +82,7 @@ class ReplayRuntime:
         pass
 
     def call(self, name: str, key: Any, fn: Any) -> Any:
-        event = self._next(name, key)
-        if self.observer is not None:
-            self.observer(event.index, name, False)
-        value = self._value(event)
-        if event.raised:
-            raise value
-        return value
+        return self._served(self._next(name, key), name, output=False)
 
     def output(self, name: str, key: Any, data: Any, fn: Any) -> Any:
         event = self._next(name, key)
@@ -97,8 +91,12 @@ class ReplayRuntime:
             self.diverge(event, name, key, output=payload)
         self.outputs_matched += 1
         self.output_bytes += len(payload)
+        return self._served(event, name, output=True)
+
+    def _served(self, event: Event, name: str, *, output: bool) -> Any:
+        """The recorded result of a matched event (raised if the call raised)."""
         if self.observer is not None:
-            self.observer(event.index, name, True)
+            self.observer(event.index, name, output)
         value = self._value(event)
         if event.raised:
             raise value

@@ -80,30 +80,29 @@ def replay(
     raise_for(receipt)
 
 
-def _session(location: str, identity: Any, run_id: str | None, every: int, cap: int) -> Any:
+def _session(
+    location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool
+) -> Any:
+    """The recording's question-answering session: in-process (ProvenanceSession) or, with
+    --sandbox, the installed sandbox client (sealtrace.agent, found through the
+    `sealtrace.sandbox_client` entry point: this package never imports it). Both answer
+    trace / flows / inspect_stack with the same documents."""
+    from importlib.metadata import entry_points
+
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
     from ._queries import ProvenanceSession
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
-    policy = CheckpointPolicy(every, cap) if every else None
-    data, parsed = load_recording(location, Identity.load(identity), run_id)
-    return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
-
-
-def _sandboxed(location: str, identity: Any, run_id: str | None) -> Any:
-    """A sandbox session from the installed client (sealtrace.agent, via the
-    `sealtrace.sandbox_client` entry point: this package never imports it)."""
-    from importlib.metadata import entry_points
-
-    from ._explain import SourceLines
-
-    clients = list(entry_points(group="sealtrace.sandbox_client"))
-    if not clients:
+    clients = list(entry_points(group="sealtrace.sandbox_client")) if sandbox else []
+    if sandbox and not clients:
         raise UsageError("--sandbox needs sealtrace's agent package, which is not installed")
     data, parsed = load_recording(location, Identity.load(identity), run_id)
-    return clients[0].load()(data, parsed), SourceLines(parsed)
+    if sandbox:
+        return clients[0].load()(data, parsed), SourceLines(parsed)
+    policy = CheckpointPolicy(every, cap) if every else None
+    return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
 
 
 def _answer(doc: dict[str, Any], as_json: bool, text: Callable[[], str]) -> None:
@@ -131,13 +130,7 @@ def trace(
     from ._explain import render_trace
     from ._queries import parse_at
 
-    if sandbox:
-        box, src = _sandboxed(location, identity, run_id)
-        with box:
-            doc = box.trace(at, var, depth)
-        _answer(doc, as_json, lambda: render_trace(doc, {}, src))
-        return
-    session, src = _session(location, identity, run_id, every, cap)
+    session, src = _session(location, identity, run_id, every, cap, sandbox)
     with session:
         doc = session.trace(parse_at(at), var, depth)
     _answer(doc, as_json, lambda: render_trace(doc, session.last_nodes, src))
@@ -157,13 +150,7 @@ def flows(
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
-    if sandbox:
-        box, src = _sandboxed(location, identity, run_id)
-        with box:
-            doc = box.flows(source)
-        _answer(doc, as_json, lambda: render_flows(doc, src))
-        return
-    session, src = _session(location, identity, run_id, every, cap)
+    session, src = _session(location, identity, run_id, every, cap, sandbox)
     with session:
         doc = session.flows(source)
     _answer(doc, as_json, lambda: render_flows(doc, src))
@@ -184,13 +171,7 @@ def inspect_stack(
     from ._explain import render_stack
     from ._queries import parse_at
 
-    if sandbox:
-        box, src = _sandboxed(location, identity, run_id)
-        with box:
-            doc = box.inspect_stack(at)
-        _answer(doc, as_json, lambda: render_stack(doc, src))
-        return
-    session, src = _session(location, identity, run_id, every, cap)
+    session, src = _session(location, identity, run_id, every, cap, sandbox)
     with session:
         doc = session.inspect_stack(parse_at(at))
     _answer(doc, as_json, lambda: render_stack(doc, src))

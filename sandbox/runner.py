@@ -34,10 +34,11 @@ from ._protocol import (
     Origin,
     decode,
     encode,
+    numbered,
 )
 from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
 from ._queries import At as AtSpec
-from ._queries import ProvenanceSession
+from ._queries import ProvenanceSession, parse_at
 
 __all__ = ["main", "sources_of"]
 
@@ -79,11 +80,9 @@ class Runner:
         return b"".join(chunks)
 
     def _send(self, frames: list[Frame]) -> None:
-        data = bytearray()
-        for fr in frames:
-            self.seq += 1
-            data += encode(Frame(**{**fr.__dict__, "seq": self.seq}))
-        view = memoryview(bytes(data))
+        data = b"".join(encode(fr) for fr in numbered(frames, self.seq + 1))
+        self.seq += len(frames)
+        view = memoryview(data)
         while view:
             view = view[os.write(self.out, view) :]
 
@@ -182,8 +181,6 @@ class Runner:
         return f"{self.sources[request.c]}:{request.d}#{max(1, request.ival)}"
 
     def _at(self, request: Frame) -> AtSpec:
-        from ._queries import parse_at
-
         return parse_at(self._at_text(request))
 
     def _source(self, path: str) -> int:

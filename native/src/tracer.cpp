@@ -22,7 +22,6 @@ constexpr std::uint8_t kExtendedArg = 144;
 constexpr std::uint8_t kKwNames = 172;
 constexpr std::uint8_t kLoadGlobalOp = 116;
 constexpr std::uint8_t kListToTuple = 82;
-constexpr std::uint8_t kBuildConstKeyMapOp = 156;
 constexpr std::uint64_t kCellKey = slot_key(SlotKind::kCell, 0);
 constexpr std::uint64_t kDefaultsKey = slot_key(SlotKind::kAttr, 0xDEF);
 constexpr std::size_t kMaxCopiedItems = 4096;
@@ -357,13 +356,7 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     ext = 0;
   }
   Py_DECREF(bytes);
-  info->breakpoint_generation = breakpoint_generation_;
-  if (!stop_file_.empty() && filename == stop_file_) {
-    info->breakpoint.assign(info->instrs.size(), 0);
-    for (std::size_t i = 0; i < info->instrs.size(); ++i) {
-      info->breakpoint[i] = info->instrs[i].line == stop_line_ ? 1 : 0;
-    }
-  }
+  refresh_breakpoints(*info);
   info->watch_end = !end_file_.empty() && filename == end_file_ && qualname == "<module>";
   return info;
 }
@@ -1834,12 +1827,15 @@ void Tracer::every(std::uint64_t interval, PyObject* callback) {
   every_interval_ = callback != nullptr ? interval : 0;
 }
 
-// A line stop armed after a code object was first seen (in a worker forked from a
-// checkpoint) still finds its instructions.
+// The instructions of this code where the line stop is: computed when a code object is
+// first seen, and again when a stop is armed later (in a worker forked from a checkpoint).
 void Tracer::refresh_breakpoints(CodeInfo& info) {
   info.breakpoint_generation = breakpoint_generation_;
   info.breakpoint.clear();
-  if (info.index >= code_names_.size() || code_names_[info.index].filename != stop_file_) return;
+  if (stop_file_.empty() || info.index >= code_names_.size() ||
+      code_names_[info.index].filename != stop_file_) {
+    return;
+  }
   info.breakpoint.assign(info.instrs.size(), 0);
   for (std::size_t i = 0; i < info.instrs.size(); ++i) {
     info.breakpoint[i] = info.instrs[i].line == stop_line_ ? 1 : 0;

@@ -20,7 +20,7 @@ from ..sandbox.replaying import record, write_app
 
 HOSTILE = textwrap.dedent(
     """
-    import os, struct, sys, time
+    import dataclasses, os, struct, sys, time
     from sealtrace.sandbox._protocol import FRAME_SIZE, Frame, Op, decode, encode
     mode = sys.argv[1]
     inp = os.open(sys.argv[2], os.O_RDONLY)
@@ -29,7 +29,7 @@ HOSTILE = textwrap.dedent(
     def send(frame, raw=None):
         global seq
         seq += 1
-        data = raw if raw is not None else encode(Frame(**{**frame.__dict__, "seq": seq}))
+        data = raw if raw is not None else encode(dataclasses.replace(frame, seq=seq))
         os.write(out, data)
     def read(n):
         data = b""

@@ -337,7 +337,7 @@ def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
         received: list[bytes] = []
         feed = box.reader.feed
         box.reader.feed = lambda data: received.append(data) or feed(data)  # type: ignore[method-assign]
-        boxed = box.trace("routes/orders.py:4", "order.total_price", 12)
+        boxed = box.trace(parse_at("routes/orders.py:4"), "order.total_price", 12)
         stats = box.stats()
     _same_answer(plain["root"], boxed["root"])
     assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"]
@@ -368,7 +368,7 @@ def test_sandboxed_flows_and_stack_agree_with_in_process(story: tuple[Path, KeyF
     event = next(i for i, e in enumerate(parsed.events) if e.callee == "sqlite3.Cursor.fetchone")
     flows = plain.flows(f"event:{event}")
     with SandboxSession(data, parsed) as box:
-        boxed_stack = box.inspect_stack(at)
+        boxed_stack = box.inspect_stack(parse_at(at))
         boxed_flows = box.flows(f"event:{event}")
     assert boxed_stack["query"]["counter"] == stack["query"]["counter"]
     app_frames = [f for f in stack["frames"] if f["file"].startswith(str(APP))]
@@ -450,7 +450,7 @@ def test_the_story_in_a_hardened_rootless_container(
     transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
     with SandboxSession(data, parsed, transport, timeout=120) as box:
         info = transport.inspect()
-        boxed = box.trace("routes/orders.py:4", "order.total_price", 12)
+        boxed = box.trace(parse_at("routes/orders.py:4"), "order.total_price", 12)
     _same_answer(plain["root"], boxed["root"])
     host = info["HostConfig"]
     assert host["ReadonlyRootfs"] is True
@@ -468,6 +468,33 @@ def test_the_story_in_a_hardened_rootless_container(
     assert "/tmp" in host["Tmpfs"]
     assert not transport.directory.exists()  # the pipes went with the session
     assert not [c for c in client.containers.list(all=True) if c.id == info["Id"]]
+
+
+def _run_hardened(
+    podman_service: tuple[Any, Any, str], image: str, code: str, **env: str
+) -> dict[str, Any]:
+    """Run `code` in a container with exactly a session's options (and `env`); the dict it
+    prints last."""
+    import ast
+    import sys
+
+    from sealtrace.agent._podman import PodmanTransport
+
+    client, user, _socket = podman_service
+    transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
+    try:
+        options = transport.options([sys.executable, "-c", code])
+        options["environment"] = env
+        container = client.containers.create(image, **options)
+        container.start()
+        container.wait()
+        seen: dict[str, Any] = ast.literal_eval(
+            b"".join(container.logs()).decode().strip().splitlines()[-1]
+        )
+        container.remove(force=True)
+    finally:
+        transport.kill()
+    return seen
 
 
 PROBE = """
@@ -502,26 +529,15 @@ print(out)
 def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
     podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
-    import ast
     import errno
     import socket
-    import sys
 
-    from sealtrace.agent._podman import PodmanTransport
-
-    client, user, _socket = podman_service
     listener = socket.create_server(("127.0.0.1", 0))
-    transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
     try:
-        options = transport.options([sys.executable, "-c", PROBE])
-        options["environment"] = {"PORT": str(listener.getsockname()[1])}
-        container = client.containers.create(replay_image, **options)
-        container.start()
-        container.wait()
-        seen = ast.literal_eval(b"".join(container.logs()).decode().strip().splitlines()[-1])
-        container.remove(force=True)
+        seen = _run_hardened(
+            podman_service, replay_image, PROBE, PORT=str(listener.getsockname()[1])
+        )
     finally:
-        transport.kill()
         listener.close()
     assert seen["capeff"] == "0000000000000000" and seen["nonewprivs"] == "1"
     for call in ("keyctl", "unshare", "mount", "ptrace"):
@@ -586,24 +602,9 @@ print({"children": children, "fork_error": error, "memory": memory})
 def test_a_fork_bomb_and_a_memory_hog_hit_the_sandbox_limits(
     podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
-    import ast
     import errno
-    import sys
 
-    from sealtrace.agent._podman import PodmanTransport
-
-    client, user, _socket = podman_service
-    transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
-    try:
-        container = client.containers.create(
-            replay_image, **transport.options([sys.executable, "-c", BOMB])
-        )
-        container.start()
-        container.wait()
-        seen = ast.literal_eval(b"".join(container.logs()).decode().strip().splitlines()[-1])
-        container.remove(force=True)
-    finally:
-        transport.kill()
+    seen = _run_hardened(podman_service, replay_image, BOMB)
     # nproc is counted per host user: the bomb stops well short of 5000, with EAGAIN.
     assert seen["fork_error"] == errno.EAGAIN and seen["children"] < 256, seen
     # RLIMIT_AS (4 GiB): a 6 GiB allocation fails inside the process instead of growing.

@@ -151,6 +151,6 @@ def test_sandboxed_traces_agree_with_in_process_on_every_case() -> None:
             where = f"{program / case.script}:{case.trace_line(program)}"
             plain = ProvenanceSession(data, parsed).trace(parse_at(where), case.trace, case.depth)
             with SandboxSession(data, parsed) as box:
-                boxed = box.trace(where, case.trace, case.depth)
+                boxed = box.trace(parse_at(where), case.trace, case.depth)
             _agree(plain["root"], boxed["root"])
             assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"], case.name
