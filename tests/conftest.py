@@ -157,3 +157,44 @@ def seal_cli(
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="session")
+def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The rootless Podman API service of the sandbox user, started here if not running."""
+    import pwd
+    import time
+
+    from podman import PodmanClient
+
+    user = pwd.getpwnam("sealtrace-sbx")
+    run_dir = Path(f"/run/user/{user.pw_uid}/podman")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(run_dir, user.pw_uid, user.pw_gid)
+    os.chown(run_dir.parent, user.pw_uid, user.pw_gid)
+    sock = run_dir / f"sealtrace-test-{os.getpid()}.sock"
+    service = subprocess.Popen(
+        [str(REPO / "infra" / "local" / "podman-as-user"), "system", "service", "--time=0",
+         f"unix://{sock}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(200):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    client = PodmanClient(base_url=f"unix://{sock}")
+    try:
+        assert client.version()["Version"], "the Podman service did not answer"
+        yield client, user, f"unix://{sock}"
+    finally:
+        client.close()
+        service.terminate()
+        service.wait()
+
+
+@pytest.fixture(scope="session")
+def replay_image(podman_service: tuple[Any, Any, str]) -> str:
+    from sealtrace.sandbox._image import build_image
+
+    client, _user, _socket = podman_service
+    return build_image(client)
