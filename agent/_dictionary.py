@@ -22,6 +22,14 @@ from sealtrace.sandbox._provenance import canonical_bytes, keyed_digest, summari
 
 __all__ = ["Dictionary"]
 
+
+def _boundary_calls() -> list[str]:
+    """Every call name the boundary table can record, recorded in this run or not."""
+    from sealtrace.proxy._boundary import BUILTIN_LIBRARIES
+
+    return [entry.name for library in BUILTIN_LIBRARIES for entry in library.entries]
+
+
 _MAX_DEPTH = 4
 _MAX_ITEMS = 10_000
 
@@ -62,8 +70,13 @@ class Dictionary:
             blob = parsed.blobs.get(source.digest)
             if blob is not None:
                 self._source(source.module, source.path, blob)
+        for source in parsed.sources.values():
+            self._text("path", source.path)
+        for name in _boundary_calls():
+            self._text("call", name)
         for event in parsed.events:
             self._text("op", event.callee)
+            self._text("call", event.callee)
             try:
                 self._value(parsed.decode(event), 0)
             except CodecError:
@@ -76,15 +89,19 @@ class Dictionary:
             if isinstance(value, str):
                 self._value(value, 0)
         self.prefixes = {
-            int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True): t
+            (k, int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True)): t
             for (k, d), t in self.texts.items()
-            if k == "name"
+            if k in ("name", "call")
         }
 
     # -- building -------------------------------------------------------------------------
 
     def _digest(self, kind: str, data: bytes) -> str:
         return keyed_digest(self.key, kind, data)
+
+    def digest(self, kind: str, text: str) -> bytes:
+        """The digest the runner sends for `text` (sealtrace.sandbox.runner's _digest)."""
+        return bytes.fromhex(self._digest(kind, text.encode("utf-8", "surrogatepass")))
 
     def _text(self, kind: str, text: str) -> None:
         self.texts[(kind, self._digest(kind, text.encode("utf-8", "surrogatepass")))] = text
@@ -172,9 +189,9 @@ class Dictionary:
     def text(self, kind: str, digest: bytes) -> str | None:
         return self.texts.get((kind, digest.hex()))
 
-    def name_by_prefix(self, prefix: int) -> str | None:
-        """A name from the first 8 bytes of its digest (a NODE's function)."""
-        return self.prefixes.get(prefix)
+    def name_by_prefix(self, prefix: int, kind: str = "name") -> str | None:
+        """A name from the first 8 bytes of its digest (a NODE's function, a call)."""
+        return self.prefixes.get((kind, prefix))
 
     def function_at(self, path: str, line: int) -> str:
         """The innermost function, class or comprehension around a line; <module> if none."""

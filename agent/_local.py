@@ -52,12 +52,15 @@ def podman_client() -> Any:
     return client
 
 
-def open_sandbox(data: bytes, parsed: ParsedStream) -> SandboxSession:
-    """A session on `data` in a fresh hardened container (the image is built if missing)."""
+def open_sandbox(
+    data: bytes, parsed: ParsedStream, *, receipt_only: bool = False
+) -> SandboxSession:
+    """A session on `data` in a fresh hardened container (the image is built if missing);
+    receipt_only: for `replay --sandbox`, no engine."""
     from sealtrace.sandbox._image import build_image
 
     client = podman_client()
     user = sandbox_user()
     image = build_image(client)
     transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
-    return SandboxSession(data, parsed, transport)
+    return SandboxSession(data, parsed, transport, receipt_only=receipt_only)

@@ -20,26 +20,31 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from sealtrace.proxy import SealtraceError
+from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._stream import ParsedStream
-from sealtrace.sandbox._errors import DivergenceError, QueryError
+from sealtrace.sandbox._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from sealtrace.sandbox._protocol import (
     FRAME_SIZE,
     NO_SOURCE,
     At,
+    DivergenceFlags,
     ErrorCode,
     Frame,
     FrameError,
     FrameReader,
     Op,
     Origin,
+    ReplayStatus,
     encode,
 )
 from sealtrace.sandbox._provenance import ARGV_TAG, ENV_TAG
 from sealtrace.sandbox._queries import At as AtSpec
 from sealtrace.sandbox._queries import parse_at, parse_from, resolve_source
+from sealtrace.sandbox._replay import describe_event, output_preview
+from sealtrace.sandbox._session import Receipt
 from sealtrace.sandbox.runner import sources_of
 
 from ._dictionary import Dictionary
@@ -108,7 +113,9 @@ class SandboxSession:
         timeout: float = 120.0,
         budget: int = 100_000,
         checkpoint_every: int = 250_000,
+        receipt_only: bool = False,
     ) -> None:
+        """A receipt-only session replays without the engine and answers only replay()."""
         self.parsed = parsed
         self.timeout = timeout
         self.transport = transport or LocalTransport()
@@ -132,7 +139,14 @@ class SandboxSession:
             self.in_fd = self._open(fifo_in, os.O_WRONLY)
             self._expect_hello()
             self.loaded = self._ask(
-                Frame(Op.LOAD, a=checkpoint_every, f=len(data), digest=self.key), data
+                Frame(
+                    Op.LOAD,
+                    a=checkpoint_every,
+                    e=int(receipt_only),
+                    f=len(data),
+                    digest=self.key,
+                ),
+                data,
             )[0]
         except BaseException:
             self.close()
@@ -188,7 +202,7 @@ class SandboxSession:
             except FrameError as exc:
                 self._fail(f"protocol violation: {exc}")
 
-    def _fail(self, why: str) -> Any:
+    def _fail(self, why: str) -> NoReturn:
         self.close()
         raise SandboxError(f"sandbox session ended: {why}")
 
@@ -210,6 +224,13 @@ class SandboxSession:
             code = ErrorCode(last.e)
             if code is ErrorCode.DIVERGED:
                 raise DivergenceError("replay diverged in the sandbox before the answer")
+            if code is ErrorCode.ENVIRONMENT:
+                raise ReplayEnvironmentError(
+                    "the sandbox image cannot replay this recording (its Python, distributions "
+                    "or flags differ from the recording's)"
+                )
+            if code is ErrorCode.CORRUPT:
+                raise CodecError("the event stream is corrupt")
             if code in (ErrorCode.NOT_REACHED, ErrorCode.BAD_EXPRESSION, ErrorCode.NO_PRODUCER):
                 raise QueryError(
                     "the sandboxed run cannot answer that: a location it never reached, or "
@@ -410,6 +431,92 @@ class SandboxSession:
         else:
             query.update(counter=0, value=None)  # the runner does not say what it found there
         return {"query": query, "locations": locations, "outputs": outputs}
+
+    def replay(self) -> Receipt:
+        """Replay once in the sandbox: the same receipt `sealtrace replay` prints, with what
+        only the program knows (its output's bytes, a call's arguments, a location outside
+        the recorded sources) shown only where it matches the recording."""
+        frames = self._ask(Frame(Op.REPLAY))
+        by_op = {fr.op: fr for fr in frames}
+        receipt = by_op.get(Op.RECEIPT)
+        if receipt is None or len(by_op) != len(frames):
+            self._fail("a replay answer without exactly one RECEIPT")
+        parsed = self.parsed
+        if receipt.digest != self.dictionary.digest("stream", parsed.digest.hex()):
+            self._fail("the runner replayed another event stream")
+        status = ReplayStatus(receipt.e)
+        divergence = None
+        if status is ReplayStatus.DIVERGED:
+            found = by_op.get(Op.DIVERGENCE)
+            where = by_op.get(Op.FRAME_AT)
+            if found is None or where is None:
+                self._fail("a diverged replay without its divergence")
+            divergence = self._divergence(found, where)
+        recorded_exit = parsed.exit.get("status") if parsed.exit else None
+        return Receipt(
+            {
+                "status": {
+                    ReplayStatus.BIT_EXACT: "bit-exact",
+                    ReplayStatus.STOPPED: "stopped",
+                    ReplayStatus.DIVERGED: "diverged",
+                }[status],
+                "run_id": parsed.meta.get("run_id"),
+                "events_replayed": receipt.a,
+                "events_recorded": receipt.b,
+                "outputs_matched": receipt.d,
+                "output_bytes": receipt.ival,
+                "exit_status": {
+                    "recorded": recorded_exit,
+                    "replayed": None if receipt.c == NO_SOURCE else receipt.c,
+                },
+                "stream_digest": parsed.digest.hex(),
+                "divergence": divergence,
+                "stop": parsed.stop,
+                "notes": [n for n in parsed.notes if n.get("detail") not in ("none", "")],
+                "seconds": receipt.fval,
+            }
+        )
+
+    def _divergence(self, fr: Frame, where: Frame) -> dict[str, Any]:
+        flags = DivergenceFlags(fr.e)
+        events = self.parsed.events
+        event = (
+            events[fr.a] if flags & DivergenceFlags.EXPECTED_EVENT and fr.a < len(events) else None
+        )
+        if event is not None:
+            expected = describe_event(event)
+        elif self.parsed.stop is None:
+            expected = "the end of the recording"
+        else:
+            expected = f"the recording's stop point ({self.parsed.stop.get('reason')})"
+        call = self.dictionary.name_by_prefix(fr.ival, "call") or "?"
+        actual = call
+        if flags & DivergenceFlags.ARGUMENTS:
+            # The arguments show only when they are the recorded event's own.
+            recorded = event.args_digest.hex()[:12] if event is not None else None
+            same = recorded is not None and fr.digest == self.dictionary.digest("args", recorded)
+            actual = f"{call}(args {recorded if same else '?'})"
+        file = (
+            self.sources[where.c]
+            if where.c != NO_SOURCE
+            else self.dictionary.text("path", where.digest)
+        )
+        detail: dict[str, Any] = {
+            "event": fr.a,
+            "expected": expected,
+            "actual": actual,
+            "location": f"{file or '?'}:{where.d}",
+            "app_location": f"{self.sources[fr.c]}:{fr.d}" if fr.c != NO_SOURCE else None,
+        }
+        if flags & DivergenceFlags.OUTPUT and event is not None and event.data is not None:
+            detail.update(
+                offset=fr.b,
+                expected_bytes=output_preview(event.data, fr.b),
+                actual_bytes=None,  # the program's own output never leaves the sandbox
+                expected_length=len(event.data),
+                actual_length=fr.f,
+            )
+        return detail
 
     def stats(self) -> dict[str, int]:
         fr = self._ask(Frame(Op.ASK_STATS))[0]

@@ -47,17 +47,19 @@ __all__ = [
     "NONE",
     "NO_SOURCE",
     "PROTOCOL_VERSION",
+    "DivergenceFlags",
     "Frame",
     "FrameError",
     "FrameReader",
     "Op",
     "Origin",
+    "ReplayStatus",
     "TypeTag",
     "decode",
     "encode",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = 4096
@@ -84,13 +86,23 @@ class Op(enum.IntEnum):
     DONE = 11  # a: frames in this answer (this one excluded), b: the request's seq
     ERROR = 12  # e: ErrorCode, b: the request's seq
     BYE = 13
+    RECEIPT = 14  # a: events replayed, b: events recorded, c: the replayed exit status (NO_SOURCE:
+    #              none), d: outputs matched, e: ReplayStatus, ival: output bytes, fval: seconds,
+    #              digest: the recorded event stream's digest, keyed
+    DIVERGENCE = 15  # a: event index, b: the first differing output byte or NONE, c/d: the
+    #                 application's source/line (NO_SOURCE: none), e: DivergenceFlags, f: the
+    #                 program's output length, ival: the call's name digest (first 8 bytes),
+    #                 digest: its arguments' digest, keyed
     # agent → container
-    LOAD = 64  # f: recording length; the plaintext follows on the input pipe
+    LOAD = 64  # f: recording length, the plaintext follows; a: checkpoint interval,
+    #           e: 1 for a receipt-only session (no engine: LOADED counts nothing)
     TRACE = 65  # a: counter or 0, c/d: source/line, e: At, ival: hit, f: text (expr), b: depth
     FLOWS = 66  # like TRACE, or b: event index with e: At.EVENT
     INSPECT = 67  # like TRACE without an expression
     ASK_STATS = 68
     GOODBYE = 69
+    REPLAY = 70  # replay once without the engine: RECEIPT, and if it diverged DIVERGENCE and
+    #             FRAME_AT (the innermost location: c/d, digest: its file's path, keyed)
 
 
 CONTAINER_OPS = frozenset(op for op in Op if op < 64)
@@ -103,6 +115,18 @@ class At(enum.IntEnum):
     CRASH = 3
     END = 4
     EVENT = 5
+
+
+class ReplayStatus(enum.IntEnum):
+    BIT_EXACT = 1
+    DIVERGED = 2
+    STOPPED = 3
+
+
+class DivergenceFlags(enum.IntFlag):
+    EXPECTED_EVENT = 1  # the program met recorded event `a` (else: the recording's end)
+    OUTPUT = 2  # an output's bytes differed (b, f)
+    ARGUMENTS = 4  # the call had arguments (digest)
 
 
 class TypeTag(enum.IntEnum):
@@ -135,6 +159,8 @@ class ErrorCode(enum.IntEnum):
     DIVERGED = 4
     BAD_REQUEST = 5
     INTERNAL = 6
+    ENVIRONMENT = 7  # this image cannot replay the recording (Python, distributions, flags)
+    CORRUPT = 8  # the event stream does not decode
 
 
 class FrameError(ValueError):
@@ -196,6 +222,7 @@ _ANSWERS: dict[Op, frozenset[Op]] = {
     Op.INSPECT: frozenset({Op.FRAME_AT, Op.LOCAL, Op.VALUE}),
     Op.ASK_STATS: frozenset({Op.STATS}),
     Op.LOAD: frozenset({Op.LOADED}),
+    Op.REPLAY: frozenset({Op.RECEIPT, Op.DIVERGENCE, Op.FRAME_AT}),
 }
 
 
@@ -312,6 +339,15 @@ class FrameReader:
             raise FrameError(f"unknown type tag {fr.e}")
         if fr.op is Op.REACH and fr.ival < 1:
             raise FrameError("REACH counts at least one use")
+        if fr.op is Op.RECEIPT and (
+            fr.e not in ReplayStatus._value2member_map_ or fr.a > fr.b or not fr.fval >= 0
+        ):
+            raise FrameError("RECEIPT fields out of range")
+        if fr.op is Op.DIVERGENCE:
+            if fr.e & ~int(DivergenceFlags(7)):
+                raise FrameError(f"unknown divergence flags {fr.e:#x}")
+            if (fr.c >= self.sources and fr.c != NO_SOURCE) or fr.d > MAX_LINE:
+                raise FrameError("DIVERGENCE location out of range")
 
 
 def numbered(frames: list[Frame], start: int = 1) -> list[Frame]:

@@ -35,7 +35,7 @@ from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_strea
 from . import _checkpoints  # noqa: F401 - keeps the real fork before the boundary replaces it
 from ._environment import environment_problem
 
-__all__ = ["RecordedSourceFinder", "ReplayRuntime", "main"]
+__all__ = ["RecordedSourceFinder", "ReplayRuntime", "describe_event", "main", "output_preview"]
 
 _PREVIEW = 48
 _CONTEXT = 24
@@ -146,7 +146,7 @@ class ReplayRuntime:
         where, app_where = self._locations()
         detail: dict[str, Any] = {
             "event": event.index if event is not None else self.position,
-            "expected": _describe(event)
+            "expected": describe_event(event)
             if event is not None
             else (
                 "the end of the recording"
@@ -162,11 +162,10 @@ class ReplayRuntime:
                 (i for i, (a, b) in enumerate(zip(event.data, output, strict=False)) if a != b),
                 min(len(event.data), len(output)),
             )
-            start = max(0, offset - _CONTEXT)
             detail.update(
                 offset=offset,
-                expected_bytes=event.data[start : offset + _PREVIEW].decode("utf-8", "replace"),
-                actual_bytes=output[start : offset + _PREVIEW].decode("utf-8", "replace"),
+                expected_bytes=output_preview(event.data, offset),
+                actual_bytes=output_preview(output, offset),
                 expected_length=len(event.data),
                 actual_length=len(output),
             )
@@ -212,7 +211,12 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _describe(event: Event) -> str:
+def output_preview(data: bytes, offset: int) -> str:
+    """The bytes around the first difference, as text."""
+    return data[max(0, offset - _CONTEXT) : offset + _PREVIEW].decode("utf-8", "replace")
+
+
+def describe_event(event: Event) -> str:
     return f"{event.callee}(args {event.args_digest.hex()[:12]})"
 
 

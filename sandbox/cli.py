@@ -56,14 +56,20 @@ def replay(
     location: LocationArg,
     identity: IdentityOpt,
     run_id: RunIdOpt = None,
+    sandbox: SandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Re-execute a recorded run, serving and checking every external call; print a receipt.
 
     Exit 0 when bit-exact, 3 at the first divergence, 4 if the recording cannot be trusted,
-    2 if this interpreter cannot replay it.
+    2 if this interpreter (or the sandbox's image) cannot replay it, 5 if the sandbox fails.
     """
-    receipt = replay_location(location, Identity.load(identity), run_id=run_id)
+    if sandbox:
+        session = _sandboxed(location, identity, run_id, receipt_only=True)
+        with session:
+            receipt = session.replay()
+    else:
+        receipt = replay_location(location, Identity.load(identity), run_id=run_id)
     d = receipt.data
     if as_json:
         typer.echo(json.dumps(d, indent=2, sort_keys=True))
@@ -80,27 +86,34 @@ def replay(
     raise_for(receipt)
 
 
+def _sandboxed(location: str, identity: Any, run_id: str | None, **options: Any) -> Any:
+    """A session in the sandbox, from the installed sandbox client (sealtrace.agent, found
+    through the `sealtrace.sandbox_client` entry point: this package never imports it)."""
+    from importlib.metadata import entry_points
+
+    clients = list(entry_points(group="sealtrace.sandbox_client"))
+    if not clients:
+        raise UsageError("--sandbox needs sealtrace's agent package, which is not installed")
+    data, parsed = load_recording(location, Identity.load(identity), run_id)
+    return clients[0].load()(data, parsed, **options)
+
+
 def _session(
     location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool
 ) -> Any:
     """The recording's question-answering session: in-process (ProvenanceSession) or, with
-    --sandbox, the installed sandbox client (sealtrace.agent, found through the
-    `sealtrace.sandbox_client` entry point: this package never imports it). Both answer
-    trace / flows / inspect_stack with the same documents."""
-    from importlib.metadata import entry_points
-
+    --sandbox, the sandbox client's. Both answer trace / flows / inspect_stack with the same
+    documents."""
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
     from ._queries import ProvenanceSession
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
-    clients = list(entry_points(group="sealtrace.sandbox_client")) if sandbox else []
-    if sandbox and not clients:
-        raise UsageError("--sandbox needs sealtrace's agent package, which is not installed")
-    data, parsed = load_recording(location, Identity.load(identity), run_id)
     if sandbox:
-        return clients[0].load()(data, parsed), SourceLines(parsed)
+        session = _sandboxed(location, identity, run_id)
+        return session, SourceLines(session.parsed)
+    data, parsed = load_recording(location, Identity.load(identity), run_id)
     policy = CheckpointPolicy(every, cap) if every else None
     return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
 

@@ -18,20 +18,23 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from sealtrace.proxy._stream import parse_stream
+from sealtrace.proxy._codec import CodecError
+from sealtrace.proxy._stream import ParsedStream, parse_stream
 
 from ._checkpoints import CheckpointPolicy
-from ._errors import DivergenceError, QueryError
+from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from ._protocol import (
     FRAME_SIZE,
     MAX_REQUEST_TEXT,
     NO_SOURCE,
     NONE,
     At,
+    DivergenceFlags,
     ErrorCode,
     Frame,
     Op,
     Origin,
+    ReplayStatus,
     decode,
     encode,
     numbered,
@@ -39,6 +42,8 @@ from ._protocol import (
 from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
 from ._queries import At as AtSpec
 from ._queries import ProvenanceSession, parse_at
+from ._replay import describe_event
+from ._session import replay
 
 __all__ = ["main", "sources_of"]
 
@@ -64,6 +69,7 @@ class Runner:
         self.out = out
         self.seq = 0
         self.session: ProvenanceSession | None = None
+        self.recording: tuple[bytes, ParsedStream] | None = None
         self.sources: list[str] = []
         self.key = b""
 
@@ -110,6 +116,12 @@ class Runner:
             except DivergenceError:
                 self._send([Frame(Op.ERROR, e=ErrorCode.DIVERGED, b=request.seq)])
                 continue
+            except ReplayEnvironmentError:
+                self._send([Frame(Op.ERROR, e=ErrorCode.ENVIRONMENT, b=request.seq)])
+                continue
+            except CodecError:
+                self._send([Frame(Op.ERROR, e=ErrorCode.CORRUPT, b=request.seq)])
+                continue
             except Exception:
                 self._send([Frame(Op.ERROR, e=ErrorCode.INTERNAL, b=request.seq)])
                 continue
@@ -120,6 +132,9 @@ class Runner:
     def _answer(self, request: Frame, text: str) -> Iterator[Frame]:
         if request.op is Op.LOAD:
             yield self._load(request)
+            return
+        if request.op is Op.REPLAY and self.recording is not None:
+            yield from self._replay_frames(*self.recording)
             return
         session = self.session
         if session is None:
@@ -153,6 +168,9 @@ class Runner:
         self.key = request.digest
         parsed = parse_stream(data)
         self.sources = sources_of(parsed)
+        self.recording = (data, parsed)
+        if request.e == 1:  # receipt only: no engine, nothing to count
+            return Frame(Op.LOADED, d=len(self.sources))
         self.session = ProvenanceSession(
             data,
             parsed,
@@ -167,6 +185,51 @@ class Runner:
             ival=int(survey["crash"]),
             d=len(self.sources),
         )
+
+    def _replay_frames(self, data: bytes, parsed: ParsedStream) -> Iterator[Frame]:
+        """One plain replay (no engine): its receipt, and where and how it diverged."""
+        d = replay(data, parsed.meta).data
+        status = {"bit-exact": ReplayStatus.BIT_EXACT, "stopped": ReplayStatus.STOPPED}.get(
+            d["status"], ReplayStatus.DIVERGED
+        )
+        replayed = d["exit_status"]["replayed"]
+        yield Frame(
+            Op.RECEIPT,
+            a=int(d["events_replayed"]),
+            b=int(d["events_recorded"]),
+            c=NO_SOURCE if replayed is None else int(replayed) & 0xFFFF_FFFF,
+            d=int(d["outputs_matched"]),
+            e=status,
+            ival=int(d["output_bytes"]),
+            fval=float(d["seconds"]),
+            digest=self._digest("stream", d["stream_digest"]),
+        )
+        div = d.get("divergence")
+        if div is None:
+            return
+        flags = DivergenceFlags(0)
+        event = int(div["event"])
+        if event < len(parsed.events) and div["expected"] == describe_event(parsed.events[event]):
+            flags |= DivergenceFlags.EXPECTED_EVENT
+        if "offset" in div:
+            flags |= DivergenceFlags.OUTPUT
+        call, _, args = str(div["actual"]).partition("(args ")
+        if args:
+            flags |= DivergenceFlags.ARGUMENTS
+        app_file, app_line = _split_location(div.get("app_location"))
+        yield Frame(
+            Op.DIVERGENCE,
+            a=event,
+            b=int(div["offset"]) if "offset" in div else NONE,
+            c=self._source(app_file) if app_file else NO_SOURCE,
+            d=app_line,
+            e=int(flags),
+            f=min(int(div.get("actual_length", 0)), 2**32 - 1),
+            ival=int.from_bytes(self._digest("call", call)[:8], "little", signed=True),
+            digest=self._digest("args", args.rstrip(")")) if args else bytes(32),
+        )
+        file, line = _split_location(div.get("location"))
+        yield Frame(Op.FRAME_AT, c=self._source(file), d=line, digest=self._digest("path", file))
 
     def _at_text(self, request: Frame) -> str:
         kind = At(request.e)
@@ -279,6 +342,12 @@ class Runner:
             )
         for out in doc["outputs"]:
             yield Frame(Op.OUTPUT, a=int(out["counter"]), b=int(out["event"]))
+
+
+def _split_location(where: str | None) -> tuple[str, int]:
+    """("path", line) from "path:line"; ("", 0) for none."""
+    path, _, line = (where or "").rpartition(":")
+    return (path, min(int(line), 10_000_000)) if line.isdigit() else ("", 0)
 
 
 def _key(node: dict[str, Any]) -> int:

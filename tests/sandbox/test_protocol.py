@@ -12,11 +12,13 @@ from sealtrace.sandbox._protocol import (
     FRAME_SIZE,
     NO_SOURCE,
     PROTOCOL_VERSION,
+    DivergenceFlags,
     Frame,
     FrameError,
     FrameReader,
     Op,
     Origin,
+    ReplayStatus,
     TypeTag,
     decode,
     encode,
@@ -130,7 +132,40 @@ VIOLATIONS = {
         _then(r, Frame(Op.BYE), Frame(Op.STATS, a=1)),
     ),
     "going away without BYE": lambda r: r.end(),
+    "a receipt with an unknown status": lambda r: (
+        r.ask(Op.REPLAY, 2),
+        _then(r, Frame(Op.RECEIPT, a=1, b=2, e=9)),
+    ),
+    "a receipt replaying more events than recorded": lambda r: (
+        r.ask(Op.REPLAY, 2),
+        _then(r, Frame(Op.RECEIPT, a=3, b=2, e=ReplayStatus.BIT_EXACT)),
+    ),
+    "a divergence with unknown flags": lambda r: (
+        r.ask(Op.REPLAY, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1, e=8)),
+    ),
+    "a divergence in a source that is not recorded": lambda r: (
+        r.ask(Op.REPLAY, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1, c=SOURCES, d=5)),
+    ),
+    "a receipt answering a trace": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.RECEIPT, a=1, b=2, e=ReplayStatus.BIT_EXACT)),
+    ),
 }
+
+
+def test_a_replay_answer_is_accepted() -> None:
+    reader = _loaded_reader()
+    reader.ask(Op.REPLAY, 2)
+    answer = _then(
+        reader,
+        Frame(Op.RECEIPT, a=14, b=20, c=NO_SOURCE, d=3, e=ReplayStatus.DIVERGED, fval=0.2),
+        Frame(Op.DIVERGENCE, a=14, b=2**64 - 1, c=1, d=5, e=DivergenceFlags.EXPECTED_EVENT),
+        Frame(Op.FRAME_AT, c=NO_SOURCE, d=310, digest=b"\2" * 32),
+        Frame(Op.DONE, a=3, b=2),
+    )
+    assert [f.op for f in answer] == [Op.RECEIPT, Op.DIVERGENCE, Op.FRAME_AT, Op.DONE]
 
 
 @pytest.mark.parametrize("case", sorted(VIOLATIONS))
