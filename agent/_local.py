@@ -2,9 +2,13 @@
 replay image, and a hardened container for one session.
 
 Settings (environment): SEALTRACE_PODMAN_USER (default sealtrace-sbx, the user
-infra/local/podman-setup.sh creates) and SEALTRACE_PODMAN_SOCKET (default that user's
-/run/user/UID/podman/podman.sock). sealtrace.sandbox's CLI finds this module through the
-`sealtrace.sandbox_client` entry point, so the sandbox package never imports the agent.
+infra/local/podman-setup.sh creates), SEALTRACE_PODMAN_SOCKET (default that user's
+/run/user/UID/podman/podman.sock) and SEALTRACE_REPLAY_IMAGE (an image `sealtrace sandbox
+build-image` printed; default: the image of this interpreter's whole environment, built if
+missing). A recording the image cannot replay is refused (exit 2) before a container starts.
+
+sealtrace.sandbox's CLI finds this module through the `sealtrace.sandbox_client` entry
+point, so the sandbox package never imports the agent.
 """
 
 from __future__ import annotations
@@ -57,10 +61,14 @@ def open_sandbox(
 ) -> SandboxSession:
     """A session on `data` in a fresh hardened container (the image is built if missing);
     receipt_only: for `replay --sandbox`, no engine."""
-    from sealtrace.sandbox._image import build_image
+    from sealtrace.sandbox._errors import ReplayEnvironmentError
+    from sealtrace.sandbox._image import build_image, image_problem
 
     client = podman_client()
     user = sandbox_user()
-    image = build_image(client)
+    image = os.environ.get("SEALTRACE_REPLAY_IMAGE") or build_image(client)
+    problem = image_problem(client, image, parsed.meta)
+    if problem is not None:
+        raise ReplayEnvironmentError(problem)
     transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
     return SandboxSession(data, parsed, transport, receipt_only=receipt_only)

@@ -12,7 +12,7 @@ from sealtrace.proxy import UsageError
 from sealtrace.proxy._boundary import libraries
 from sealtrace.proxy._recorder import installed_manifest
 
-__all__ = ["environment_problem"]
+__all__ = ["environment_problem", "manifest_problem"]
 
 
 def environment_problem(meta: dict[str, Any]) -> str | None:
@@ -23,7 +23,7 @@ def environment_problem(meta: dict[str, Any]) -> str | None:
         libraries(meta.get("libraries", []))
     except UsageError as exc:
         return str(exc)
-    problem = _manifest_problem(meta.get("manifest", []))
+    problem = manifest_problem(meta.get("manifest", []), installed_manifest())
     if problem is not None:
         return problem
     flags = {k: getattr(sys.flags, k) for k in meta.get("flags", {})}
@@ -40,9 +40,10 @@ def environment_problem(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _manifest_problem(manifest: list[list[str]]) -> str | None:
+def manifest_problem(manifest: list[list[str]], installed: list[list[str]]) -> str | None:
+    """How the distributions `installed` differ from the recorded `manifest`, or None."""
     recorded = {name: version for name, version in manifest}
-    here = {name: version for name, version in installed_manifest()}
+    here = {name: version for name, version in installed}
     problems = []
     for name in sorted(set(recorded) | set(here)):
         if name not in here:

@@ -1,6 +1,8 @@
 """The replay image, built offline: the interpreter, its standard library, the virtual
-environment's distributions (sealtrace's replay runtime and engine among them) and the
-shared libraries they load, each at the path it has on this machine.
+environment's distributions (all of them, or a requirements file's: see _distributions;
+sealtrace's replay runtime and engine always) and the shared libraries they load, each at
+the path it has on this machine. The image's labels say which distributions and which
+Python it holds, so a recording it cannot replay is refused before a container starts.
 
 Replay checks the recording's Python version, distribution manifest and source paths, so
 the image reproduces this interpreter's tree exactly rather than installing anything. It is
@@ -21,10 +23,30 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_image", "image_files", "image_tag", "write_rootfs"]
+from sealtrace.proxy import UsageError
+
+from ._distributions import Requirement, as_json
+from ._environment import manifest_problem
+
+__all__ = [
+    "MANIFEST_LABEL",
+    "PYTHON_LABEL",
+    "ImagePlan",
+    "build_image",
+    "image_files",
+    "image_problem",
+    "image_tag",
+    "plan_image",
+    "write_rootfs",
+]
+
+IMAGE_FORMAT = 2  # 2: labelled with its manifest and Python
+MANIFEST_LABEL = "sealtrace.manifest"
+PYTHON_LABEL = "sealtrace.python"
 
 # Parts of the standard library no replay needs (tests, GUI toolkits, installers).
 _STDLIB_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip")
@@ -55,8 +77,23 @@ def _shared_libraries(objects: Iterable[str]) -> set[str]:
     return libs
 
 
-def image_files(python: str = sys.executable) -> list[str]:
-    """Every path the image holds, for the interpreter `python` runs as (its venv too)."""
+@dataclass(frozen=True)
+class ImagePlan:
+    """What an image holds: its files, the manifest of its distributions (the recorder's
+    form) and its interpreter's sys.version; the last two are stamped on it as labels."""
+
+    files: list[str]
+    manifest: list[list[str]]
+    python: str
+
+
+def plan_image(
+    python: str = sys.executable, requirements: list[Requirement] | None = None
+) -> ImagePlan:
+    """The image for the interpreter `python` runs as (its venv too): every distribution
+    installed there, or with `requirements` only those, what they need and what replay
+    needs (sealtrace.sandbox._distributions). UsageError if that environment cannot
+    provide them."""
     probe = subprocess.run(
         [python, "-c", "import json, sys, sysconfig, sealtrace.proxy as p, os; print(json.dumps("
          "[sys.prefix, sys.base_prefix, sysconfig.get_paths()['stdlib'], "
@@ -65,8 +102,22 @@ def image_files(python: str = sys.executable) -> list[str]:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     prefix, base, stdlib, purelib, repo, executable = json.loads(probe.stdout)
+    chosen = json.loads(
+        subprocess.run(
+            [python, "-c", "from sealtrace.sandbox._distributions import probe; probe()"],
+            input=json.dumps(None if requirements is None else as_json(requirements)),
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    if chosen["problems"]:
+        problems = chosen["problems"]
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise UsageError(
+            f"{python}'s environment cannot provide the image's distributions (nothing is "
+            f"downloaded): {'; '.join(problems[:5])}{more}"
+        )
     files = _tree(stdlib, [os.path.join(stdlib, d) for d in _STDLIB_SKIP])
-    files |= _tree(purelib)
+    files |= _tree(purelib) if chosen["files"] is None else set(chosen["files"])
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     files.add(os.path.join(base, "bin", version))
     for name in os.listdir(os.path.join(base, "lib")):
@@ -85,7 +136,12 @@ def image_files(python: str = sys.executable) -> list[str]:
     files |= _shared_libraries(objects)
     if os.path.isdir("/usr/share/zoneinfo"):
         files |= _tree("/usr/share/zoneinfo")
-    return sorted(files)
+    return ImagePlan(sorted(files), chosen["manifest"], chosen["python"])
+
+
+def image_files(python: str = sys.executable) -> list[str]:
+    """Every path the default image (every installed distribution) holds."""
+    return plan_image(python).files
 
 
 def write_rootfs(out: Path, files: list[str]) -> str:
@@ -125,7 +181,7 @@ def write_rootfs(out: Path, files: list[str]) -> str:
 
 def image_tag(files: list[str]) -> str:
     """16 hex digits naming this tree: every path with its size, mode and modification time."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"sealtrace-image {IMAGE_FORMAT}\n".encode())
     for path in files:
         try:
             st = os.lstat(path)
@@ -136,18 +192,41 @@ def image_tag(files: list[str]) -> str:
 
 
 def build_image(
-    client: Any, python: str = sys.executable, *, name: str = "sealtrace-replay"
+    client: Any, plan: ImagePlan | None = None, *, name: str = "sealtrace-replay"
 ) -> str:
-    """Build (or find) the replay image through a Podman service; returns its reference."""
-    files = image_files(python)
-    reference = f"localhost/{name}:{image_tag(files)}"
+    """Build (or find) the replay image through a Podman service; returns its reference.
+    The default plan is this interpreter's whole environment."""
+    plan = plan or plan_image()
+    reference = f"localhost/{name}:{image_tag(plan.files)}"
     if client.images.exists(reference):
         return reference
     with tempfile.TemporaryDirectory(prefix="sealtrace-image-") as work:
         context = Path(work)
-        write_rootfs(context / "rootfs.tar", files)
+        write_rootfs(context / "rootfs.tar", plan.files)
         (context / "Containerfile").write_text("FROM scratch\nADD rootfs.tar /\n")
         client.images.build(
-            path=str(context), dockerfile="Containerfile", tag=reference, pull=False
+            path=str(context),
+            dockerfile="Containerfile",
+            tag=reference,
+            pull=False,
+            labels={MANIFEST_LABEL: json.dumps(plan.manifest), PYTHON_LABEL: plan.python},
         )
     return reference
+
+
+def image_problem(client: Any, reference: str, meta: dict[str, Any]) -> str | None:
+    """Why the image cannot replay a recording described by `meta` (its interpreter or its
+    distributions differ), or None; read from the image's labels, before any container."""
+    try:
+        labels = client.images.get(reference).labels or {}
+    except Exception as exc:
+        return f"no replay image {reference}: {exc}"
+    if MANIFEST_LABEL not in labels or PYTHON_LABEL not in labels:
+        return f"the image {reference} does not say what it holds: rebuild it"
+    if labels[PYTHON_LABEL] != meta.get("python"):
+        return (
+            f"the run was recorded with Python {meta.get('python')!r}; the image {reference} "
+            f"holds {labels[PYTHON_LABEL]!r}"
+        )
+    problem = manifest_problem(meta.get("manifest", []), json.loads(labels[MANIFEST_LABEL]))
+    return f"the image {reference}: {problem}" if problem else None
