@@ -412,8 +412,8 @@ def test_the_story_in_a_hardened_rootless_container(
     assert host["ReadonlyRootfs"] is True
     assert host["NetworkMode"] == "none"
     assert "no-new-privileges" in host["SecurityOpt"]
-    # Podman lists the default capabilities it dropped; nothing is added back (the probe
-    # below reads CapEff 0 from inside).
+    # Podman lists the default capabilities it dropped; nothing is added back (a replayed
+    # program reads CapEff 0 from inside: test_hostile_program.py).
     assert {"CAP_CHOWN", "CAP_NET_RAW", "CAP_SETUID", "CAP_KILL"} <= set(host["CapDrop"])
     assert not host.get("CapAdd")
     limits = {u["Name"]: u["Hard"] for u in host["Ulimits"]}
@@ -424,83 +424,6 @@ def test_the_story_in_a_hardened_rootless_container(
     assert "/tmp" in host["Tmpfs"]
     assert not transport.directory.exists()  # the pipes went with the session
     assert not [c for c in client.containers.list(all=True) if c.id == info["Id"]]
-
-
-def _run_hardened(
-    podman_service: tuple[Any, Any, str], image: str, code: str, **env: str
-) -> dict[str, Any]:
-    """Run `code` in a container with exactly a session's options (and `env`); the dict it
-    prints last."""
-    import ast
-    import sys
-
-    from sealtrace.agent._podman import PodmanTransport
-
-    client, user, _socket = podman_service
-    transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
-    try:
-        options = transport.options([sys.executable, "-c", code])
-        options["environment"] = env
-        container = client.containers.create(image, **options)
-        container.start()
-        container.wait()
-        seen: dict[str, Any] = ast.literal_eval(
-            b"".join(container.logs()).decode().strip().splitlines()[-1]
-        )
-        container.remove(force=True)
-    finally:
-        transport.kill()
-    return seen
-
-
-PROBE = """
-import ctypes, os, socket
-libc = ctypes.CDLL(None, use_errno=True)
-def errno_of(result):
-    return ctypes.get_errno() if result == -1 else 0
-status = open("/proc/self/status").read()
-out = {
-    "capeff": status.split("CapEff:")[1].split()[0],
-    "nonewprivs": status.split("NoNewPrivs:")[1].split()[0],
-    "keyctl": errno_of(libc.syscall(250, 0, -3, 0)),
-    "unshare": errno_of(libc.unshare(0x10000000)),
-    "mount": errno_of(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
-    "ptrace": errno_of(libc.ptrace(16, 1, None, None)),
-}
-try:
-    socket.create_connection(("127.0.0.1", int(os.environ.get("PORT", "1"))), timeout=2)
-    out["connect"] = "connected"
-except OSError as exc:
-    out["connect"] = type(exc).__name__
-try:
-    open("/etc-created-by-sandbox", "w")
-    out["write_root"] = "written"
-except OSError as exc:
-    out["write_root"] = exc.errno
-print(out)
-"""
-
-
-@pytest.mark.podman
-def test_a_program_going_behind_the_stubs_finds_nothing_to_reach(
-    podman_service: tuple[Any, Any, str], replay_image: str
-) -> None:
-    import errno
-    import socket
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        seen = _run_hardened(
-            podman_service, replay_image, PROBE, PORT=str(listener.getsockname()[1])
-        )
-    finally:
-        listener.close()
-    assert seen["capeff"] == "0000000000000000" and seen["nonewprivs"] == "1"
-    for call in ("keyctl", "unshare", "mount", "ptrace"):
-        assert seen[call] == errno.EPERM, (call, seen)
-    assert seen["connect"] != "connected"
-    assert seen["write_root"] == errno.EROFS
-    assert not Path("/etc-created-by-sandbox").exists()
 
 
 @pytest.mark.podman
@@ -530,38 +453,3 @@ def test_the_commands_answer_from_the_sandbox(
     nowhere = run_cli("trace", *base, "--at", "end", "--var", "main",
                       env={"SEALTRACE_PODMAN_SOCKET": "unix:///nonexistent.sock"})  # fmt: skip
     assert nowhere.returncode == 5 and b"no rootless Podman service" in nowhere.stderr
-
-
-BOMB = """
-import os, time
-children = 0
-error = None
-try:
-    while children < 5000:
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30)
-            os._exit(0)
-        children += 1
-except OSError as exc:
-    error = exc.errno
-try:
-    hog = bytearray(6 << 30)
-    memory = "allocated"
-except MemoryError:
-    memory = "MemoryError"
-print({"children": children, "fork_error": error, "memory": memory})
-"""
-
-
-@pytest.mark.podman
-def test_a_fork_bomb_and_a_memory_hog_hit_the_sandbox_limits(
-    podman_service: tuple[Any, Any, str], replay_image: str
-) -> None:
-    import errno
-
-    seen = _run_hardened(podman_service, replay_image, BOMB)
-    # nproc is counted per host user: the bomb stops well short of 5000, with EAGAIN.
-    assert seen["fork_error"] == errno.EAGAIN and seen["children"] < 256, seen
-    # RLIMIT_AS (4 GiB): a 6 GiB allocation fails inside the process instead of growing.
-    assert seen["memory"] == "MemoryError", seen
