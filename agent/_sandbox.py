@@ -138,6 +138,10 @@ class SandboxSession:
             self.out_fd = self._open(fifo_out, os.O_RDONLY)
             self.in_fd = self._open(fifo_in, os.O_WRONLY)
             self._expect_hello()
+            # Both of the runner's ends are open: the FIFOs' names go, so nothing the
+            # replayed program runs can open the channel by path.
+            for fifo in (fifo_in, fifo_out):
+                fifo.unlink()
             self.loaded = self._ask(
                 Frame(
                     Op.LOAD,

@@ -56,6 +56,7 @@ _ORIGINS = {
     "unknown": Origin.UNKNOWN,
 }
 ENGINE_VERSION = 0x0001_0000
+_PR_SET_DUMPABLE = 4
 
 
 def sources_of(parsed: Any) -> list[str]:
@@ -366,7 +367,19 @@ def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
+def _undumpable() -> None:
+    """Close /proc/<runner>/fd to the replayed program, which runs as the same user: a
+    process that is not dumpable can be inspected only with CAP_SYS_PTRACE, which nothing in
+    the sandbox has."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main() -> None:
+    _undumpable()
     inp = os.open(sys.argv[1], os.O_RDONLY)
     out = os.open(sys.argv[2], os.O_WRONLY)
     # Nothing but frames leaves: the runner's own output and its children's go nowhere.

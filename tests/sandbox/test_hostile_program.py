@@ -18,6 +18,8 @@ In the session container, the program:
   listener it opens on the same port (its loopback is its own);
 - cannot create a file in / or in /pipes (EROFS; nothing appears on the host), but can write
   into /tmp (the container's tmpfs);
+- cannot open the agent's channel: the FIFOs' names are gone once the runner holds both
+  ends, and the runner is not dumpable, so its /proc fd links are closed to the program;
 - reads CapEff 0 and NoNewPrivs 1 (replayed here, it reads this process's values);
 - gets EPERM from unshare, mount, ptrace and keyctl (the session's seccomp profile), while a
   raw getpid syscall works;
@@ -55,7 +57,7 @@ import ctypes
 import sys
 
 AF_INET, SOCK_STREAM = 2, 1
-O_WRONLY, O_CREAT, O_TRUNC = 0o1, 0o100, 0o1000
+O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC, O_NONBLOCK = 0, 0o1, 0o100, 0o1000, 0o4000
 CLONE_NEWUSER, PTRACE_ATTACH, KEY_SPEC_SESSION_KEYRING = 0x10000000, 16, -3
 SYS_GETPID, SYS_KEYCTL = 39, 250  # x86-64
 RLIMIT_NPROC, RLIMIT_AS = 6, 9
@@ -111,6 +113,21 @@ def create(path):
     return errno_of(libc.open, path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
 
 
+def reopen(path, flags):
+    # The agent's channel, by its path or through the runner's /proc fd links.
+    ctypes.set_errno(0)
+    fd = libc.open(path, flags | O_NONBLOCK)
+    found = ctypes.get_errno()
+    libc.close(fd)
+    return found
+
+
+def runner_fds():
+    # How many of the runner's (PID 1's) descriptors this process could open: each would
+    # be a way to write frames as the runner, or read the agent's questions.
+    return sum(reopen(b"/proc/1/fd/%d" % fd, O_RDONLY) == 0 for fd in range(3, 12))
+
+
 def write(path):
     fd = libc.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
     written = libc.write(fd, b"x", 1)
@@ -164,6 +181,7 @@ def probe(port):
     inside = int(libc.access(b"/run/.containerenv", 0) == 0)
     connect_errno = own_connect_errno = -1
     write_root_errno = write_pipes_errno = write_tmp_ok = -1
+    pipe_out_errno = pipe_in_errno = runner_fds_open = own_fd_errno = -1
     unshare_errno = mount_errno = ptrace_errno = keyctl_errno = getpid_ok = -1
     nproc_limit = children = fork_errno = reaped = -1
     as_limit = malloc_1g_ok = malloc_6g_ok = -1
@@ -172,6 +190,10 @@ def probe(port):
         write_root_errno = create(b"/hostile")
         write_pipes_errno = create(b"/pipes/hostile")
         write_tmp_ok = write(b"/tmp/hostile")
+        pipe_out_errno = reopen(b"/pipes/out", O_WRONLY)
+        pipe_in_errno = reopen(b"/pipes/in", O_RDONLY)
+        runner_fds_open = runner_fds()
+        own_fd_errno = reopen(b"/proc/self/fd/0", O_RDONLY)
         unshare_errno = errno_of(libc.unshare, CLONE_NEWUSER)
         mount_errno = errno_of(libc.mount, b"none", b"/tmp", b"tmpfs", 0, None)
         ptrace_errno = errno_of(libc.ptrace, PTRACE_ATTACH, 1, None, None)
@@ -191,7 +213,8 @@ probe(int(sys.argv[1]))
 STOP = "return done"
 PROBES = (
     "connect_errno", "own_connect_errno", "write_root_errno", "write_pipes_errno",
-    "write_tmp_ok", "unshare_errno", "mount_errno", "ptrace_errno", "keyctl_errno",
+    "write_tmp_ok", "pipe_out_errno", "pipe_in_errno", "runner_fds_open", "own_fd_errno",
+    "unshare_errno", "mount_errno", "ptrace_errno", "keyctl_errno",
     "getpid_ok", "nproc_limit", "children", "fork_errno", "reaped", "as_limit",
     "malloc_1g_ok", "malloc_6g_ok",
 )  # fmt: skip
@@ -322,7 +345,7 @@ def test_it_cannot_reach_a_listener_on_the_hosts_loopback(hostile: Hostile, boxe
 def test_it_cannot_create_a_file_on_the_host_or_in_the_containers_root(boxed: Boxed) -> None:
     assert boxed.found["write_root_errno"] == errno.EROFS
     assert boxed.found["write_pipes_errno"] == errno.EROFS
-    assert boxed.pipes == ["in", "out"]  # the FIFOs show: the listing would show the file
+    assert boxed.pipes == []  # the FIFOs' names are gone too: a created file would show
     assert not Path("/hostile").exists()
     # Control: the same write path works where writing is allowed.
     assert boxed.found["write_tmp_ok"] == 1
@@ -365,3 +388,14 @@ def test_a_huge_allocation_fails_at_the_address_space_limit(boxed: Boxed) -> Non
     assert boxed.found["malloc_6g_ok"] == 0
     # Control: an allocation under the limit succeeds.
     assert boxed.found["malloc_1g_ok"] == 1
+
+
+@pytest.mark.podman
+def test_it_cannot_reach_the_agents_channel(boxed: Boxed) -> None:
+    # The agent removed the FIFOs' names once the runner had both ends open ...
+    assert boxed.found["pipe_out_errno"] == errno.ENOENT
+    assert boxed.found["pipe_in_errno"] == errno.ENOENT
+    # ... and the runner is not dumpable: its /proc fd links are closed to the program.
+    assert boxed.found["runner_fds_open"] == 0
+    # Control: the same reopening works on a descriptor of the program's own.
+    assert boxed.found["own_fd_errno"] == 0
