@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,9 @@ class PodmanTransport:
         self.profile.write_text(json.dumps(seccomp_profile()))
         os.chown(self.profile, uid, gid)
         self.container: Any = None
+        # What the container runs; the FIFO paths are appended. Tests put hostile runners here.
+        python = self.limits.python or sys.executable
+        self.argv: list[str] = [python, "-m", "sealtrace.sandbox.runner"]
 
     def own(self, path: Path) -> None:
         os.chown(path, self.uid, self.gid)
@@ -121,10 +125,7 @@ class PodmanTransport:
         }
 
     def start(self) -> None:
-        import sys
-
-        python = self.limits.python or sys.executable
-        command = [python, "-m", "sealtrace.sandbox.runner", "/pipes/in", "/pipes/out"]
+        command = [*self.argv, "/pipes/in", "/pipes/out"]
         self.container = self.client.containers.create(self.image, **self.options(command))
         self.container.start()
 
@@ -134,6 +135,10 @@ class PodmanTransport:
 
     def kill(self) -> None:
         if self.container is not None:
+            # The runner is the container's PID 1, which ignores the SIGTERM a forced remove
+            # sends first: without SIGKILL, Podman waits its 10 s stop timeout.
+            with contextlib.suppress(Exception):
+                self.container.kill(signal="SIGKILL")
             with contextlib.suppress(Exception):
                 self.container.remove(force=True)
             self.container = None

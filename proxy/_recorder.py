@@ -140,6 +140,8 @@ def describe_run(
             and isinstance(getattr(sys.flags, k), int)
             and k not in ("count", "index")
         },
+        # Set from the locale at start-up: replay needs the same (the locale's data present).
+        "filesystem_encoding": sys.getfilesystemencoding(),
         "cwd": os.getcwd(),
         "hash_seed": hash_seed,
         "env": {k: v for k, v in env.items() if _allowed(k, allow)},

@@ -30,6 +30,12 @@ def environment_problem(meta: dict[str, Any]) -> str | None:
     if flags != meta.get("flags", {}):
         diff = sorted(k for k in flags if flags[k] != meta["flags"][k])
         return f"interpreter flags differ from the recording: {', '.join(diff)}"
+    recorded = meta.get("filesystem_encoding")
+    if recorded is not None and recorded != sys.getfilesystemencoding():
+        return (
+            f"the filesystem encoding here is {sys.getfilesystemencoding()}, the run's was "
+            f"{recorded}: the recorded locale ({_locale_names(meta)}) is not installed here"
+        )
     zone = meta.get("timezone") or {}
     here = {"tzname": list(time.tzname), "timezone": time.timezone, "altzone": time.altzone}
     if any(zone.get(k) != v for k, v in here.items()):
@@ -38,6 +44,12 @@ def environment_problem(meta: dict[str, Any]) -> str | None:
             f"{here['tzname']}); set TZ to the recorded zone"
         )
     return None
+
+
+def _locale_names(meta: dict[str, Any]) -> str:
+    env = meta.get("env") or {}
+    names = [f"{k}={env[k]}" for k in ("LC_ALL", "LC_CTYPE", "LANG") if env.get(k)]
+    return ", ".join(names) or "the C locale"
 
 
 def manifest_problem(manifest: list[list[str]], installed: list[list[str]]) -> str | None:

@@ -1,8 +1,10 @@
-"""A runner that breaks the protocol is killed at its first bad frame: one test each.
+"""A runner that breaks the protocol is killed at its first bad frame: one test each, run
+twice, as a child process and inside a real rootless Podman session container.
 
-The runner here is a hostile script in a child process (the same Transport the sandbox
-uses, without the container): it says HELLO, takes the recording, answers LOAD, and then
-misbehaves the way each case names. The agent must kill it and raise exit 5.
+The runner here is a hostile script (`python -c HOSTILE MODE IN OUT`, so the container needs
+nothing but the image's interpreter and sealtrace): it says HELLO, takes the recording,
+answers LOAD, and then misbehaves the way each case names. The agent must kill it, remove
+the pipe directory and raise exit 5; in a container, the container must be gone too.
 """
 
 from __future__ import annotations
@@ -10,9 +12,13 @@ from __future__ import annotations
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from sealtrace.agent._podman import PodmanTransport
 from sealtrace.agent._sandbox import LocalTransport, SandboxError, SandboxSession
 
 from ..conftest import KeyFiles
@@ -67,6 +73,7 @@ HOSTILE = textwrap.dedent(
     time.sleep(60)  # whatever happens, wait to be killed
     """
 )
+TIMEOUT = 3.0  # the silence case waits this long; a container opens its pipes in about 1 s
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +89,53 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, object]:
     return load_recording(str(work / "store"), keys.identity)
 
 
-class Hostile(LocalTransport):
-    def __init__(self, mode: str) -> None:
-        super().__init__()
-        self.argv = [sys.executable, "-c", HOSTILE, mode]
+@dataclass
+class Place:
+    """Where a runner runs: `transport(mode)` gives a fresh transport running the hostile
+    script (the real runner when mode is None); `running` lists what is still alive of it
+    (the child process, or every container carrying the session's label or id)."""
+
+    transport: Callable[[str | None], Any]
+    running: Callable[[Any], list[str]]
+
+
+def _local(mode: str | None) -> LocalTransport:
+    transport = LocalTransport()
+    if mode is not None:
+        transport.argv = [sys.executable, "-c", HOSTILE, mode]
+    return transport
+
+
+def _child(transport: LocalTransport) -> list[str]:
+    process = transport.process
+    return [str(process.pid)] if process is not None and process.poll() is None else []
+
+
+@pytest.fixture(params=["process", pytest.param("container", marks=pytest.mark.podman)])
+def place(request: pytest.FixtureRequest) -> Place:
+    if request.param == "process":
+        return Place(_local, _child)
+    client, user, _socket = request.getfixturevalue("podman_service")
+    image = request.getfixturevalue("replay_image")
+    seen: dict[int, tuple[str, str]] = {}  # transport → (session label, container id)
+
+    def container(mode: str | None) -> PodmanTransport:
+        transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
+        if mode is not None:
+            transport.argv = [transport.argv[0], "-c", HOSTILE, mode]
+        return transport
+
+    def containers(transport: PodmanTransport) -> list[str]:
+        if transport.container is not None:  # remember it: kill() forgets the container
+            seen[id(transport)] = (transport.directory.name, transport.container.id)
+        label, ident = seen[id(transport)]
+        return [
+            c.id
+            for c in client.containers.list(all=True)
+            if c.id == ident or (c.labels or {}).get("sealtrace.session") == label
+        ]
+
+    return Place(container, containers)
 
 
 @pytest.mark.parametrize(
@@ -97,28 +147,36 @@ class Hostile(LocalTransport):
         ("unrequested-answer", "does not answer"),
         ("backwards-counter", "seq"),
         ("budget", "more than 5 frames"),
-        ("silence", "no frame from the runner"),
+        ("silence", f"no frame from the runner for {TIMEOUT:g}s"),
     ],
 )
 def test_a_hostile_runner_is_killed_at_its_first_bad_frame(
-    recording: tuple[bytes, object], mode: str, why: str
+    recording: tuple[bytes, object], place: Place, mode: str, why: str
 ) -> None:
     data, parsed = recording
-    transport = Hostile(mode)
-    session = SandboxSession(data, parsed, transport, timeout=3.0, budget=5)  # type: ignore[arg-type]
+    transport = place.transport(mode)
+    session = SandboxSession(data, parsed, transport, timeout=TIMEOUT, budget=5)  # type: ignore[arg-type]
+    assert len(place.running(transport)) == 1  # the check below can see it
     started = time.monotonic()
     with pytest.raises(SandboxError, match=why) as failure:
         session.stats()
     assert failure.value.exit_code == 5
-    assert time.monotonic() - started < 10
-    assert transport.process is not None and transport.process.poll() is not None  # killed
+    # Killed at once: a container's PID 1 ignores SIGTERM, so a polite stop would take 10 s.
+    assert time.monotonic() - started < TIMEOUT + 3
+    assert place.running(transport) == []  # killed (a container: removed)
     assert not transport.directory.exists()  # its pipes are gone
     with pytest.raises(SandboxError, match="closed"):
         session.stats()
 
 
-def test_negative_control_the_real_runner_answers(recording: tuple[bytes, object]) -> None:
+def test_negative_control_the_real_runner_answers(
+    recording: tuple[bytes, object], place: Place
+) -> None:
     data, parsed = recording
-    with SandboxSession(data, parsed, timeout=60.0) as session:  # type: ignore[arg-type]
+    transport = place.transport(None)
+    with SandboxSession(data, parsed, transport, timeout=60.0) as session:  # type: ignore[arg-type]
+        assert len(place.running(transport)) == 1
         stats = session.stats()
     assert stats["instructions"] > 0 and stats["depth_mismatches"] == 0
+    assert place.running(transport) == []
+    assert not transport.directory.exists()

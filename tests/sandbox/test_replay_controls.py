@@ -210,6 +210,7 @@ def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None
         (lambda m: m["manifest"].append(["left-pad", "1.0"]), b"left-pad==1.0 is missing"),
         (lambda m: m["flags"].update(optimize=2), b"interpreter flags differ"),
         (lambda m: m.update(libraries=[*m["libraries"], "acme-driver"]), b"acme-driver"),
+        (lambda m: m.update(filesystem_encoding="ascii"), b"recorded locale"),
     ],
 )
 def test_replay_refuses_another_environment(

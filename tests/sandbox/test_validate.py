@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import typer
@@ -17,6 +23,10 @@ from sealtrace.sandbox.cli import register
 from sealtrace.sandbox.validation.cases import CASES, PLANTED, TRACE, Origin, marked_line
 
 from ..conftest import run_cli
+
+if TYPE_CHECKING:
+    from sealtrace.agent._sandbox import Transport
+    from sealtrace.proxy._stream import ParsedStream
 
 KINDS = {"constant", "external", "env", "argv"}
 
@@ -116,14 +126,22 @@ def _agree(plain: dict[str, object], boxed: dict[str, object]) -> None:
         _agree(p, b)
 
 
-@pytest.mark.slow
-def test_sandboxed_traces_agree_with_in_process_on_every_case() -> None:
-    import os
-    import shutil
-    import subprocess
-    import sys
+@dataclasses.dataclass(frozen=True)
+class Traced:
+    """One validation case recorded, with its in-process trace."""
 
-    from sealtrace.agent._sandbox import SandboxSession
+    name: str
+    data: bytes
+    parsed: ParsedStream
+    where: str
+    expr: str
+    depth: int
+    plain: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def traced_cases() -> Iterator[list[Traced]]:
+    """Every case recorded with the real CLI and traced in process, once for this module."""
     from sealtrace.proxy import Identity, write_keypair
     from sealtrace.sandbox._queries import ProvenanceSession, parse_at
     from sealtrace.sandbox._session import load_recording
@@ -131,6 +149,7 @@ def test_sandboxed_traces_agree_with_in_process_on_every_case() -> None:
     with tempfile.TemporaryDirectory(prefix="sealtrace-validate-agree-") as tmp:
         work = Path(tmp)
         recipient, identity = write_keypair(work / "keys", "agree")
+        traced = []
         for case in CASES:
             program = work / case.name / "program"
             inputs_dir = work / case.name / "inputs"
@@ -150,7 +169,55 @@ def test_sandboxed_traces_agree_with_in_process_on_every_case() -> None:
             data, parsed = load_recording(str(store), Identity.load(identity))
             where = f"{program / case.script}:{case.trace_line(program)}"
             plain = ProvenanceSession(data, parsed).trace(parse_at(where), case.trace, case.depth)
-            with SandboxSession(data, parsed) as box:
-                boxed = box.trace(parse_at(where), case.trace, case.depth)
-            _agree(plain["root"], boxed["root"])
-            assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"], case.name
+            traced.append(Traced(case.name, data, parsed, where, case.trace, case.depth, plain))
+        yield traced
+
+
+def _sandboxed_traces_agree(cases: list[Traced], transport: Callable[[], Transport]) -> None:
+    """Each case traced in a fresh sandbox session (one runner each) agrees with in-process;
+    and the comparison can fail: one case's answer does not pass for another's."""
+    from sealtrace.agent._sandbox import SandboxSession
+    from sealtrace.sandbox._queries import parse_at
+
+    answers = []
+    for case in cases:
+        with SandboxSession(case.data, case.parsed, transport()) as box:
+            boxed = box.trace(parse_at(case.where), case.expr, case.depth)
+        _agree(case.plain["root"], boxed["root"])
+        assert boxed["query"]["stopped_at"] == case.plain["query"]["stopped_at"], case.name
+        answers.append(boxed)
+    with pytest.raises(AssertionError):
+        _agree(cases[1].plain["root"], answers[0]["root"])
+
+
+@pytest.mark.slow
+def test_sandboxed_traces_agree_with_in_process_on_every_case(traced_cases: list[Traced]) -> None:
+    from sealtrace.agent._sandbox import LocalTransport
+
+    _sandboxed_traces_agree(traced_cases, LocalTransport)
+
+
+@pytest.mark.podman
+def test_traces_from_podman_containers_agree_with_in_process_on_every_case(
+    traced_cases: list[Traced], podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    """The same agreement with each session in its own hardened rootless container; every
+    container is gone afterwards."""
+    from sealtrace.agent._podman import PodmanTransport
+
+    client, user, _socket = podman_service
+    sessions: list[str] = []
+
+    def container() -> PodmanTransport:
+        transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
+        sessions.append(transport.directory.name)
+        return transport
+
+    _sandboxed_traces_agree(traced_cases, container)
+    assert len(sessions) == len(CASES)
+    left = [
+        c.id
+        for c in client.containers.list(all=True)
+        if (c.labels or {}).get("sealtrace.session") in sessions
+    ]
+    assert left == []
