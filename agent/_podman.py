@@ -5,9 +5,10 @@ Every session container gets: no network, a read-only root, every capability dro
 no_new_privileges, a seccomp profile narrower than Podman's default (mount, unshare, setns,
 keyctl, ptrace, bpf, userfaultfd, io_uring and perf_event_open are refused), pids and
 memory bounded by ulimits (cgroup limits are unavailable to rootless Podman on these
-hosts), an empty environment, a size-capped tmpfs at /tmp, and one bind mount: the
-directory holding the two FIFOs. The FIFOs and that directory belong to the Podman user, so
-the container's root (that user, mapped) can open them and nothing else of the agent's.
+hosts), an environment of only what the runtime sets (HOSTNAME, HOME), a size-capped
+tmpfs at /tmp, and one bind mount: the directory holding the two FIFOs. The FIFOs and that
+directory belong to the Podman user, so the container's root (that user, mapped) can open
+them and nothing else of the agent's.
 """
 
 from __future__ import annotations
@@ -126,8 +127,25 @@ class PodmanTransport:
 
     def start(self) -> None:
         command = [*self.argv, "/pipes/in", "/pipes/out"]
-        self.container = self.client.containers.create(self.image, **self.options(command))
+        self.container = self.create(command)
         self.container.start()
+
+    def create(self, command: list[str]) -> Any:
+        """The session container, not started. podman-py has no way to drop the variables
+        Podman adds to every container (PATH, TERM, container), so its request goes to the
+        service with `unsetenvall` set: only HOSTNAME and HOME, set by the runtime, remain."""
+        from podman import api
+        from podman.domain.containers_create import CreateMixin
+
+        payload = CreateMixin._render_payload({"image": self.image, **self.options(command)})
+        payload["unsetenvall"] = True
+        response = self.client.api.post(
+            "/containers/create",
+            headers={"content-type": "application/json"},
+            data=api.prepare_body(payload),
+        )
+        response.raise_for_status()
+        return self.client.containers.get(response.json()["Id"])
 
     def inspect(self) -> dict[str, Any]:
         result: dict[str, Any] = self.client.containers.get(self.container.id).inspect()

@@ -410,6 +410,8 @@ def test_the_story_in_a_hardened_rootless_container(
     _same_answer(plain["root"], boxed["root"])
     host = info["HostConfig"]
     assert host["ReadonlyRootfs"] is True
+    # No variable of the agent's, nor PATH/TERM/container: only what the runtime sets.
+    assert {item.split("=", 1)[0] for item in info["Config"]["Env"]} <= {"HOSTNAME", "HOME"}
     assert host["NetworkMode"] == "none"
     assert "no-new-privileges" in host["SecurityOpt"]
     # Podman lists the default capabilities it dropped; nothing is added back (a replayed
