@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._sandbox import DEFAULT_MEMORY_LIMIT
+
 __all__ = ["DENIED_SYSCALLS", "PodmanTransport", "SandboxLimits", "seccomp_profile"]
 
 DENIED_SYSCALLS = (
@@ -40,7 +42,8 @@ _EPERM = 1
 class SandboxLimits:
     nproc: int = 256
     nofile: int = 1024
-    address_space: int = 4 << 30  # RLIMIT_AS, bytes
+    address_space: int = 4 << 30  # RLIMIT_AS, bytes, for each process
+    memory: int = DEFAULT_MEMORY_LIMIT  # bytes, all the container's processes together
     tmpfs_size: str = "64m"
     python: str = ""  # the interpreter path inside the image (default: this one's)
 
@@ -88,6 +91,7 @@ class PodmanTransport:
         self.profile.write_text(json.dumps(seccomp_profile()))
         os.chown(self.profile, uid, gid)
         self.container: Any = None
+        self.memory_limit = self.limits.memory
         # What the container runs; the FIFO paths are appended. Tests put hostile runners here.
         python = self.limits.python or sys.executable
         self.argv: list[str] = [python, "-m", "sealtrace.sandbox.runner"]

@@ -49,7 +49,16 @@ from sealtrace.sandbox.runner import sources_of
 
 from ._dictionary import Dictionary
 
-__all__ = ["LocalTransport", "SandboxError", "SandboxSession", "Transport"]
+__all__ = [
+    "DEFAULT_MEMORY_LIMIT",
+    "LocalTransport",
+    "SandboxError",
+    "SandboxSession",
+    "Transport",
+]
+
+# What one session's processes may hold together (the runner kills them all past it).
+DEFAULT_MEMORY_LIMIT = 3 << 30
 
 _KINDS: dict[int, str] = {
     Origin.EXTERNAL: "external", Origin.CONSTANT: "constant", Origin.ARGV: "argv",
@@ -67,6 +76,7 @@ class Transport(Protocol):
     """Where the runner runs. `directory` holds the FIFOs `in` and `out`."""
 
     directory: Path
+    memory_limit: int  # bytes, for everything the runner starts (0: none)
 
     def own(self, path: Path) -> None: ...
     def start(self) -> None: ...
@@ -80,6 +90,7 @@ class LocalTransport:
         self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
         self.process: subprocess.Popen[bytes] | None = None
         self.argv: list[str] = [sys.executable, "-m", "sealtrace.sandbox.runner"]
+        self.memory_limit = DEFAULT_MEMORY_LIMIT
 
     def own(self, path: Path) -> None:
         pass  # the runner runs as the agent's own user
@@ -146,6 +157,7 @@ class SandboxSession:
                 Frame(
                     Op.LOAD,
                     a=checkpoint_every,
+                    b=self.transport.memory_limit,
                     e=int(receipt_only),
                     f=len(data),
                     digest=self.key,
@@ -235,6 +247,11 @@ class SandboxSession:
                 )
             if code is ErrorCode.CORRUPT:
                 raise CodecError("the event stream is corrupt")
+            if code is ErrorCode.MEMORY:
+                self._fail(
+                    "the replay was killed at the sandbox's memory limit "
+                    f"({self.transport.memory_limit >> 20} MiB)"
+                )
             if code in (ErrorCode.NOT_REACHED, ErrorCode.BAD_EXPRESSION, ErrorCode.NO_PRODUCER):
                 raise QueryError(
                     "the sandboxed run cannot answer that: a location it never reached, or "

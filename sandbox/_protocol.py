@@ -95,6 +95,7 @@ class Op(enum.IntEnum):
     #                 digest: its arguments' digest, keyed
     # agent → container
     LOAD = 64  # f: recording length, the plaintext follows; a: checkpoint interval,
+    #           b: the memory limit in bytes for everything the runner starts (0: none),
     #           e: 1 for a receipt-only session (no engine: LOADED counts nothing)
     TRACE = 65  # a: counter or 0, c/d: source/line, e: At, ival: hit, f: text (expr), b: depth
     FLOWS = 66  # like TRACE, or b: event index with e: At.EVENT
@@ -161,6 +162,7 @@ class ErrorCode(enum.IntEnum):
     INTERNAL = 6
     ENVIRONMENT = 7  # this image cannot replay the recording (Python, distributions, flags)
     CORRUPT = 8  # the event stream does not decode
+    MEMORY = 9  # the replay was killed at the session's memory limit
 
 
 class FrameError(ValueError):

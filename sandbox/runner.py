@@ -23,6 +23,7 @@ from sealtrace.proxy._stream import ParsedStream, parse_stream
 
 from ._checkpoints import CheckpointPolicy
 from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
+from ._memory import MemoryWatch
 from ._protocol import (
     FRAME_SIZE,
     MAX_REQUEST_TEXT,
@@ -57,6 +58,7 @@ _ORIGINS = {
 }
 ENGINE_VERSION = 0x0001_0000
 _PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def sources_of(parsed: Any) -> list[str]:
@@ -73,6 +75,7 @@ class Runner:
         self.recording: tuple[bytes, ParsedStream] | None = None
         self.sources: list[str] = []
         self.key = b""
+        self.watch: MemoryWatch | None = None
 
     # -- wire -----------------------------------------------------------------------------
 
@@ -109,24 +112,29 @@ class Runner:
             if request.op is Op.GOODBYE:
                 self._send([Frame(Op.BYE)])
                 return
+            if self.watch is not None and self.watch.fired:
+                # Everything the runner started is gone: no later answer can be given.
+                self._send([Frame(Op.ERROR, e=ErrorCode.MEMORY, b=request.seq)])
+                continue
             try:
                 answer = list(self._answer(request, text.decode("utf-8")))
-            except QueryError:
-                self._send([Frame(Op.ERROR, e=ErrorCode.NOT_REACHED, b=request.seq)])
-                continue
-            except DivergenceError:
-                self._send([Frame(Op.ERROR, e=ErrorCode.DIVERGED, b=request.seq)])
-                continue
-            except ReplayEnvironmentError:
-                self._send([Frame(Op.ERROR, e=ErrorCode.ENVIRONMENT, b=request.seq)])
-                continue
-            except CodecError:
-                self._send([Frame(Op.ERROR, e=ErrorCode.CORRUPT, b=request.seq)])
-                continue
-            except Exception:
-                self._send([Frame(Op.ERROR, e=ErrorCode.INTERNAL, b=request.seq)])
+            except Exception as exc:
+                self._send([Frame(Op.ERROR, e=self._error_code(exc), b=request.seq)])
                 continue
             self._send([*answer, Frame(Op.DONE, a=len(answer), b=request.seq)])
+
+    def _error_code(self, exc: Exception) -> ErrorCode:
+        if self.watch is not None and self.watch.fired:
+            return ErrorCode.MEMORY
+        for kind, code in (
+            (QueryError, ErrorCode.NOT_REACHED),
+            (DivergenceError, ErrorCode.DIVERGED),
+            (ReplayEnvironmentError, ErrorCode.ENVIRONMENT),
+            (CodecError, ErrorCode.CORRUPT),
+        ):
+            if isinstance(exc, kind):
+                return code
+        return ErrorCode.INTERNAL
 
     # -- answers --------------------------------------------------------------------------
 
@@ -167,6 +175,8 @@ class Runner:
     def _load(self, request: Frame) -> Frame:
         data = self._read(request.f)
         self.key = request.digest
+        if request.b and self.watch is None:
+            self.watch = MemoryWatch(int(request.b)).start()
         parsed = parse_stream(data)
         self.sources = sources_of(parsed)
         self.recording = (data, parsed)
@@ -367,19 +377,22 @@ def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
-def _undumpable() -> None:
+def _guard_self() -> None:
     """Close /proc/<runner>/fd to the replayed program, which runs as the same user: a
     process that is not dumpable can be inspected only with CAP_SYS_PTRACE, which nothing in
-    the sandbox has."""
+    the sandbox has. And stay the parent of whatever the program leaves behind (as PID 1
+    of a container the runner is anyway), so the memory watch sees it."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+    for option in (_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER):
+        value = 0 if option == _PR_SET_DUMPABLE else 1
+        if libc.prctl(option, value, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
 
 def main() -> None:
-    _undumpable()
+    _guard_self()
     inp = os.open(sys.argv[1], os.O_RDONLY)
     out = os.open(sys.argv[2], os.O_WRONLY)
     # Nothing but frames leaves: the runner's own output and its children's go nowhere.
