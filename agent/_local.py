@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 from sealtrace.proxy._stream import ParsedStream
@@ -22,7 +25,7 @@ from sealtrace.proxy._stream import ParsedStream
 from ._podman import PodmanTransport
 from ._sandbox import SandboxError, SandboxSession
 
-__all__ = ["open_sandbox", "podman_client", "sandbox_user"]
+__all__ = ["open_sandbox", "podman_client", "sandbox_user", "serve_podman"]
 
 
 def sandbox_user() -> pwd.struct_passwd:
@@ -33,6 +36,35 @@ def sandbox_user() -> pwd.struct_passwd:
         raise SandboxError(
             f"no sandbox user {name!r}: run infra/local/podman-setup.sh as root"
         ) from None
+
+
+def serve_podman(socket: Path, *, wait: float = 10.0) -> subprocess.Popen[bytes]:
+    """Start the sandbox user's rootless Podman API service on `socket` (as root: the way
+    the local stack, the tests and the benchmarks get one; production runs it as a systemd
+    user unit). The caller stops it with terminate()."""
+    user = sandbox_user()
+    run_dir = Path(f"/run/user/{user.pw_uid}")
+    (run_dir / "podman").mkdir(parents=True, exist_ok=True)
+    for path in (run_dir, run_dir / "podman"):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    env = {
+        "HOME": user.pw_dir,
+        "XDG_RUNTIME_DIR": str(run_dir),
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    service = subprocess.Popen(
+        ["runuser", "-u", user.pw_name, "--", "podman", "system", "service", "--time=0",
+         f"unix://{socket}"],
+        env=env, cwd=user.pw_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + wait
+    while not socket.exists():
+        if service.poll() is not None or time.monotonic() > deadline:
+            service.kill()
+            service.wait()
+            raise SandboxError(f"the rootless Podman service did not start on {socket}")
+        time.sleep(0.05)
+    return service
 
 
 def podman_client() -> Any:

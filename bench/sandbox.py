@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import statistics
 import subprocess
@@ -35,21 +34,11 @@ APP = "import sys\ndata = open(sys.argv[1], 'rb').read()\nprint(len(data), sum(d
 def _service() -> tuple[Any, Any, subprocess.Popen[bytes]]:
     from podman import PodmanClient
 
-    user = pwd.getpwnam(os.environ.get("SEALTRACE_PODMAN_USER", "sealtrace-sbx"))
-    run_dir = Path(f"/run/user/{user.pw_uid}/podman")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for path in (run_dir.parent, run_dir):
-        os.chown(path, user.pw_uid, user.pw_gid)
-    sock = run_dir / f"sealtrace-bench-{os.getpid()}.sock"
-    service = subprocess.Popen(
-        [str(REPO / "infra" / "local" / "podman-as-user"), "system", "service", "--time=0",
-         f"unix://{sock}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    for _ in range(200):
-        if sock.exists():
-            break
-        time.sleep(0.05)
+    from sealtrace.agent._local import sandbox_user, serve_podman
+
+    user = sandbox_user()
+    sock = Path(f"/run/user/{user.pw_uid}/podman/sealtrace-bench-{os.getpid()}.sock")
+    service = serve_podman(sock)
     return PodmanClient(base_url=f"unix://{sock}"), user, service
 
 

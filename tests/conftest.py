@@ -161,27 +161,16 @@ def seal_cli(
 
 @pytest.fixture(scope="session")
 def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The rootless Podman API service of the sandbox user, started here if not running."""
+    """The sandbox user's rootless Podman API service, on a socket of this test session's."""
     import pwd
-    import time
 
     from podman import PodmanClient
 
+    from sealtrace.agent._local import serve_podman
+
     user = pwd.getpwnam("sealtrace-sbx")
-    run_dir = Path(f"/run/user/{user.pw_uid}/podman")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    os.chown(run_dir, user.pw_uid, user.pw_gid)
-    os.chown(run_dir.parent, user.pw_uid, user.pw_gid)
-    sock = run_dir / f"sealtrace-test-{os.getpid()}.sock"
-    service = subprocess.Popen(
-        [str(REPO / "infra" / "local" / "podman-as-user"), "system", "service", "--time=0",
-         f"unix://{sock}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    for _ in range(200):
-        if sock.exists():
-            break
-        time.sleep(0.05)
+    sock = Path(f"/run/user/{user.pw_uid}/podman/sealtrace-test-{os.getpid()}.sock")
+    service = serve_podman(sock)
     client = PodmanClient(base_url=f"unix://{sock}")
     try:
         assert client.version()["Version"], "the Podman service did not answer"
