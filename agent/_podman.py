@@ -18,12 +18,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._sandbox import DEFAULT_MEMORY_LIMIT
+from ._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
 
 __all__ = ["DENIED_SYSCALLS", "PodmanTransport", "SandboxLimits", "seccomp_profile"]
 
@@ -83,8 +82,8 @@ class PodmanTransport:
         self.uid = uid
         self.gid = gid
         self.limits = limits or SandboxLimits()
-        self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
-        self.private = Path(tempfile.mkdtemp(prefix="sealtrace-seccomp-"))
+        self.directory = session_directory("sealtrace-pipes-")
+        self.private = session_directory("sealtrace-seccomp-")
         for path in (self.directory, self.private):
             os.chown(path, uid, gid)
         self.profile = self.private / "seccomp.json"
@@ -118,8 +117,9 @@ class PodmanTransport:
                     "target": "/pipes",
                     "read_only": True,
                 },
-                # The container's own /tmp: a size-capped tmpfs, not a host path.
-                {"type": "tmpfs", "target": "/tmp", "options": [f"size={limits.tmpfs_size}"]},  # noqa: S108
+                # The container's own /tmp: a size-capped tmpfs, not a host path. podman-py
+                # reads the size from "size" (an "options" list is silently dropped).
+                {"type": "tmpfs", "source": "tmpfs", "target": "/tmp", "size": limits.tmpfs_size},  # noqa: S108
             ],
             "ulimits": [
                 {"Name": "nofile", "Soft": limits.nofile, "Hard": limits.nofile},

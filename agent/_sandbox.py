@@ -57,6 +57,8 @@ __all__ = [
     "Transport",
 ]
 
+# mkdtemp makes a private (0700, unguessable) directory in it.
+_TMPFS = "/dev/shm"  # noqa: S108
 # What one session's processes may hold together (the runner kills them all past it).
 DEFAULT_MEMORY_LIMIT = 3 << 30
 
@@ -70,6 +72,15 @@ class SandboxError(SealtraceError):
     """The sandbox refused or failed, or its runner broke the protocol (exit 5)."""
 
     exit_code = 5
+
+
+def session_directory(prefix: str) -> Path:
+    """A fresh 0700 directory for one session's FIFOs or settings, on a tmpfs (/dev/shm, or
+    SEALTRACE_SESSION_DIR): nothing a session leaves behind outlives the machine."""
+    base = os.environ.get("SEALTRACE_SESSION_DIR")
+    if not base and os.path.isdir(_TMPFS):
+        base = _TMPFS
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 class Transport(Protocol):
@@ -87,7 +98,7 @@ class LocalTransport:
     """The runner as a child process of the agent (no container)."""
 
     def __init__(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="sealtrace-pipes-"))
+        self.directory = session_directory("sealtrace-pipes-")
         self.process: subprocess.Popen[bytes] | None = None
         self.argv: list[str] = [sys.executable, "-m", "sealtrace.sandbox.runner"]
         self.memory_limit = DEFAULT_MEMORY_LIMIT

@@ -18,6 +18,7 @@ In the session container, the program:
   listener it opens on the same port (its loopback is its own);
 - cannot create a file in / or in /pipes (EROFS; nothing appears on the host), but can write
   into /tmp (the container's tmpfs);
+- fills its 64 MiB /tmp and gets ENOSPC;
 - cannot open the agent's channel: the FIFOs' names are gone once the runner holds both
   ends, and the runner is not dumpable, so its /proc fd links are closed to the program;
 - reads CapEff 0 and NoNewPrivs 1 (replayed here, it reads this process's values);
@@ -88,7 +89,7 @@ def status():
     size = libc.read(fd, buffer, len(buffer))
     libc.close(fd)
     fields = dict(line.split(":", 1) for line in buffer.raw[:size].decode().splitlines())
-    return int(fields["CapEff"], 16), int(fields["NoNewPrivs"])
+    return int(fields["CapEff"], 16), int(fields["NoNewPrivs"]), int(fields["Seccomp"])
 
 
 def connect(port):
@@ -126,6 +127,18 @@ def runner_fds():
     # How many of the runner's (PID 1's) descriptors this process could open: each would
     # be a way to write frames as the runner, or read the agent's questions.
     return sum(reopen(b"/proc/1/fd/%d" % fd, O_RDONLY) == 0 for fd in range(3, 12))
+
+
+def fill(path, mib):
+    # Write `mib` MiB, a MiB at a time, counting what went in; the last errno says why not.
+    block = ctypes.create_string_buffer(1 << 20)
+    fd = libc.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    ctypes.set_errno(0)
+    written = sum(max(0, libc.write(fd, block, 1 << 20)) for _ in range(mib))
+    found = ctypes.get_errno()
+    libc.close(fd)
+    libc.unlink(path)
+    return written >> 20, found
 
 
 def write(path):
@@ -177,10 +190,11 @@ def allocate(size):
 
 
 def probe(port):
-    capeff, nonewprivs = status()
+    capeff, nonewprivs, seccomp = status()
     inside = int(libc.access(b"/run/.containerenv", 0) == 0)
     connect_errno = own_connect_errno = -1
     write_root_errno = write_pipes_errno = write_tmp_ok = -1
+    tmp_filled_mib = tmp_fill_errno = -1
     pipe_out_errno = pipe_in_errno = runner_fds_open = own_fd_errno = -1
     unshare_errno = mount_errno = ptrace_errno = keyctl_errno = getpid_ok = -1
     nproc_limit = children = fork_errno = reaped = -1
@@ -190,6 +204,7 @@ def probe(port):
         write_root_errno = create(b"/hostile")
         write_pipes_errno = create(b"/pipes/hostile")
         write_tmp_ok = write(b"/tmp/hostile")
+        tmp_filled_mib, tmp_fill_errno = fill(b"/tmp/filler", 100)
         pipe_out_errno = reopen(b"/pipes/out", O_WRONLY)
         pipe_in_errno = reopen(b"/pipes/in", O_RDONLY)
         runner_fds_open = runner_fds()
@@ -214,6 +229,7 @@ STOP = "return done"
 PROBES = (
     "connect_errno", "own_connect_errno", "write_root_errno", "write_pipes_errno",
     "write_tmp_ok", "pipe_out_errno", "pipe_in_errno", "runner_fds_open", "own_fd_errno",
+    "tmp_filled_mib", "tmp_fill_errno",
     "unshare_errno", "mount_errno", "ptrace_errno", "keyctl_errno",
     "getpid_ok", "nproc_limit", "children", "fork_errno", "reaped", "as_limit",
     "malloc_1g_ok", "malloc_6g_ok",
@@ -352,11 +368,19 @@ def test_it_cannot_create_a_file_on_the_host_or_in_the_containers_root(boxed: Bo
 
 
 @pytest.mark.podman
+def test_its_tmp_is_capped(boxed: Boxed) -> None:
+    # 100 MiB into the 64 MiB tmpfs: it fills, then ENOSPC (a little goes to the filesystem).
+    assert 48 <= boxed.found["tmp_filled_mib"] < 64
+    assert boxed.found["tmp_fill_errno"] == errno.ENOSPC
+
+
+@pytest.mark.podman
 def test_it_has_no_capabilities_and_cannot_gain_privileges(
     boxed: Boxed, on_host: dict[str, int]
 ) -> None:
     assert boxed.found["capeff"] == 0
     assert boxed.found["nonewprivs"] == 1
+    assert boxed.found["seccomp"] == 2  # a filter (the profile; inspect does not show it)
     # Control: replayed here, the same read finds root's capabilities (the Podman fixture
     # needs root) and privileges it could still gain.
     assert on_host["capeff"] != 0 and on_host["nonewprivs"] == 0
