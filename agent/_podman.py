@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sealtrace.sandbox._image import TMP_LABEL
+
 from ._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
 
 __all__ = ["DENIED_SYSCALLS", "PodmanTransport", "SandboxLimits", "seccomp_profile"]
@@ -43,7 +45,7 @@ class SandboxLimits:
     nofile: int = 1024
     address_space: int = 4 << 30  # RLIMIT_AS, bytes, for each process
     memory: int = DEFAULT_MEMORY_LIMIT  # bytes, all the container's processes together
-    tmpfs_size: str = "64m"
+    tmpfs_bytes: int = 64 << 20  # free space in the container's /tmp
     python: str = ""  # the interpreter path inside the image (default: this one's)
 
 
@@ -90,6 +92,8 @@ class PodmanTransport:
         self.profile.write_text(json.dumps(seccomp_profile()))
         os.chown(self.profile, uid, gid)
         self.container: Any = None
+        labels = client.images.get(image).labels or {}
+        self.image_tmp_bytes = int(labels.get(TMP_LABEL, 0))
         self.memory_limit = self.limits.memory
         # What the container runs; the FIFO paths are appended. Tests put hostile runners here.
         python = self.limits.python or sys.executable
@@ -118,8 +122,15 @@ class PodmanTransport:
                     "read_only": True,
                 },
                 # The container's own /tmp: a size-capped tmpfs, not a host path. podman-py
-                # reads the size from "size" (an "options" list is silently dropped).
-                {"type": "tmpfs", "source": "tmpfs", "target": "/tmp", "size": limits.tmpfs_size},  # noqa: S108
+                # reads the size from "size" (an "options" list is silently dropped). Podman
+                # copies what the image holds under /tmp into it (an interpreter or venv
+                # living there, as in a CI clone), so that comes on top of the free space.
+                {
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "target": "/tmp",  # noqa: S108
+                    "size": limits.tmpfs_bytes + self.image_tmp_bytes,
+                },
             ],
             "ulimits": [
                 {"Name": "nofile", "Soft": limits.nofile, "Hard": limits.nofile},

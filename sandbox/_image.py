@@ -39,6 +39,7 @@ from ._environment import manifest_problem
 __all__ = [
     "MANIFEST_LABEL",
     "PYTHON_LABEL",
+    "TMP_LABEL",
     "ImagePlan",
     "build_image",
     "image_files",
@@ -48,9 +49,10 @@ __all__ = [
     "write_rootfs",
 ]
 
-IMAGE_FORMAT = 3  # 2: labelled with its manifest and Python; 3: with bytecode
+IMAGE_FORMAT = 4  # 2: labelled with manifest and Python; 3: bytecode; 4: /tmp size label
 MANIFEST_LABEL = "sealtrace.manifest"
 PYTHON_LABEL = "sealtrace.python"
+TMP_LABEL = "sealtrace.tmp-bytes"
 
 # Parts of the standard library no replay needs (tests, GUI toolkits, installers).
 _STDLIB_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip")
@@ -90,6 +92,15 @@ class ImagePlan:
     files: list[str]
     manifest: list[list[str]]
     python: str
+
+    @property
+    def tmp_bytes(self) -> int:
+        """What the image holds under /tmp, where each session mounts its scratch tmpfs."""
+        return sum(
+            os.lstat(f).st_size
+            for f in self.files
+            if os.path.realpath(f).startswith("/tmp/") and os.path.isfile(f)  # noqa: S108
+        )
 
 
 def plan_image(
@@ -258,7 +269,11 @@ def build_image(
             dockerfile="Containerfile",
             tag=reference,
             pull=False,
-            labels={MANIFEST_LABEL: json.dumps(plan.manifest), PYTHON_LABEL: plan.python},
+            labels={
+                MANIFEST_LABEL: json.dumps(plan.manifest),
+                PYTHON_LABEL: plan.python,
+                TMP_LABEL: str(plan.tmp_bytes),
+            },
         )
     return reference
 

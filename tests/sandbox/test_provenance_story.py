@@ -423,7 +423,7 @@ def test_the_story_in_a_hardened_rootless_container(
     assert limits["RLIMIT_AS"] == 4 << 30
     mounts = {m["Destination"]: m for m in info["Mounts"]}
     assert set(mounts) == {"/pipes"} and mounts["/pipes"]["RW"] is False
-    assert "size=64m" in host["Tmpfs"]["/tmp"]
+    assert f"size={(64 << 20) + transport.image_tmp_bytes}" in host["Tmpfs"]["/tmp"]
     assert not transport.directory.exists()  # the pipes went with the session
     assert transport.directory.parent == Path("/dev/shm")  # and lived on a tmpfs
     assert not [c for c in client.containers.list(all=True) if c.id == info["Id"]]
