@@ -49,7 +49,8 @@ __all__ = [
     "write_rootfs",
 ]
 
-IMAGE_FORMAT = 4  # 2: labelled with manifest and Python; 3: bytecode; 4: /tmp size label
+# 2: labelled with manifest and Python; 3: bytecode; 4: the /tmp size label; 5, 6: in pages
+IMAGE_FORMAT = 6
 MANIFEST_LABEL = "sealtrace.manifest"
 PYTHON_LABEL = "sealtrace.python"
 TMP_LABEL = "sealtrace.tmp-bytes"
@@ -57,6 +58,7 @@ TMP_LABEL = "sealtrace.tmp-bytes"
 # Parts of the standard library no replay needs (tests, GUI toolkits, installers).
 _STDLIB_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip")
 _MERGED_TOPS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_PAGE = 4096  # what a tmpfs allocates in
 _SYSTEM_DATA = ("/usr/share/zoneinfo", "/usr/lib/locale")
 _EMPTY_DIRS = {"tmp": 0o1777, "pipes": 0o755, "proc": 0o555, "dev": 0o755, "sys": 0o555}
 
@@ -92,15 +94,6 @@ class ImagePlan:
     files: list[str]
     manifest: list[list[str]]
     python: str
-
-    @property
-    def tmp_bytes(self) -> int:
-        """What the image holds under /tmp, where each session mounts its scratch tmpfs."""
-        return sum(
-            os.lstat(f).st_size
-            for f in self.files
-            if os.path.realpath(f).startswith("/tmp/") and os.path.isfile(f)  # noqa: S108
-        )
 
 
 def plan_image(
@@ -187,10 +180,23 @@ def _bytecode(path: str, source: bytes) -> bytes | None:
     return header + marshal.dumps(code)
 
 
-def write_rootfs(out: Path, files: list[str]) -> str:
-    """Write the rootfs tar, with bytecode for every module; returns the SHA-256 of its
-    content. Files keep their modification times, which the bytecode is checked against."""
-    digest = hashlib.sha256()
+def write_rootfs(out: Path, files: list[str]) -> int:
+    """Write the rootfs tar, with bytecode for every module. Files keep their modification
+    times, which the bytecode is checked against. Returns what the image holds under /tmp,
+    in tmpfs pages: a session's /tmp tmpfs must hold a copy of it."""
+    under_tmp = 0
+
+    def add(tar: tarfile.TarFile, info: tarfile.TarInfo, data: bytes | None = None) -> None:
+        nonlocal under_tmp
+        tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        if info.name.startswith("tmp/"):
+            # tmpfs charges whole pages for a file's data (and one for a symlink's target);
+            # directories and inodes take no pages.
+            if info.isreg():
+                under_tmp += _PAGE * -(-len(data or b"") // _PAGE)
+            elif info.issym():
+                under_tmp += _PAGE
+
     with tarfile.open(out, "w") as tar:
         for top in _MERGED_TOPS:
             if os.path.islink(top):
@@ -205,38 +211,32 @@ def write_rootfs(out: Path, files: list[str]) -> str:
             info = tar.gettarinfo(path, arcname=name.lstrip("/"))
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
-            digest.update(name.encode() + b"\0")
-            if info.isreg():
-                with open(path, "rb") as handle:
-                    data = handle.read()
-                digest.update(hashlib.sha256(data).digest())
-                tar.addfile(info, io.BytesIO(data))
-                pyc = _bytecode(path, data) if path.endswith(".py") else None
-                if pyc is not None:
-                    _add_bytecode(tar, importlib.util.cache_from_source(name), pyc, seen)
-            else:
-                digest.update(info.linkname.encode())
-                tar.addfile(info)
+            if not info.isreg():
+                add(tar, info)
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read()
+            add(tar, info, data)
+            pyc = _bytecode(path, data) if path.endswith(".py") else None
+            if pyc is None:
+                continue
+            cached = importlib.util.cache_from_source(name)
+            if os.path.dirname(cached) not in seen:
+                seen.add(os.path.dirname(cached))
+                folder = tarfile.TarInfo(os.path.dirname(cached).lstrip("/"))
+                folder.type = tarfile.DIRTYPE
+                folder.mode = 0o755
+                add(tar, folder)
+            compiled = tarfile.TarInfo(cached.lstrip("/"))
+            compiled.size = len(pyc)
+            compiled.mode = 0o644
+            add(tar, compiled, pyc)
         for name, mode in _EMPTY_DIRS.items():
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE
             info.mode = mode
             tar.addfile(info)
-    return digest.hexdigest()
-
-
-def _add_bytecode(tar: tarfile.TarFile, name: str, pyc: bytes, seen: set[str]) -> None:
-    cache = os.path.dirname(name)
-    if cache not in seen:
-        seen.add(cache)
-        folder = tarfile.TarInfo(cache.lstrip("/"))
-        folder.type = tarfile.DIRTYPE
-        folder.mode = 0o755
-        tar.addfile(folder)
-    info = tarfile.TarInfo(name.lstrip("/"))
-    info.size = len(pyc)
-    info.mode = 0o644
-    tar.addfile(info, io.BytesIO(pyc))
+    return under_tmp
 
 
 def image_tag(files: list[str]) -> str:
@@ -262,7 +262,7 @@ def build_image(
         return reference
     with tempfile.TemporaryDirectory(prefix="sealtrace-image-") as work:
         context = Path(work)
-        write_rootfs(context / "rootfs.tar", plan.files)
+        under_tmp = write_rootfs(context / "rootfs.tar", plan.files)
         (context / "Containerfile").write_text("FROM scratch\nADD rootfs.tar /\n")
         client.images.build(
             path=str(context),
@@ -272,7 +272,7 @@ def build_image(
             labels={
                 MANIFEST_LABEL: json.dumps(plan.manifest),
                 PYTHON_LABEL: plan.python,
-                TMP_LABEL: str(plan.tmp_bytes),
+                TMP_LABEL: str(under_tmp),
             },
         )
     return reference

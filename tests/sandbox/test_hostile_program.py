@@ -369,8 +369,9 @@ def test_it_cannot_create_a_file_on_the_host_or_in_the_containers_root(boxed: Bo
 
 @pytest.mark.podman
 def test_its_tmp_is_capped(boxed: Boxed) -> None:
-    # 100 MiB into the 64 MiB tmpfs: it fills, then ENOSPC (a little goes to the filesystem).
-    assert 48 <= boxed.found["tmp_filled_mib"] < 64
+    # 100 MiB into the tmpfs with 64 MiB free: it fills, then ENOSPC. (Free space is 64 MiB
+    # give or take a page per file of what the image holds under /tmp, if anything.)
+    assert 48 <= boxed.found["tmp_filled_mib"] <= 72
     assert boxed.found["tmp_fill_errno"] == errno.ENOSPC
 
 
