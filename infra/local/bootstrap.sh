@@ -12,6 +12,9 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 command -v git >/dev/null || missing+=(git)
+# The server's tests start a private PostgreSQL cluster and Redis server of their own.
+compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql)
+command -v redis-server >/dev/null || missing+=(redis-server)
 
 # CPython 3.11 with venv and headers (the engine is built against them). A python3.11
 # already on PATH (pyenv, say) is used as it is when it has both.

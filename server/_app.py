@@ -1,0 +1,56 @@
+"""The FastAPI application: create_app() wires settings, the database and the key service
+into one `Services` object the routes receive through `_deps`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from ._db import connect
+from ._deps import Services
+from ._keys import KeyService, KeyWrapper, KmsKeyWrapper
+from ._routes import router
+from ._settings import ServerSettings
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: ServerSettings, *, wrapper: KeyWrapper | None = None) -> FastAPI:
+    """The API for `settings` (checked first). The KMS client comes from boto3's usual
+    configuration (AWS_ENDPOINT_URL points it at moto locally) unless `wrapper` is given."""
+    settings.check()
+    engine, factory = connect(settings.database_url)
+    if wrapper is None:
+        wrapper = KmsKeyWrapper(_kms_client(settings), settings.kms_key_id)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="sealtrace",
+        version="1",
+        description="Recorded runs, their keys, replay sessions and the audit log. Every "
+        "operation names the permission it needs in `x-permission`.",
+    )
+    app.state.services = Services(settings, factory, KeyService(factory, wrapper))
+    app.include_router(router)
+
+    @app.get("/health", tags=["health"], openapi_extra={"x-permission": "none"})
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _kms_client(settings: ServerSettings) -> Any:
+    import boto3
+
+    return boto3.client("kms", region_name=settings.aws_region)

@@ -1,0 +1,100 @@
+"""What routes get injected: the settings, a database session, the key service, and the
+principal a bearer token stands for, checked against the permission a route needs.
+
+Routes never build these themselves; create_app() puts one `Services` on the app's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
+
+from . import _audit
+from ._auth import Principal, resolve_token
+from ._keys import KeyService
+from ._settings import ServerSettings
+
+__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "require"]
+
+
+@dataclass
+class Services:
+    settings: ServerSettings
+    factory: sessionmaker[Session]
+    keys: KeyService
+
+    @property
+    def token_key(self) -> bytes:
+        return self.settings.secret_key.get_secret_value().encode()
+
+    def audit(self, principal: Principal | None, action: str, target: str, result: str,
+              detail: str = "", *, tenant_id: int | None = None) -> None:  # fmt: skip
+        _audit.append(
+            self.factory,
+            actor=principal.name if principal else "anonymous",
+            action=action,
+            target=target,
+            result=result,
+            tenant_id=principal.tenant_id if principal else tenant_id,
+            detail=detail,
+        )
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _db(services: Annotated[Services, Depends(_services)]) -> Iterator[Session]:
+    with services.factory() as db:
+        yield db
+
+
+def _keys(request: Request) -> KeyService:
+    return _services(request).keys
+
+
+def _settings(request: Request) -> ServerSettings:
+    return _services(request).settings
+
+
+ServicesDep = Annotated[Services, Depends(_services)]
+DB = Annotated[Session, Depends(_db)]
+Keys = Annotated[KeyService, Depends(_keys)]
+Settings = Annotated[ServerSettings, Depends(_settings)]
+
+_bearer = HTTPBearer(auto_error=False, description="An API token: st_<id>_<secret>")
+
+
+def require(permission: str) -> Callable[..., Any]:
+    """A dependency that yields the principal if it holds `permission`: 401 without a valid
+    token, 403 (and an audit event) without the permission."""
+
+    def check(
+        services: ServicesDep,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Principal:
+        principal = None
+        if credentials is not None:
+            with services.factory() as db:
+                principal = resolve_token(db, services.token_key, credentials.credentials)
+        if principal is None:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "a valid API token is required",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if permission not in principal.permissions:
+            services.audit(principal, f"denied {request.method} {request.url.path}",
+                           permission, "denied")  # fmt: skip
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token may not {permission}")
+        return principal
+
+    check.permission = permission  # type: ignore[attr-defined]
+    return check

@@ -1,0 +1,176 @@
+"""The server's tables (SQLAlchemy 2). Alembic migrations in `migrations/` create them; a
+test checks the two agree.
+
+Key material is stored only wrapped: a run's private key as KMS ciphertext (encryption
+context {tenant, run, purpose}), API tokens and passwords only as digests.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Enum,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Agent",
+    "ApiToken",
+    "AuditEvent",
+    "Base",
+    "Role",
+    "Run",
+    "RunStatus",
+    "Scope",
+    "Session",
+    "Tenant",
+    "User",
+]
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _enum(kind: type[enum.Enum]) -> Enum:
+    """Stored as its values ("oncall"), in a plain string column."""
+    return Enum(kind, native_enum=False, length=20, values_callable=lambda e: [m.value for m in e])
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    ONCALL = "oncall"
+    SECURITY = "security"
+    AUDITOR = "auditor"
+
+
+class Scope(enum.StrEnum):
+    USER = "user"  # a signed-in user's token: the user's role decides
+    RECORD = "record"  # lease keys, register and finish runs; nothing else
+    AGENT = "agent"  # register an agent, exchange its session's traffic; nothing else
+
+
+class RunStatus(enum.StrEnum):
+    MINTED = "minted"  # a key pair waiting for a run
+    LEASED = "leased"  # its public key is with a recorder
+    RECORDING = "recording"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[Role] = mapped_column(_enum(Role))
+    password_hash: Mapped[str] = mapped_column(String(200))  # argon2id
+    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public half of the token
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    scope: Mapped[Scope] = mapped_column(_enum(Scope))
+    name: Mapped[str] = mapped_column(String(100))
+    secret_digest: Mapped[bytes] = mapped_column(LargeBinary(32))  # keyed BLAKE2b
+    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    expires: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Run(Base):
+    """One run's key pair and, once a recorder leases it, the run itself."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    status: Mapped[RunStatus] = mapped_column(_enum(RunStatus))
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(32))
+    wrapped_private_key: Mapped[bytes] = mapped_column(LargeBinary(512))  # KMS ciphertext
+    minted: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    leased: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    lease_token_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Registered by the recorder: the recording header's HPKE-wrapped recording key
+    # (encapsulated key || ciphertext; useless without the run's private key).
+    wrapped_recording_key: Mapped[bytes | None] = mapped_column(LargeBinary(128), nullable=True)
+    store: Mapped[str | None] = mapped_column(String(500), nullable=True)  # s3://bucket/prefix
+    service: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    host: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    started: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(32))  # made at the agent's boot
+    queue: Mapped[str] = mapped_column(String(100), unique=True)
+    status: Mapped[str] = mapped_column(String(20))  # idle, busy, gone
+    registered: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Session(Base):
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
+    status: Mapped[str] = mapped_column(String(20))  # assigned, ready, closed, failed
+    opened: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    closed: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class AuditEvent(Base):
+    """Append-only and hash-chained (sealtrace.server._audit): each row's digest covers the
+    one before it, so a changed, removed or reordered row breaks the chain."""
+
+    __tablename__ = "audit_events"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(100))
+    target: Mapped[str] = mapped_column(String(300))
+    result: Mapped[str] = mapped_column(String(20))  # ok, denied, failed
+    detail: Mapped[str] = mapped_column(Text, default="")
+    previous: Mapped[bytes] = mapped_column(LargeBinary(32))
+    digest: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)

@@ -1,0 +1,254 @@
+"""The v1 API: sign-in, key leases and run registration for recorders, runs for people, and
+the audit log. Each route names the permission it needs (sealtrace.server._auth); OpenAPI
+carries it as `x-permission`.
+
+Another tenant's run answers 404, the same as a run that does not exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, status
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from ._audit import verify
+from ._auth import Principal, issue_token, verify_password
+from ._deps import DB, Keys, ServicesDep, Settings, require
+from ._keys import KeyServiceError, RunNotFound
+from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1")
+
+
+def _needs(permission: str) -> dict[str, Any]:
+    return {"x-permission": permission}
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str, what: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise HTTPException(422, f"{what} is not base64url") from None
+
+
+# -- sign-in ---------------------------------------------------------------------------
+
+
+class Login(BaseModel):
+    tenant: str = Field(max_length=100)
+    user: str = Field(max_length=100)
+    password: str = Field(max_length=1000)
+
+
+class Token(BaseModel):
+    token: str
+    expires: dt.datetime
+    role: str
+
+
+@router.post("/auth/login", tags=["auth"], openapi_extra=_needs("none: a password signs in"))
+def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Token:
+    """Exchange a tenant, user name and password for a user token (its role decides)."""
+    user = db.scalars(
+        select(User).join(Tenant, Tenant.id == User.tenant_id)
+        .where(Tenant.name == body.tenant, User.name == body.user)
+    ).first()  # fmt: skip
+    if user is None or not verify_password(user.password_hash, body.password):
+        tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
+        services.audit(None, "login", f"{body.tenant}/{body.user}", "denied", tenant_id=tenant)
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong tenant, user or password")
+    lifetime = dt.timedelta(hours=settings.user_token_hours)
+    token = issue_token(db, services.token_key, tenant_id=user.tenant_id, scope=Scope.USER,
+                        name="login", user=user, lifetime=lifetime)  # fmt: skip
+    db.commit()
+    who = Principal("", user.tenant_id, Scope.USER, user.id, user.name, user.role)
+    services.audit(who, "login", f"user:{user.name}", "ok")
+    return Token(token=token, expires=dt.datetime.now(dt.UTC) + lifetime, role=user.role.value)
+
+
+# -- recorders ---------------------------------------------------------------------------
+
+
+class LeaseRequest(BaseModel):
+    count: int = Field(default=8, ge=1, le=256)
+
+
+class LeasedKey(BaseModel):
+    run_id: str
+    public_key: str  # raw X25519, base64url
+
+
+@router.post("/keys/lease", tags=["recorders"], openapi_extra=_needs("keys:lease"))
+def lease_keys(
+    body: LeaseRequest,
+    keys: Keys,
+    services: ServicesDep,
+    settings: Settings,
+    who: Annotated[Principal, Depends(require("keys:lease"))],
+) -> list[LeasedKey]:
+    """Public keys for the recorder's next runs (each handed out once)."""
+    try:
+        leases = keys.lease(who.tenant_id, who.token_id, body.count, settings.mint_batch)
+    except KeyServiceError as exc:
+        services.audit(who, "keys.lease", f"{body.count} keys", "failed", str(exc))
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    services.audit(who, "keys.lease", f"{len(leases)} keys", "ok")
+    return [LeasedKey(run_id=lease.run_id, public_key=_b64(lease.public_key)) for lease in leases]
+
+
+class Registration(BaseModel):
+    wrapped_recording_key: str  # the recording header's HPKE-wrapped key, base64url
+    store: str = Field(max_length=500)
+    service: str = Field(max_length=200)
+    host: str = Field(max_length=200)
+
+
+class RunView(BaseModel):
+    run_id: str
+    status: str
+    service: str | None
+    host: str | None
+    store: str | None
+    started: dt.datetime | None
+    ended: dt.datetime | None
+    exit_status: int | None
+
+
+def _view(run: Run) -> RunView:
+    return RunView(run_id=run.id, status=run.status.value, service=run.service, host=run.host,
+                   store=run.store, started=run.started, ended=run.ended,
+                   exit_status=run.exit_status)  # fmt: skip
+
+
+def _not_found(exc: RunNotFound) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, str(exc))
+
+
+@router.post("/runs/{run_id}/register", tags=["recorders"], openapi_extra=_needs("runs:register"))
+def register_run(
+    run_id: str,
+    body: Registration,
+    keys: Keys,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("runs:register"))],
+) -> RunView:
+    """A recorder started a run with a leased key and wrote its header."""
+    wrapped = _unb64(body.wrapped_recording_key, "wrapped_recording_key")
+    try:
+        run = keys.register(who.tenant_id, run_id, wrapped_recording_key=wrapped,
+                            store=body.store, service=body.service, host=body.host)  # fmt: skip
+    except RunNotFound as exc:
+        raise _not_found(exc) from None
+    except KeyServiceError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    services.audit(who, "run.register", run_id, "ok")
+    return _view(run)
+
+
+class Finish(BaseModel):
+    status: Literal["complete", "incomplete", "failed"]
+    exit_status: int | None = None
+    detail: str = Field(default="", max_length=2000)
+
+
+@router.post("/runs/{run_id}/finish", tags=["recorders"], openapi_extra=_needs("runs:register"))
+def finish_run(
+    run_id: str,
+    body: Finish,
+    keys: Keys,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("runs:register"))],
+) -> RunView:
+    """The run ended: complete, incomplete (the recording stopped early) or failed."""
+    try:
+        run = keys.finish(who.tenant_id, run_id, RunStatus(body.status),
+                          exit_status=body.exit_status, detail=body.detail)  # fmt: skip
+    except RunNotFound as exc:
+        raise _not_found(exc) from None
+    except KeyServiceError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    services.audit(who, "run.finish", run_id, "ok", body.status)
+    return _view(run)
+
+
+# -- people ------------------------------------------------------------------------------
+
+_RECORDED = (RunStatus.RECORDING, RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED)
+
+
+@router.get("/runs", tags=["runs"], openapi_extra=_needs("runs:read"))
+def list_runs(
+    db: DB, who: Annotated[Principal, Depends(require("runs:read"))], limit: int = 100
+) -> list[RunView]:
+    """The tenant's recorded runs, newest first."""
+    runs = db.scalars(
+        select(Run).where(Run.tenant_id == who.tenant_id, Run.status.in_(_RECORDED))
+        .order_by(Run.started.desc()).limit(min(max(limit, 1), 1000))
+    )  # fmt: skip
+    return [_view(run) for run in runs]
+
+
+@router.get("/runs/{run_id}", tags=["runs"], openapi_extra=_needs("runs:read"))
+def get_run(
+    run_id: str, db: DB, who: Annotated[Principal, Depends(require("runs:read"))]
+) -> RunView:
+    run = db.get(Run, run_id)
+    if run is None or run.tenant_id != who.tenant_id or run.status not in _RECORDED:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
+    return _view(run)
+
+
+class AuditView(BaseModel):
+    seq: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str
+    result: str
+    detail: str
+    digest: str
+
+
+class AuditChain(BaseModel):
+    rows: int
+    whole: bool
+    problems: list[str]
+    head: str | None  # the last row's digest: anchor it elsewhere to notice truncation
+
+
+@router.get("/audit", tags=["audit"], openapi_extra=_needs("audit:read"))
+def audit_log(
+    db: DB, who: Annotated[Principal, Depends(require("audit:read"))], after: int = 0,
+    limit: int = 100,
+) -> list[AuditView]:  # fmt: skip
+    """The tenant's audit events, oldest first, after sequence number `after`."""
+    rows = db.scalars(
+        select(AuditEvent).where(AuditEvent.tenant_id == who.tenant_id, AuditEvent.seq > after)
+        .order_by(AuditEvent.seq).limit(min(max(limit, 1), 1000))
+    )  # fmt: skip
+    return [
+        AuditView(seq=r.seq, at=r.at, actor=r.actor, action=r.action, target=r.target,
+                  result=r.result, detail=r.detail, digest=r.digest.hex())
+        for r in rows
+    ]  # fmt: skip
+
+
+@router.get("/audit/verify", tags=["audit"], openapi_extra=_needs("audit:read"))
+def audit_verify(db: DB, _who: Annotated[Principal, Depends(require("audit:read"))]) -> AuditChain:
+    """Check the whole chain (every tenant's rows: the chain is one)."""
+    count, problems = verify(db)
+    last = db.scalars(select(AuditEvent).order_by(AuditEvent.seq.desc()).limit(1)).first()
+    return AuditChain(rows=count, whole=not problems,
+                      problems=[f"row {p.seq}: {p.why}" for p in problems],
+                      head=last.digest.hex() if last else None)  # fmt: skip

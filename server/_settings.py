@@ -1,0 +1,45 @@
+"""The server's settings: one class, read from the environment (SEALTRACE_SERVER_*) when a
+deployable starts, never at import time.
+
+Outside development, a placeholder secret or a missing KMS key is refused at start-up rather
+than run with.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["PLACEHOLDER_SECRET", "ServerSettings"]
+
+PLACEHOLDER_SECRET = "development-only-not-a-secret"  # noqa: S105 - refused in production
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SEALTRACE_SERVER_", extra="forbid")
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str = "sqlite:///sealtrace-server.db"
+    # Signs nothing yet; peppers API token digests so a database dump alone cannot test a
+    # guessed token.
+    secret_key: SecretStr = SecretStr(PLACEHOLDER_SECRET)
+    kms_key_id: str = "alias/sealtrace-run-keys"
+    aws_region: str = "us-east-1"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Keys minted per batch, and how many one lease hands out.
+    mint_batch: int = 32
+    lease_batch: int = 8
+    user_token_hours: float = 12.0
+
+    def check(self) -> ServerSettings:
+        """Refuse settings that must not reach production; returns self."""
+        if self.environment == "production":
+            if self.secret_key.get_secret_value() in ("", PLACEHOLDER_SECRET):
+                raise ValueError("SEALTRACE_SERVER_SECRET_KEY must be set in production")
+            if self.database_url.startswith("sqlite"):
+                raise ValueError("production needs PostgreSQL (SEALTRACE_SERVER_DATABASE_URL)")
+        if self.mint_batch < 1 or self.lease_batch < 1:
+            raise ValueError("mint_batch and lease_batch must be at least 1")
+        return self

@@ -1,0 +1,177 @@
+"""The key service against moto's KMS server, on SQLite and PostgreSQL.
+
+- minted private keys are stored only as KMS ciphertext under {tenant, run, purpose}: the
+  raw key is nowhere in the database, and a ciphertext moved to another run does not unwrap;
+- leases hand out each public key once, mint a batch when the pool runs dry, and never cross
+  tenants;
+- a run goes leased → recording → complete/incomplete/failed, and nothing else;
+- a real recording sealed to a leased key gives its recording key to the one agent and
+  session it is re-sealed for, and to nobody else;
+- KMS refusing (a key it does not have) is one clear error, and nothing is half-minted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from sealtrace.agent._contracts import open_session_key
+from sealtrace.proxy import Identity, Recipient, SealedWriter
+from sealtrace.proxy._errors import WrongIdentityError
+from sealtrace.proxy._format import RecordingHeader, unwrap_recording_key
+from sealtrace.proxy._keys import generate_identity
+from sealtrace.proxy._store import LocalDirStore
+from sealtrace.server._keys import (
+    KeyService,
+    KeyServiceError,
+    KmsKeyWrapper,
+    RunNotFound,
+    _context,
+)
+from sealtrace.server._models import Run, RunStatus, Tenant
+
+
+@pytest.fixture
+def service(store: tuple[Any, Any], kms: tuple[Any, str]) -> tuple[KeyService, list[int]]:
+    _, factory = store
+    client, key_id = kms
+    with factory() as db:
+        tenants = [Tenant(name="acme"), Tenant(name="globex")]
+        db.add_all(tenants)
+        db.commit()
+        ids = [t.id for t in tenants]
+    return KeyService(factory, KmsKeyWrapper(client, key_id)), ids
+
+
+def _private_of(keys: KeyService, run: Run) -> bytes:
+    return keys.wrapper.unwrap(run.wrapped_private_key, _context(run.tenant_id, run.id))
+
+
+def test_private_keys_exist_only_wrapped(
+    service: tuple[KeyService, list[int]], database_url: str
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    keys, (acme, _) = service
+    run_ids = keys.mint(acme, 3)
+    with keys.factory() as db:
+        runs = list(db.scalars(select(Run).where(Run.id.in_(run_ids))))
+    raw = [_private_of(keys, run) for run in runs]
+    for run, private in zip(runs, raw, strict=True):
+        # The ciphertext holds the private half of the stored public key ...
+        public = X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+        assert public == run.public_key and len(private) == 32
+        assert private not in run.wrapped_private_key
+    # ... and the raw key is nowhere in the database.
+    dump = _dump(database_url)
+    assert dump and not [p for p in raw if p in dump]
+    # Control: the dump does hold what was stored (the public keys).
+    assert all(run.public_key in dump for run in runs)
+    # A ciphertext moved to another run's context does not unwrap.
+    with pytest.raises(KeyServiceError, match="KMS refused to unwrap"):
+        keys.wrapper.unwrap(runs[0].wrapped_private_key, _context(acme, runs[1].id))
+
+
+def _dump(url: str) -> bytes:
+    if url.startswith("sqlite"):
+        return Path(url.removeprefix("sqlite:///")).read_bytes()
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(plain) as conn:
+        rows = conn.execute("SELECT public_key, wrapped_private_key FROM runs").fetchall()
+    return b"".join(bytes(a) + bytes(b) for a, b in rows)
+
+
+def test_leases_are_handed_out_once_per_tenant(service: tuple[KeyService, list[int]]) -> None:
+    keys, (acme, globex) = service
+    first = keys.lease(acme, "tok1", 4, mint_batch=5)  # mints 5: none were there
+    second = keys.lease(acme, "tok1", 4, mint_batch=5)  # 1 left, mints 5 more
+    assert len(first) == len(second) == 4
+    assert not {lease.run_id for lease in first} & {lease.run_id for lease in second}
+    other = keys.lease(globex, "tok2", 2, mint_batch=2)
+    assert not {lease.run_id for lease in other} & {lease.run_id for lease in first + second}
+    with keys.factory() as db:
+        leased = db.scalars(select(Run).where(Run.status == RunStatus.LEASED)).all()
+        minted = db.scalars(select(Run).where(Run.status == RunStatus.MINTED)).all()
+    assert len(leased) == 10 and len(minted) == 2
+    # A run of acme's is not globex's to register.
+    with pytest.raises(RunNotFound):
+        keys.register(globex, first[0].run_id, wrapped_recording_key=bytes(80), store="s3://b/p",
+                      service="svc", host="h")  # fmt: skip
+
+
+def test_a_run_moves_forward_only(service: tuple[KeyService, list[int]]) -> None:
+    keys, (acme, _) = service
+    (lease,) = keys.lease(acme, "tok", 1, mint_batch=1)
+    with pytest.raises(KeyServiceError, match="80 bytes"):
+        keys.register(acme, lease.run_id, wrapped_recording_key=b"short", store="s", service="s",
+                      host="h")  # fmt: skip
+    run = keys.register(acme, lease.run_id, wrapped_recording_key=bytes(80), store="s3://b/p",
+                        service="checkout", host="web-1")  # fmt: skip
+    assert run.status is RunStatus.RECORDING and run.started is not None
+    with pytest.raises(KeyServiceError, match="not leased"):
+        keys.register(acme, lease.run_id, wrapped_recording_key=bytes(80), store="s", service="s",
+                      host="h")  # fmt: skip
+    with pytest.raises(KeyServiceError, match="complete, incomplete or failed"):
+        keys.finish(acme, lease.run_id, RunStatus.RECORDING)
+    done = keys.finish(acme, lease.run_id, RunStatus.COMPLETE, exit_status=0)
+    assert done.status is RunStatus.COMPLETE and done.ended is not None
+    with pytest.raises(KeyServiceError, match="already finished"):
+        keys.finish(acme, lease.run_id, RunStatus.FAILED)
+    with pytest.raises(RunNotFound):
+        keys.finish(acme, "run-nope", RunStatus.FAILED)
+
+
+def test_the_recording_key_reaches_one_agent_for_one_session(
+    service: tuple[KeyService, list[int]], tmp_path: Path
+) -> None:
+    keys, (acme, _) = service
+    (lease,) = keys.lease(acme, "tok", 1, mint_batch=1)
+    sink = LocalDirStore(tmp_path / "rec")
+    with SealedWriter(sink, Recipient.from_raw(lease.public_key), lease.run_id) as writer:
+        writer.write(b"the run's events")
+    header = RecordingHeader.decode((tmp_path / "rec" / "header").read_bytes())
+    keys.register(acme, lease.run_id, wrapped_recording_key=header.wrapped_key,
+                  store=str(tmp_path / "rec"), service="checkout", host="web-1")  # fmt: skip
+    agent, other_agent = generate_identity(), generate_identity()
+    blob = keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1")
+    recording_key = open_session_key(blob, agent, session_id="sess-1", run_id=lease.run_id)
+    # The key the recording was sealed with, as the run's own identity recovers it.
+    with keys.factory() as db:
+        run = db.get(Run, lease.run_id)
+        assert run is not None
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+        identity = Identity(X25519PrivateKey.from_private_bytes(_private_of(keys, run)))
+    assert recording_key == unwrap_recording_key(header.wrapped_key, identity, lease.run_id)
+    assert recording_key not in blob
+    # Nobody else opens it: another agent, another session, another run, an altered blob.
+    for who, session, run_id, sealed in (
+        (other_agent, "sess-1", lease.run_id, blob),
+        (agent, "sess-2", lease.run_id, blob),
+        (agent, "sess-1", "run-other", blob),
+        (agent, "sess-1", lease.run_id, blob[:-1] + bytes([blob[-1] ^ 1])),
+    ):
+        with pytest.raises(WrongIdentityError):
+            open_session_key(sealed, who, session_id=session, run_id=run_id)
+    # Each session gets its own blob (fresh HPKE encapsulation).
+    assert keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1") != blob
+
+
+def test_kms_refusing_is_one_clear_error(
+    service: tuple[KeyService, list[int]], kms: tuple[Any, str]
+) -> None:
+    keys, (acme, _) = service
+    client, _key_id = kms
+    # A key KMS does not have (deleted, or a wrong alias in the settings).
+    refused = KeyService(keys.factory, KmsKeyWrapper(client, "alias/no-such-key"))
+    with pytest.raises(KeyServiceError, match="KMS refused to wrap a run key: NotFoundException"):
+        refused.mint(acme, 1)
+    with keys.factory() as db:
+        assert db.scalars(select(Run)).first() is None  # nothing half-minted
+    # Control: the configured key mints.
+    assert len(keys.mint(acme, 1)) == 1
