@@ -1,6 +1,13 @@
-"""sealtrace.server: API, console, MCP, key service, sessions, RBAC and audit.
+"""sealtrace.server: the central server (issue 6, under way).
 
-Not built yet: the platform issue fills this package. Nothing imports it.
+Built: settings (`_settings`), the database and its migrations (`_db`, `_models`,
+`migrations/`), passwords, scoped API tokens and the role table (`_auth`), the hash-chained
+audit log (`_audit`), the KMS key service (`_keys`), and the v1 API (`_app`, `_deps`,
+`_routes`) run by `sealtrace server serve`. Not yet: agents, sessions, the console and MCP.
+Nothing imports this package; it imports the agent's contracts, the sandbox and the proxy.
 """
 
-__all__: list[str] = []
+from ._app import create_app
+from ._settings import ServerSettings
+
+__all__ = ["ServerSettings", "create_app"]
