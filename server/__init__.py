@@ -7,7 +7,20 @@ audit log (`_audit`), the KMS key service (`_keys`), and the v1 API (`_app`, `_d
 Nothing imports this package; it imports the agent's contracts, the sandbox and the proxy.
 """
 
-from ._app import create_app
-from ._settings import ServerSettings
+from typing import Any
 
 __all__ = ["ServerSettings", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the `sealtrace` command loads this package's CLI on every run,
+    # and must not pay for FastAPI and SQLAlchemy (or need them) to record or replay.
+    if name == "create_app":
+        from ._app import create_app
+
+        return create_app
+    if name == "ServerSettings":
+        from ._settings import ServerSettings
+
+        return ServerSettings
+    raise AttributeError(name)
