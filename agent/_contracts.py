@@ -1,4 +1,5 @@
-"""What the server and an agent agree on: how a session's recording key travels.
+"""What the server and an agent agree on: the assignment task, and how a session's
+recording key travels.
 
 The server recovers a run's recording key (KMS unwraps the run's private key, which opens the
 recording header's HPKE-wrapped key) and seals it again with HPKE to the public key the
@@ -16,7 +17,11 @@ from sealtrace.proxy._errors import WrongIdentityError
 from sealtrace.proxy._format import HPKE_SUITE, RECORDING_KEY_SIZE
 from sealtrace.proxy._keys import Identity, Recipient
 
-__all__ = ["SESSION_BLOB_SIZE", "open_session_key", "seal_session_key"]
+__all__ = ["ASSIGNMENT_TASK", "SESSION_BLOB_SIZE", "open_session_key", "seal_session_key"]
+
+# The Celery task an assignment travels as, on the assigned agent's own queue. Its kwargs:
+# session_id, run_id, store (s3://bucket/prefix), sealed_key (base64 of the blob below).
+ASSIGNMENT_TASK = "sealtrace.agent.session"
 
 _LABEL = b"sealtrace-session-key-v1\x00"
 SESSION_BLOB_SIZE = 32 + RECORDING_KEY_SIZE + 16  # enc || ciphertext || tag

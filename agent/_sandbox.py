@@ -151,11 +151,11 @@ class SandboxSession:
         self.last_nodes: dict[int, dict[str, Any]] = {}
         fifo_in = self.transport.directory / "in"
         fifo_out = self.transport.directory / "out"
-        for fifo in (fifo_in, fifo_out):
-            os.mkfifo(fifo, 0o600)
-            self.transport.own(fifo)
-        self.transport.start()
         try:
+            for fifo in (fifo_in, fifo_out):
+                os.mkfifo(fifo, 0o600)
+                self.transport.own(fifo)
+            self.transport.start()
             # Opening a FIFO blocks until the other end opens it: the runner is starting.
             self.out_fd = self._open(fifo_out, os.O_RDONLY)
             self.in_fd = self._open(fifo_in, os.O_WRONLY)

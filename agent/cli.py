@@ -64,7 +64,43 @@ def build_image(
         typer.echo(f"{reference}  {image.id}  {distributions} distributions")
 
 
+@_guarded
+def agent(
+    server: Annotated[str, typer.Option("--server", envvar="SEALTRACE_AGENT_SERVER",
+                                        help="The server's URL.")],
+    broker: Annotated[str, typer.Option("--broker", envvar="SEALTRACE_AGENT_BROKER",
+                                        help="Redis, where assignments come.")] = "redis://127.0.0.1:6379/0",
+    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds without a "
+                                                "question before the session closes.")] = 900.0,
+) -> None:  # fmt: skip
+    """Serve one replay session, then exit (a supervisor starts the next agent). The agent
+    token comes from SEALTRACE_AGENT_TOKEN, never the command line."""
+    import os
+
+    from sealtrace.proxy import UsageError
+
+    from ._local import open_sandbox
+    from ._server import ServerClient
+    from ._worker import run_agent
+
+    token = os.environ.pop("SEALTRACE_AGENT_TOKEN", "")
+    if not token:
+        raise UsageError(
+            "set SEALTRACE_AGENT_TOKEN to an agent token (sealtrace server create-token)"
+        )
+    client = ServerClient(server, token)
+    ended = run_agent(
+        client,
+        broker,
+        open_sandbox,
+        idle_timeout=idle_timeout,
+        on_ready=lambda agent_id: typer.echo(f"agent {agent_id} waiting", err=True),
+    )
+    typer.echo(f"agent: session {ended}", err=True)
+
+
 def register(app: typer.Typer) -> None:
+    app.command("agent")(agent)
     sandbox = typer.Typer(help="The replay sandbox: its image.", no_args_is_help=True)
     sandbox.command("build-image")(build_image)
     app.add_typer(sandbox, name="sandbox")

@@ -144,8 +144,17 @@ class SealedReader:
     """Iterate to get verified plaintext chunks; `status` is final once iteration ends."""
 
     def __init__(
-        self, source: RecordingSource, identity: Identity, *, expected_run_id: str | None = None
+        self,
+        source: RecordingSource,
+        identity: Identity | None,
+        *,
+        expected_run_id: str | None = None,
+        recording_key: bytes | None = None,
     ) -> None:
+        """Open with the run's identity, or (an agent, given it sealed for its session) with
+        the recording key itself; exactly one of the two."""
+        if (identity is None) == (recording_key is None):
+            raise ValueError("a SealedReader opens with an identity or a recording key")
         self.source = source
         listing = source.list()
         self.header, self.header_digest = read_header(source, listing)
@@ -154,7 +163,11 @@ class SealedReader:
                 f"the recording at {source.location} is run {self.header.run_id!r}, "
                 f"not {expected_run_id!r}"
             )
-        key = unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id)
+        if identity is not None:
+            key = unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id)
+        else:
+            assert recording_key is not None
+            key = recording_key
         self._aead = AESGCM(derive_body_key(key, self.header_digest))
         del key
         self._segments = segment_names(listing)

@@ -12,15 +12,24 @@ from fastapi import FastAPI
 from ._db import connect
 from ._deps import Services
 from ._keys import KeyService, KeyWrapper, KmsKeyWrapper
+from ._relay import Relay
 from ._routes import router
+from ._session_routes import router as session_router
+from ._sessions import CeleryDispatcher, Dispatcher, SessionService
 from ._settings import ServerSettings
 
 __all__ = ["create_app"]
 
 
-def create_app(settings: ServerSettings, *, wrapper: KeyWrapper | None = None) -> FastAPI:
+def create_app(
+    settings: ServerSettings,
+    *,
+    wrapper: KeyWrapper | None = None,
+    dispatcher: Dispatcher | None = None,
+) -> FastAPI:
     """The API for `settings` (checked first). The KMS client comes from boto3's usual
-    configuration (AWS_ENDPOINT_URL points it at moto locally) unless `wrapper` is given."""
+    configuration (AWS_ENDPOINT_URL points it at moto locally) unless `wrapper` is given;
+    assignments go to Celery on settings.redis_url unless `dispatcher` is given."""
     settings.check()
     engine, factory = connect(settings.database_url)
     if wrapper is None:
@@ -40,8 +49,14 @@ def create_app(settings: ServerSettings, *, wrapper: KeyWrapper | None = None) -
         description="Recorded runs, their keys, replay sessions and the audit log. Every "
         "operation names the permission it needs in `x-permission`.",
     )
-    app.state.services = Services(settings, factory, KeyService(factory, wrapper))
+    keys = KeyService(factory, wrapper)
+    relay = Relay(agent_silence=settings.agent_silence)
+    sessions = SessionService(
+        factory, keys, relay, dispatcher or CeleryDispatcher(settings.redis_url)
+    )
+    app.state.services = Services(settings, factory, keys, relay, sessions)
     app.include_router(router)
+    app.include_router(session_router)
 
     @app.get("/health", tags=["health"], openapi_extra={"x-permission": "none"})
     def health() -> dict[str, str]:

@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from . import _audit
 from ._auth import Principal, resolve_token
 from ._keys import KeyService
+from ._relay import Relay
+from ._sessions import SessionService
 from ._settings import ServerSettings
 
 __all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "require"]
@@ -27,6 +29,8 @@ class Services:
     settings: ServerSettings
     factory: sessionmaker[Session]
     keys: KeyService
+    relay: Relay
+    sessions: SessionService
 
     @property
     def token_key(self) -> bytes:

@@ -32,6 +32,10 @@ class ServerSettings(BaseSettings):
     mint_batch: int = 32
     lease_batch: int = 8
     user_token_hours: float = 12.0
+    # How long a user's question waits for its answer, and how long an agent may go without
+    # polling while a question waits before its session fails.
+    query_timeout: float = 300.0
+    agent_silence: float = 30.0
 
     def check(self) -> ServerSettings:
         """Refuse settings that must not reach production; returns self."""

@@ -1,0 +1,126 @@
+"""One session, served: open the sealed recording key with the agent's boot-time identity,
+read the recording's segments (the oldest version of each) into memory, start the sandbox,
+tell the server the session is ready, then answer its questions until it closes or goes
+idle. The container and the session's tmpfs go with the session; the plaintext and the key
+are never written anywhere.
+
+This is plain code: the Celery task (sealtrace.agent._worker) only parses the assignment and
+calls serve().
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sealtrace.proxy import SealedReader, SealtraceError, open_store
+from sealtrace.proxy._keys import Identity
+from sealtrace.proxy._stream import parse_stream
+from sealtrace.sandbox._queries import parse_at
+
+from ._contracts import open_session_key
+from ._server import ServerClient, ServerError
+
+__all__ = ["Assignment", "answer", "serve"]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    session_id: str
+    run_id: str
+    store: str
+    sealed_key: bytes
+
+    @classmethod
+    def parse(cls, message: dict[str, Any]) -> Assignment:
+        return cls(
+            session_id=str(message["session_id"]),
+            run_id=str(message["run_id"]),
+            store=str(message["store"]),
+            sealed_key=base64.b64decode(message["sealed_key"], validate=True),
+        )
+
+
+def answer(session: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """One question for the sandbox session: {"document": …} or {"error", "status"}."""
+    from sealtrace.sandbox._errors import DivergenceError, QueryError
+
+    kind = request.get("kind")
+    try:
+        if kind == "trace":
+            document = session.trace(parse_at(str(request["at"])), str(request["var"]),
+                                     int(request.get("depth", 6)))  # fmt: skip
+        elif kind == "flows":
+            document = session.flows(str(request["from"]))
+        elif kind == "inspect-stack":
+            document = session.inspect_stack(parse_at(str(request["at"])))
+        else:
+            return {"error": f"unknown question {kind!r}", "status": 422}
+    except (QueryError, ValueError) as exc:
+        return {"error": str(exc), "status": 422}
+    except DivergenceError as exc:
+        return {"error": str(exc), "status": 409}
+    return {"document": document}
+
+
+def serve(
+    assignment: Assignment,
+    identity: Identity,
+    agent_id: str,
+    server: ServerClient,
+    open_sandbox: Callable[[bytes, Any], Any],
+    *,
+    idle_timeout: float = 900.0,
+    poll: float = 20.0,
+) -> str:
+    """Serve the session to its end; returns how it ended ("closed", "idle", "failed")."""
+    session = None
+    try:
+        key = open_session_key(
+            assignment.sealed_key,
+            identity,
+            session_id=assignment.session_id,
+            run_id=assignment.run_id,
+        )
+        reader = SealedReader(open_store(assignment.store), None,
+                              expected_run_id=assignment.run_id, recording_key=key)  # fmt: skip
+        del key
+        data = reader.read_all()
+        session = open_sandbox(data, parse_stream(data))
+        del data
+        server.state(agent_id, assignment.session_id, "ready")
+        last = time.monotonic()
+        while True:
+            message = server.next(agent_id, assignment.session_id, wait=poll)
+            if message is None:
+                if time.monotonic() - last > idle_timeout:
+                    server.state(agent_id, assignment.session_id, "closed", "idle timeout")
+                    return "idle"
+                continue
+            request = message["request"]
+            if request.get("kind") == "close":
+                server.state(agent_id, assignment.session_id, "closed")
+                return "closed"
+            last = time.monotonic()
+            server.answer(agent_id, assignment.session_id, int(message["id"]),
+                          answer(session, request))  # fmt: skip
+    except (SealtraceError, OSError, ValueError) as exc:
+        with contextlib.suppress(ServerError):
+            server.state(agent_id, assignment.session_id, "failed", _why(exc))
+        return "failed"
+    finally:
+        if session is not None:
+            session.close()
+
+
+def _why(exc: Exception) -> str:
+    # One line, and never a value: the classes of failure the server may show.
+    return (
+        f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:300]}"
+        if str(exc)
+        else (exc.__class__.__name__)
+    )

@@ -1,0 +1,91 @@
+"""`sealtrace agent`: a disposable Celery worker that serves exactly one session.
+
+At boot it makes an X25519 key pair in memory, registers the public half with the server
+(which names the one queue it consumes), and keeps telling the server it is alive. The
+first assignment on its queue is served (sealtrace.agent._serving); then the worker stops,
+the container and the session's tmpfs are gone, the key pair is dropped and the process
+exits. A supervisor starts a fresh one. Its network needs: the server, Redis and S3.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sealtrace.proxy._keys import generate_identity
+
+from ._contracts import ASSIGNMENT_TASK
+from ._server import ServerClient, ServerError
+from ._serving import Assignment, serve
+
+__all__ = ["run_agent"]
+
+HEARTBEAT = 10.0  # seconds; the server takes an idle agent silent for 30 s as gone
+
+
+def run_agent(
+    server: ServerClient,
+    broker_url: str,
+    open_sandbox: Callable[[bytes, Any], Any],
+    *,
+    idle_timeout: float = 900.0,
+    on_ready: Callable[[str], None] | None = None,
+) -> str:
+    """Boot, serve one session, and return how it ended ("closed", "idle", "failed")."""
+    from celery import Celery
+    from celery.exceptions import WorkerShutdown
+
+    held = [generate_identity()]  # emptied when the agent ends: the key pair goes with it
+    hello = server.register(held[0].recipient.raw)
+    agent_id, queue = hello["agent_id"], hello["queue"]
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT):
+            try:
+                server.heartbeat(agent_id)
+            except ServerError:
+                continue  # the server may be restarting; an assignment may still come
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    app = Celery("sealtrace-agent", broker=broker_url)
+    app.conf.update(
+        broker_connection_retry_on_startup=True,
+        task_acks_late=False,  # taken once: a session is never served twice
+        worker_prefetch_multiplier=1,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+    )
+    ended: list[str] = []
+
+    @app.task(name=ASSIGNMENT_TASK)  # type: ignore[untyped-decorator]
+    def session(**message: Any) -> None:
+        stop.set()
+        try:
+            ended.append(serve(Assignment.parse(message), held[0], agent_id, server,
+                               open_sandbox, idle_timeout=idle_timeout))  # fmt: skip
+        except (KeyError, ValueError):
+            ended.append("failed")
+        raise WorkerShutdown("one session served")
+
+    if on_ready is not None:
+        on_ready(agent_id)
+    worker = app.Worker(
+        queues=[queue],
+        pool="solo",
+        concurrency=1,
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        quiet=True,
+    )
+    try:
+        worker.start()
+    finally:
+        stop.set()
+        held.clear()
+    return ended[0] if ended else "stopped"

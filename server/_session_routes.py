@@ -1,0 +1,268 @@
+"""The v1 API for sessions (people) and agents (agent tokens). Each route names its
+permission in OpenAPI's `x-permission`; another tenant's session answers 404."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Response, status
+from pydantic import BaseModel, Field
+
+from ._auth import Principal
+from ._deps import ServicesDep, require
+from ._keys import KeyServiceError, RunNotFound
+from ._models import Session
+from ._relay import AgentGone, SessionClosed
+from ._sessions import NoAgent, SessionNotFound
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1")
+
+
+def _needs(permission: str) -> dict[str, Any]:
+    return {"x-permission": permission}
+
+
+class SessionView(BaseModel):
+    session_id: str
+    run_id: str
+    status: str  # assigned, ready, closed, failed
+    opened: dt.datetime
+    closed: dt.datetime | None
+    detail: str | None
+
+
+def _view(session: Session) -> SessionView:
+    return SessionView(
+        session_id=session.id,
+        run_id=session.run_id,
+        status=session.status,
+        opened=session.opened,
+        closed=session.closed,
+        detail=session.detail,
+    )
+
+
+class OpenSession(BaseModel):
+    run_id: str = Field(max_length=64)
+
+
+@router.post("/sessions", tags=["sessions"], status_code=201,
+             openapi_extra=_needs("sessions:open"))  # fmt: skip
+def open_session(
+    body: OpenSession,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("sessions:open"))],
+) -> SessionView:
+    """Open a replay session on a recorded run: an idle agent is assigned and sent the
+    run's key sealed to it. Poll the session until it is `ready`."""
+    assert who.user_id is not None
+    try:
+        session = services.sessions.open(who.tenant_id, who.user_id, body.run_id)
+    except RunNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except NoAgent as exc:
+        services.audit(who, "session.open", body.run_id, "failed", str(exc))
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    except KeyServiceError as exc:
+        services.audit(who, "session.open", body.run_id, "failed", str(exc))
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    services.audit(who, "session.open", f"{body.run_id} {session.id}", "ok")
+    return _view(session)
+
+
+def _session_or_404(services: Any, who: Principal, session_id: str) -> Session:
+    try:
+        session: Session = services.sessions.get(who.tenant_id, session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    return session
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"],
+            openapi_extra=_needs("sessions:query"))  # fmt: skip
+def get_session(
+    session_id: str,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("sessions:query"))],
+) -> SessionView:
+    return _view(_session_or_404(services, who, session_id))
+
+
+class Ask(BaseModel):
+    """A question: `trace` (at, var, depth), `flows` (from), `inspect-stack` (at)."""
+
+    kind: Literal["trace", "flows", "inspect-stack"]
+    at: str = Field(default="crash", max_length=1000)
+    var: str = Field(default="", max_length=4000)
+    depth: int = Field(default=6, ge=1, le=64)
+    source: str = Field(default="", alias="from", max_length=4000)
+
+
+@router.post("/sessions/{session_id}/queries", tags=["sessions"],
+             openapi_extra=_needs("sessions:query"))  # fmt: skip
+def ask(
+    session_id: str,
+    body: Ask,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("sessions:query"))],
+) -> dict[str, Any]:
+    """Ask the session's sandbox; the answer is the document `sealtrace trace|flows|
+    inspect-stack --json` prints. It passes through this server's memory only."""
+    session = _session_or_404(services, who, session_id)
+    if session.status != "ready":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
+    request = {"kind": body.kind, "at": body.at, "var": body.var, "depth": body.depth,
+               "from": body.source}  # fmt: skip
+    try:
+        answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
+    except AgentGone as exc:
+        services.sessions.agent_state(who.tenant_id, session.agent_id or "", session_id,
+                                      "failed", str(exc))  # fmt: skip
+        services.audit(who, f"session.{body.kind}", session_id, "failed", str(exc))
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
+    except SessionClosed as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"the session ended: {exc}") from None
+    except TimeoutError:
+        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, "no answer in time") from None
+    services.audit(who, f"session.{body.kind}", session_id, "ok" if "error" not in answer
+                   else "failed")  # fmt: skip
+    if "error" in answer:
+        raise HTTPException(int(answer.get("status", 422)), str(answer["error"]))
+    return dict(answer["document"])
+
+
+@router.post("/sessions/{session_id}/close", tags=["sessions"],
+             openapi_extra=_needs("sessions:query"))  # fmt: skip
+def close_session(
+    session_id: str,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("sessions:query"))],
+) -> SessionView:
+    _session_or_404(services, who, session_id)
+    session = services.sessions.close(who.tenant_id, session_id)
+    services.audit(who, "session.close", session_id, "ok")
+    return _view(session)
+
+
+# -- agents ------------------------------------------------------------------------------
+
+
+class AgentHello(BaseModel):
+    public_key: str  # raw X25519, base64, made at the agent's boot
+
+
+class AgentView(BaseModel):
+    agent_id: str
+    queue: str
+
+
+@router.post("/agents", tags=["agents"], status_code=201,
+             openapi_extra=_needs("agents:register"))  # fmt: skip
+def register_agent(
+    body: AgentHello,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:register"))],
+) -> AgentView:
+    """An agent booted: its public key, and the queue it will consume."""
+    try:
+        raw = base64.b64decode(body.public_key, validate=True)
+        agent = services.sessions.register_agent(who.tenant_id, raw)
+    except (binascii.Error, ValueError) as exc:
+        raise HTTPException(422, f"public_key: {exc}") from None
+    services.audit(who, "agent.register", agent.id, "ok")
+    return AgentView(agent_id=agent.id, queue=agent.queue)
+
+
+@router.post("/agents/{agent_id}/heartbeat", tags=["agents"], status_code=204,
+             openapi_extra=_needs("agents:serve"))  # fmt: skip
+def heartbeat(
+    agent_id: str,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:serve"))],
+) -> Response:
+    try:
+        services.sessions.heartbeat(who.tenant_id, agent_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    return Response(status_code=204)
+
+
+class AgentState(BaseModel):
+    state: Literal["ready", "failed", "closed"]
+    detail: str = Field(default="", max_length=2000)
+
+
+@router.post("/agents/{agent_id}/sessions/{session_id}/state", tags=["agents"],
+             openapi_extra=_needs("agents:serve"))  # fmt: skip
+def session_state(
+    agent_id: str,
+    session_id: str,
+    body: AgentState,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:serve"))],
+) -> SessionView:
+    try:
+        session = services.sessions.agent_state(who.tenant_id, agent_id, session_id,
+                                                body.state, body.detail)  # fmt: skip
+    except SessionNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    services.audit(who, f"session.{body.state}", session_id,
+                   "failed" if body.state == "failed" else "ok", body.detail)  # fmt: skip
+    return _view(session)
+
+
+@router.get("/agents/{agent_id}/sessions/{session_id}/next", tags=["agents"],
+            openapi_extra=_needs("agents:serve"))  # fmt: skip
+def next_question(
+    agent_id: str,
+    session_id: str,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:serve"))],
+    wait: float = 20.0,
+) -> Response:
+    """The next question for the agent (long poll); 204 when none came in `wait` seconds.
+    `{"kind": "close"}` ends the session."""
+    import json
+
+    session = _session_or_404(services, who, session_id)
+    if session.agent_id != agent_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    try:
+        question = services.relay.next(session_id, min(max(wait, 0.0), 30.0))
+    except SessionClosed:
+        return Response(json.dumps({"id": 0, "request": {"kind": "close"}}),
+                        media_type="application/json")  # fmt: skip
+    if question is None:
+        return Response(status_code=204)
+    return Response(json.dumps({"id": question.id, "request": question.request}),
+                    media_type="application/json")  # fmt: skip
+
+
+class Answer(BaseModel):
+    document: dict[str, Any] | None = None
+    error: str | None = None
+    status: int | None = None  # the HTTP status the user's request gets with `error`
+
+
+@router.post("/agents/{agent_id}/sessions/{session_id}/answers/{question_id}", tags=["agents"],
+             status_code=204, openapi_extra=_needs("agents:serve"))  # fmt: skip
+def answer(
+    agent_id: str,
+    session_id: str,
+    question_id: int,
+    body: Answer,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:serve"))],
+) -> Response:
+    session = _session_or_404(services, who, session_id)
+    if session.agent_id != agent_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    found = body.model_dump(exclude_none=True)
+    if not services.relay.answer(session_id, question_id, found):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no open question {question_id}")
+    return Response(status_code=204)

@@ -1,0 +1,204 @@
+"""Sessions: an authorised user opens one on a run, the server picks an idle agent of the
+tenant, re-seals the run's recording key to that agent (sealtrace.server._keys) and, after
+the database commit, hands the assignment to the agent's own queue. Only the sealed key
+crosses the queue. Questions and answers then go through the relay (sealtrace.server._relay).
+
+Seams: `Dispatcher` is the task queue (Celery on Redis: CeleryDispatcher).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import secrets
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session as DbSession
+from sqlalchemy.orm import sessionmaker
+
+from sealtrace.agent._contracts import ASSIGNMENT_TASK
+
+from ._keys import KeyService, KeyServiceError, RunNotFound
+from ._models import Agent, Run, RunStatus, Session
+from ._relay import Relay
+
+__all__ = [
+    "AGENT_FRESH",
+    "CeleryDispatcher",
+    "Dispatcher",
+    "NoAgent",
+    "SessionNotFound",
+    "SessionService",
+]
+
+AGENT_FRESH = dt.timedelta(seconds=30)  # an idle agent heard from this recently is alive
+_OPENABLE = (RunStatus.COMPLETE, RunStatus.INCOMPLETE)
+
+
+class NoAgent(Exception):
+    """No idle agent for the tenant."""
+
+
+class SessionNotFound(Exception):
+    """No such session for this tenant."""
+
+
+class Dispatcher(Protocol):
+    def send(self, queue: str, assignment: dict[str, Any]) -> None: ...
+
+
+class CeleryDispatcher:
+    """Assignments as Celery tasks on Redis, one queue per agent."""
+
+    def __init__(self, broker_url: str) -> None:
+        from celery import Celery
+
+        self.app = Celery("sealtrace-server", broker=broker_url)
+        self.app.conf.update(broker_connection_retry_on_startup=True, task_serializer="json")
+
+    def send(self, queue: str, assignment: dict[str, Any]) -> None:
+        self.app.send_task(ASSIGNMENT_TASK, kwargs=assignment, queue=queue)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class SessionService:
+    def __init__(
+        self,
+        factory: sessionmaker[DbSession],
+        keys: KeyService,
+        relay: Relay,
+        dispatcher: Dispatcher,
+    ) -> None:
+        self.factory = factory
+        self.keys = keys
+        self.relay = relay
+        self.dispatcher = dispatcher
+
+    # -- agents ---------------------------------------------------------------------------
+
+    def register_agent(self, tenant_id: int, public_key: bytes) -> Agent:
+        if len(public_key) != 32:
+            raise ValueError("an agent's public key is 32 raw X25519 bytes")
+        agent_id = f"agent-{secrets.token_hex(8)}"
+        agent = Agent(id=agent_id, tenant_id=tenant_id, public_key=public_key,
+                      queue=f"sealtrace.agent.{agent_id}", status="idle")  # fmt: skip
+        with self.factory() as db:
+            db.add(agent)
+            db.commit()
+        return agent
+
+    def heartbeat(self, tenant_id: int, agent_id: str) -> Agent:
+        with self.factory() as db:
+            agent = self._agent(db, tenant_id, agent_id)
+            agent.seen = _now()
+            db.commit()
+            return agent
+
+    def agent_left(self, tenant_id: int, agent_id: str) -> None:
+        with self.factory() as db:
+            agent = self._agent(db, tenant_id, agent_id)
+            agent.status = "gone"
+            db.commit()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def open(self, tenant_id: int, user_id: int, run_id: str) -> Session:
+        """Assign an idle agent; KeyServiceError if KMS refuses (the session is then failed),
+        NoAgent if none is idle, RunNotFound for a run that is not this tenant's."""
+        session_id = f"sess-{secrets.token_hex(12)}"
+        with self.factory() as db:
+            run = db.get(Run, run_id)
+            if run is None or run.tenant_id != tenant_id or run.status not in _OPENABLE:
+                raise RunNotFound(f"no recorded run {run_id}")
+            agent = self._idle_agent(db, tenant_id)
+            if agent is None:
+                raise NoAgent("no idle agent: start one (sealtrace agent)")
+            agent.status = "busy"
+            session = Session(id=session_id, tenant_id=tenant_id, run_id=run_id,
+                              user_id=user_id, agent_id=agent.id, status="assigned")  # fmt: skip
+            db.add(session)
+            db.commit()
+            store, queue, public_key = run.store, agent.queue, agent.public_key
+        try:
+            sealed = self.keys.seal_for_agent(tenant_id, run_id, public_key, session_id)
+        except KeyServiceError as exc:
+            self._end(tenant_id, session_id, "failed", str(exc))
+            raise
+        self.relay.open(session_id)
+        self.dispatcher.send(
+            queue,
+            {"session_id": session_id, "run_id": run_id, "store": store,
+             "sealed_key": base64.b64encode(sealed).decode()},
+        )  # fmt: skip
+        return session
+
+    def _idle_agent(self, db: DbSession, tenant_id: int) -> Agent | None:
+        query = (
+            select(Agent)
+            .where(Agent.tenant_id == tenant_id, Agent.status == "idle",
+                   Agent.seen >= _now() - AGENT_FRESH)
+            .order_by(Agent.seen.desc())
+            .limit(1)
+        )  # fmt: skip
+        if db.bind is not None and db.bind.dialect.name == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        return db.scalars(query).first()
+
+    def get(self, tenant_id: int, session_id: str) -> Session:
+        with self.factory() as db:
+            return self._session(db, tenant_id, session_id)
+
+    def agent_state(
+        self, tenant_id: int, agent_id: str, session_id: str, state: str, detail: str = ""
+    ) -> Session:
+        """The agent reports its session ready, failed or closed."""
+        if state not in ("ready", "failed", "closed"):
+            raise ValueError(f"an agent reports ready, failed or closed, not {state!r}")
+        with self.factory() as db:
+            session = self._session(db, tenant_id, session_id)
+            if session.agent_id != agent_id:
+                raise SessionNotFound(f"no session {session_id} for this agent")
+        if state == "ready":
+            with self.factory() as db:
+                session = self._session(db, tenant_id, session_id)
+                session.status = "ready"
+                db.commit()
+                return session
+        return self._end(tenant_id, session_id, state, detail)
+
+    def close(self, tenant_id: int, session_id: str) -> Session:
+        self.relay.close(session_id)
+        return self._end(tenant_id, session_id, "closed", "closed by the user")
+
+    def _end(self, tenant_id: int, session_id: str, status: str, detail: str) -> Session:
+        with self.factory() as db:
+            session = self._session(db, tenant_id, session_id)
+            if session.status not in ("closed", "failed"):
+                session.status = status
+                session.closed = _now()
+                session.detail = detail[:2000]
+            agent = db.get(Agent, session.agent_id) if session.agent_id else None
+            if agent is not None:
+                agent.status = "gone"  # disposable: an agent serves one session
+            db.commit()
+        if status == "failed":
+            self.relay.close(session_id, failed=detail)
+        return session
+
+    @staticmethod
+    def _session(db: DbSession, tenant_id: int, session_id: str) -> Session:
+        session = db.get(Session, session_id)
+        if session is None or session.tenant_id != tenant_id:
+            raise SessionNotFound(f"no session {session_id}")
+        return session
+
+    @staticmethod
+    def _agent(db: DbSession, tenant_id: int, agent_id: str) -> Agent:
+        agent = db.get(Agent, agent_id)
+        if agent is None or agent.tenant_id != tenant_id:
+            raise SessionNotFound(f"no agent {agent_id}")
+        return agent
