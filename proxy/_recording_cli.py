@@ -8,21 +8,90 @@ errors (exit 2) rather than a run recorded nowhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 
 from ._boot import BOOT_CODE
-from ._errors import UsageError
+from ._errors import IntegrityError, UsageError
+from ._format import HEADER_OBJECT, RecordingHeader
+from ._inspect import describe_recording
 from ._keys import Recipient
 from ._launch import parse_command
+from ._platform import PlatformClient, PlatformError
 from ._store import open_store
 
-__all__ = ["run_recorded"]
+__all__ = ["run_recorded", "run_through_platform"]
+
+
+def run_through_platform(
+    platform: PlatformClient,
+    store_base: str,
+    command: Sequence[str],
+    *,
+    service: str | None = None,
+    app_roots: Sequence[str] = (),
+    env_allow: Sequence[str] = (),
+) -> int:
+    """Record under a key leased from the server, register the run once its header is
+    written, and finish it when the program ends. Without a lease the program runs
+    unrecorded, and says so once."""
+    _python, target = parse_command(list(command))
+    if target.kind == "script" and not os.path.isfile(target.value):
+        raise UsageError(f"can't open file {target.value!r}: no such file")
+    lease = platform.lease()
+    if lease is None:
+        print(f"sealtrace: not recording this run: no key from the server ({platform.why})",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return _run_child(list(command), dict(os.environ))
+    output = f"{store_base.rstrip('/')}/{lease.run_id}"
+    store = open_store(output)
+    done = threading.Event()
+    registered = threading.Event()
+    name = service or (os.path.basename(target.value) if target.kind != "code" else "python -c")
+
+    def register() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # the store may not be reachable at all
+                if HEADER_OBJECT in store.list().objects:
+                    wrapped = RecordingHeader.decode(store.get(HEADER_OBJECT)).wrapped_key
+                    platform.register(lease.run_id, wrapped, store=output, service=name,
+                                      host=socket.gethostname())  # fmt: skip
+                    registered.set()
+                    return
+            if done.wait(0.2):
+                return
+
+    watcher = threading.Thread(target=register, name="sealtrace-register", daemon=True)
+    watcher.start()
+    # A freshly leased run's location is new: no need to look first, and a store that cannot
+    # be reached must not keep the program from running (the recorder reports it once).
+    code = run_recorded(lease.recipient, output, command, app_roots=app_roots,
+                        env_allow=env_allow, run_id=lease.run_id, look_first=False)  # fmt: skip
+    done.set()
+    watcher.join()
+    if not registered.is_set():
+        register()  # the header may have come at the very end
+    try:
+        if not registered.is_set():
+            platform.finish(lease.run_id, "failed", exit_status=code,
+                            detail="the recording never reached the store")  # fmt: skip
+        else:
+            claims = describe_recording(store).completeness.startswith("claims complete")
+            platform.finish(lease.run_id, "complete" if claims else "incomplete",
+                            exit_status=code)  # fmt: skip
+    except (PlatformError, IntegrityError, OSError) as exc:
+        print(f"sealtrace: could not tell the server how run {lease.run_id} ended: {exc}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return code
 
 
 def run_recorded(
@@ -33,12 +102,13 @@ def run_recorded(
     app_roots: Sequence[str] = (),
     env_allow: Sequence[str] = (),
     run_id: str | None = None,
+    look_first: bool = True,
 ) -> int:
     python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")
     store = open_store(output)
-    if store.list().objects:
+    if look_first and store.list().objects:
         raise UsageError(f"{store.location} already holds a recording; recordings are written once")
     roots = list(app_roots) or [
         os.path.dirname(os.path.realpath(target.value)) if target.kind == "script" else os.getcwd()
@@ -59,10 +129,14 @@ def run_recorded(
         "target": target.as_dict(),
     }
     argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+    return _run_child(argv, env)
+
+
+def _run_child(argv: list[str], env: dict[str, str]) -> int:
     try:
         child = subprocess.Popen(argv, env=env)
     except OSError as exc:
-        raise UsageError(f"cannot start {python}: {exc.strerror}") from None
+        raise UsageError(f"cannot start {argv[0]}: {exc.strerror}") from None
     # A terminal's ^C reaches the child directly; a SIGTERM or SIGHUP sent to us is passed on,
     # so the program (not this wrapper) decides how to end and the recording ends with it.
     forwarded = (signal.SIGTERM, signal.SIGHUP)

@@ -224,8 +224,12 @@ def inspect(
 @app.command(context_settings={"allow_interspersed_args": False})
 @_guarded
 def record(
-    recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
-    output: Annotated[str, typer.Option("--output", help="Directory or s3://bucket/prefix.")],
+    recipient: Annotated[
+        Path | None, typer.Option("--recipient", help="Recipient .pub file.")
+    ] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", help="Directory or s3://bucket/prefix.")
+    ] = None,
     command: Annotated[
         list[str] | None,
         typer.Argument(help="-- PYTHON [options] (script.py | -m module | -c code) [args]"),
@@ -239,19 +243,51 @@ def record(
         typer.Option("--env-allow", help="Environment variable (or glob) recorded at start."),
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Name for this run.")] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", help="Record under a key leased from the server.")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="SEALTRACE_TOKEN",
+            show_envvar=True,
+            help="The server's record token (better: SEALTRACE_TOKEN).",
+        ),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="With --server: s3://bucket/prefix for runs.")
+    ] = None,
+    service: Annotated[
+        str | None, typer.Option("--service", help="With --server: the service's name.")
+    ] = None,
 ) -> None:
     """Run a Python program and record it at the call boundary into a sealed recording.
 
-    The program's stdout, stderr and exit status are its own. If recording fails, the program
-    still runs to completion and the failure is reported once on stderr.
+    Either --recipient and --output, or --server, --token and --store (the key is leased
+    from the server and the run registered with it; without a lease the program runs
+    unrecorded). The program's stdout, stderr and exit status are its own. If recording
+    fails, the program still runs to completion and the failure is reported once on stderr.
     """
-    from ._recording_cli import run_recorded
+    from ._recording_cli import run_recorded, run_through_platform
 
-    code = run_recorded(
-        Recipient.load(recipient), output, command or [],
-        app_roots=[str(p) for p in app_root or []], env_allow=list(env_allow or []),
-        run_id=run_id,
-    )  # fmt: skip
+    roots, allow = [str(p) for p in app_root or []], list(env_allow or [])
+    if server is not None:
+        if recipient is not None or output is not None or run_id is not None:
+            raise UsageError("--server leases the key and names the run: no --recipient, "
+                             "--output or --run-id")  # fmt: skip
+        if not token or not store:
+            raise UsageError("--server needs --token (or SEALTRACE_TOKEN) and --store")
+        from ._platform import PlatformClient
+
+        os.environ.pop("SEALTRACE_TOKEN", None)  # the program never sees the token
+        code = run_through_platform(PlatformClient(server, token), store, command or [],
+                                    service=service, app_roots=roots, env_allow=allow)  # fmt: skip
+    else:
+        if recipient is None or output is None:
+            raise UsageError("record needs --recipient and --output (or --server)")
+        code = run_recorded(Recipient.load(recipient), output, command or [], app_roots=roots,
+                            env_allow=allow, run_id=run_id)  # fmt: skip
     raise typer.Exit(code)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, status
 from pydantic import BaseModel, Field
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ._audit import verify
 from ._auth import Principal, issue_token, verify_password
@@ -191,10 +191,11 @@ _RECORDED = (RunStatus.RECORDING, RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunS
 def list_runs(
     db: DB, who: Annotated[Principal, Depends(require("runs:read"))], limit: int = 100
 ) -> list[RunView]:
-    """The tenant's recorded runs, newest first."""
+    """The tenant's runs that started recording (or failed to), newest first."""
     runs = db.scalars(
         select(Run).where(Run.tenant_id == who.tenant_id, Run.status.in_(_RECORDED))
-        .order_by(Run.started.desc()).limit(min(max(limit, 1), 1000))
+        .order_by(func.coalesce(Run.started, Run.leased).desc())
+        .limit(min(max(limit, 1), 1000))
     )  # fmt: skip
     return [_view(run) for run in runs]
 

@@ -32,9 +32,6 @@ from typing import Any
 
 import pytest
 
-from sealtrace.proxy import Recipient
-from sealtrace.proxy._format import RecordingHeader
-
 from ..conftest import REPO, _free_port
 from ..sandbox.test_provenance_story import _call, _find
 
@@ -148,47 +145,48 @@ def platform(
         server.wait(timeout=30)
 
 
-def _record_story(p: Platform, work: Path) -> str:
-    """Lease a key, record the pricing job into S3 under it, register and finish the run."""
+def _record(
+    p: Platform, work: Path, command: list[str], **env: str
+) -> subprocess.CompletedProcess[bytes]:
+    """`sealtrace record --server`: the key leased, the run registered and finished."""
+    return subprocess.run(
+        [SEALTRACE, "record", "--server", p.url, "--store", f"s3://{p.bucket}/acme",
+         "--service", "checkout", "--app-root", str(APP), "--", *command],
+        env={**p.env, "SEALTRACE_TOKEN": p.tokens["record"], "XDG_CACHE_HOME": str(work),
+             **env},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
 
-    code, leased = _request(p.url, "POST", "/v1/keys/lease", p.tokens["record"], {"count": 1})
-    assert code == 200, leased
-    run_id = leased[0]["run_id"]
-    raw = base64.urlsafe_b64decode(leased[0]["public_key"] + "=")
-    recipient = work / "run.pub"
-    recipient.write_text(Recipient.from_raw(raw).to_text())
-    store = f"s3://{p.bucket}/acme/{run_id}"
+
+def _newest_run(p: Platform) -> dict[str, Any]:
+    code, runs = _request(p.url, "GET", "/v1/runs", p.tokens["ada"])
+    assert code == 200 and runs, runs
+    return dict(runs[0])
+
+
+def _record_story(p: Platform, work: Path) -> str:
+    """Record the pricing job through the server into S3; its inputs are gone afterwards."""
     inputs = work / "inputs"
     serving = subprocess.Popen([sys.executable, str(APP / "serve_inputs.py"), str(inputs)],
                                stdout=subprocess.PIPE)  # fmt: skip
     try:
         assert serving.stdout is not None
         port = int(serving.stdout.readline())
-        proc = subprocess.run(
-            [SEALTRACE, "record", "--recipient", str(recipient), "--output", store, "--run-id",
-             run_id, "--app-root", str(APP), "--", sys.executable, str(APP / "app.py"),
-             f"http://127.0.0.1:{port}/order.json", str(inputs / "promotions.db")],
-            env=p.env, capture_output=True, timeout=120, check=False,
-        )  # fmt: skip
+        proc = _record(p, work, [sys.executable, str(APP / "app.py"),
+                                 f"http://127.0.0.1:{port}/order.json",
+                                 str(inputs / "promotions.db")])  # fmt: skip
     finally:
         serving.kill()
         serving.wait()
         assert serving.stdout is not None
         serving.stdout.close()
     assert proc.returncode == 0 and b'"total_price": 0.0' in proc.stdout, proc.stderr.decode()
+    assert b"sealtrace" not in proc.stderr, proc.stderr.decode()
     shutil.rmtree(inputs)
-    s3 = _aws(p, "s3")
-    header = s3.get_object(Bucket=p.bucket, Key=f"acme/{run_id}/header")["Body"].read()
-    wrapped = RecordingHeader.decode(header).wrapped_key
-    registration = {"wrapped_recording_key": base64.urlsafe_b64encode(wrapped).decode(),
-                    "store": store, "service": "checkout", "host": "test"}  # fmt: skip
-    code, got = _request(p.url, "POST", f"/v1/runs/{run_id}/register", p.tokens["record"],
-                         registration)  # fmt: skip
-    assert code == 200, got
-    code, got = _request(p.url, "POST", f"/v1/runs/{run_id}/finish", p.tokens["record"],
-                         {"status": "complete", "exit_status": 0})  # fmt: skip
-    assert code == 200, got
-    return str(run_id)
+    run = _newest_run(p)
+    assert run["status"] == "complete" and run["service"] == "checkout", run
+    assert run["store"].startswith(f"s3://{p.bucket}/acme/run-") and run["exit_status"] == 0
+    return str(run["run_id"])
 
 
 def _aws(p: Platform, service: str) -> Any:
@@ -359,3 +357,41 @@ def test_the_story_through_the_platform(platform: Platform, tmp_path: Path) -> N
             assert secret not in content, f"{secret[:12]!r} found in {where}"
     assert b"sealed_key" in redis_dump  # control: the tap saw the assignments
     assert not _session_dirs() - before_shm  # the agents wiped their tmpfs
+
+
+BUSY = "import sys\nprint('working', sum(range(10)))\nsys.exit(5)\n"
+
+
+def test_without_a_server_the_program_runs_unrecorded(platform: Platform, tmp_path: Path) -> None:
+    app = tmp_path / "busy.py"
+    app.write_text(BUSY)
+    plain = subprocess.run([sys.executable, str(app)], capture_output=True, check=False)
+    nowhere = Platform(**{**platform.__dict__, "url": f"http://127.0.0.1:{_free_port()}"})
+    for attempt in range(2):
+        started = time.monotonic()
+        run = _record(nowhere, tmp_path, [sys.executable, str(app)])
+        assert (run.returncode, run.stdout) == (plain.returncode, plain.stdout) == (5, plain.stdout)
+        lines = [line for line in run.stderr.splitlines() if b"sealtrace" in line]
+        assert len(lines) == 1 and b"not recording this run" in lines[0], run.stderr
+        if attempt:  # backing off: the server is not even asked
+            assert b"not asking again yet" in lines[0]
+            assert time.monotonic() - started < 10
+    # Control: with the server, the same program is recorded.
+    recorded = _record(platform, tmp_path / "with", [sys.executable, str(app)])
+    assert recorded.returncode == 5 and b"sealtrace" not in recorded.stderr, recorded.stderr
+
+
+def test_an_unreachable_store_leaves_the_program_alone_and_fails_the_run(
+    platform: Platform, tmp_path: Path
+) -> None:
+    app = tmp_path / "busy.py"
+    app.write_text(BUSY)
+    plain = subprocess.run([sys.executable, str(app)], capture_output=True, check=False)
+    down = f"http://127.0.0.1:{_free_port()}"
+    run = _record(platform, tmp_path, [sys.executable, str(app)], AWS_ENDPOINT_URL=down,
+                  AWS_MAX_ATTEMPTS="1")  # fmt: skip
+    assert (run.returncode, run.stdout) == (plain.returncode, plain.stdout)
+    lines = [line for line in run.stderr.splitlines() if b"sealtrace" in line]
+    assert len(lines) == 1 and b"recording failed" in lines[0], run.stderr
+    newest = _newest_run(platform)
+    assert newest["status"] == "failed" and newest["exit_status"] == 5, newest
