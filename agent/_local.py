@@ -22,8 +22,8 @@ from typing import Any
 
 from sealtrace.proxy._stream import ParsedStream
 
-from ._podman import PodmanTransport
-from ._sandbox import SandboxError, SandboxSession
+from ._podman import PodmanTransport, sweep_containers
+from ._sandbox import SandboxError, SandboxSession, sweep_session_directories
 
 __all__ = ["open_sandbox", "podman_client", "sandbox_user", "serve_podman"]
 
@@ -98,6 +98,8 @@ def open_sandbox(
 
     client = podman_client()
     user = sandbox_user()
+    sweep_containers(client)  # what agents killed mid-session left behind
+    sweep_session_directories()
     image = os.environ.get("SEALTRACE_REPLAY_IMAGE") or build_image(client)
     problem = image_problem(client, image, parsed.meta)
     if problem is not None:

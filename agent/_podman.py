@@ -17,16 +17,25 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sealtrace.sandbox._checkpoints import process_alive
 from sealtrace.sandbox._image import TMP_LABEL
 
 from ._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
 
-__all__ = ["DENIED_SYSCALLS", "PodmanTransport", "SandboxLimits", "seccomp_profile"]
+__all__ = [
+    "AGENT_LABEL",
+    "DENIED_SYSCALLS",
+    "PodmanTransport",
+    "SandboxLimits",
+    "seccomp_profile",
+    "sweep_containers",
+]
 
 DENIED_SYSCALLS = (
     "mount", "umount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key",
@@ -65,6 +74,29 @@ def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
     rules.append({"names": sorted(denied), "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM})
     profile["syscalls"] = rules
     return profile
+
+
+AGENT_LABEL = "sealtrace.agent"
+
+
+def _agent_mark() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def sweep_containers(client: Any) -> list[str]:
+    """Remove session containers whose agent process on this host is gone (killed before it
+    could remove them); returns their ids."""
+    host = socket.gethostname()
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": AGENT_LABEL}):
+        owner, _, pid = str(container.labels.get(AGENT_LABEL, "")).rpartition(":")
+        if owner == host and pid.isdigit() and not process_alive(int(pid)):
+            with contextlib.suppress(Exception):
+                container.kill(signal="SIGKILL")
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+            removed.append(container.id)
+    return removed
 
 
 class PodmanTransport:
@@ -137,7 +169,7 @@ class PodmanTransport:
                 {"Name": "nproc", "Soft": limits.nproc, "Hard": limits.nproc},
                 {"Name": "as", "Soft": limits.address_space, "Hard": limits.address_space},
             ],
-            "labels": {"sealtrace.session": self.directory.name},
+            "labels": {"sealtrace.session": self.directory.name, AGENT_LABEL: _agent_mark()},
         }
 
     def start(self) -> None:

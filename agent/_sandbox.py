@@ -25,6 +25,7 @@ from typing import Any, NoReturn, Protocol
 from sealtrace.proxy import SealtraceError
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._stream import ParsedStream
+from sealtrace.sandbox._checkpoints import process_alive
 from sealtrace.sandbox._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from sealtrace.sandbox._protocol import (
     FRAME_SIZE,
@@ -55,6 +56,8 @@ __all__ = [
     "SandboxError",
     "SandboxSession",
     "Transport",
+    "session_directory",
+    "sweep_session_directories",
 ]
 
 # mkdtemp makes a private (0700, unguessable) directory in it.
@@ -74,13 +77,31 @@ class SandboxError(SealtraceError):
     exit_code = 5
 
 
-def session_directory(prefix: str) -> Path:
-    """A fresh 0700 directory for one session's FIFOs or settings, on a tmpfs (/dev/shm, or
-    SEALTRACE_SESSION_DIR): nothing a session leaves behind outlives the machine."""
+def _session_base() -> str | None:
     base = os.environ.get("SEALTRACE_SESSION_DIR")
     if not base and os.path.isdir(_TMPFS):
         base = _TMPFS
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    return base
+
+
+def session_directory(prefix: str) -> Path:
+    """A fresh 0700 directory for one session's FIFOs or settings, on a tmpfs (/dev/shm, or
+    SEALTRACE_SESSION_DIR): nothing a session leaves behind outlives the machine. Its name
+    carries this process's id, so sweep_session_directories() can tell an orphan."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=_session_base()))
+
+
+def sweep_session_directories() -> list[str]:
+    """Remove the session directories of processes that are gone (an agent killed mid-
+    session cannot remove its own); returns their names."""
+    base = Path(_session_base() or tempfile.gettempdir())
+    removed = []
+    for entry in base.glob("sealtrace-*-*-*"):
+        pid = entry.name.split("-")[2]
+        if entry.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 class Transport(Protocol):

@@ -9,6 +9,8 @@ exits. A supervisor starts a fresh one. Its network needs: the server, Redis and
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -40,12 +42,17 @@ def run_agent(
     hello = server.register(held[0].recipient.raw)
     agent_id, queue = hello["agent_id"], hello["queue"]
     stop = threading.Event()
+    ended: list[str] = []
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT):
             try:
                 server.heartbeat(agent_id)
-            except ServerError:
+            except ServerError as exc:
+                if exc.status == 410:  # retired: its session failed before reaching it
+                    ended.append("retired")
+                    os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown
+                    return
                 continue  # the server may be restarting; an assignment may still come
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
@@ -59,7 +66,6 @@ def run_agent(
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
     )
-    ended: list[str] = []
 
     @app.task(name=ASSIGNMENT_TASK)  # type: ignore[untyped-decorator]
     def session(**message: Any) -> None:

@@ -34,7 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-__all__ = ["CheckpointPolicy", "CheckpointedReplay", "Checkpoints", "receive", "send"]
+__all__ = [
+    "CheckpointPolicy",
+    "CheckpointedReplay",
+    "Checkpoints",
+    "process_alive",
+    "receive",
+    "send",
+]
 
 _LENGTH = struct.Struct(">I")
 _MAX_MESSAGE = 256 * 1024 * 1024
@@ -206,7 +213,7 @@ def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
 # -- the session side -----------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting to be reaped."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
@@ -266,9 +273,9 @@ class CheckpointedReplay:
         self.checkpoints.clear()
         deadline = time.monotonic() + 2.0
         for pid in self.pids.values():
-            while _alive(pid) and time.monotonic() < deadline:
+            while process_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.005)
-            if _alive(pid):
+            if process_alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, 9)
         self.pids.clear()

@@ -52,7 +52,11 @@ def create_app(
     keys = KeyService(factory, wrapper)
     relay = Relay(agent_silence=settings.agent_silence)
     sessions = SessionService(
-        factory, keys, relay, dispatcher or CeleryDispatcher(settings.redis_url)
+        factory,
+        keys,
+        relay,
+        dispatcher or CeleryDispatcher(settings.redis_url),
+        assign_timeout=settings.assign_timeout,
     )
     app.state.services = Services(settings, factory, keys, relay, sessions)
     app.include_router(router)

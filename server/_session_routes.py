@@ -16,7 +16,7 @@ from ._deps import ServicesDep, require
 from ._keys import KeyServiceError, RunNotFound
 from ._models import Session
 from ._relay import AgentGone, SessionClosed
-from ._sessions import NoAgent, SessionNotFound
+from ._sessions import DispatchError, NoAgent, SessionNotFound
 
 __all__ = ["router"]
 
@@ -68,7 +68,7 @@ def open_session(
     except NoAgent as exc:
         services.audit(who, "session.open", body.run_id, "failed", str(exc))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
-    except KeyServiceError as exc:
+    except (KeyServiceError, DispatchError) as exc:
         services.audit(who, "session.open", body.run_id, "failed", str(exc))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
     services.audit(who, "session.open", f"{body.run_id} {session.id}", "ok")
@@ -186,9 +186,11 @@ def heartbeat(
     who: Annotated[Principal, Depends(require("agents:serve"))],
 ) -> Response:
     try:
-        services.sessions.heartbeat(who.tenant_id, agent_id)
+        agent = services.sessions.heartbeat(who.tenant_id, agent_id)
     except SessionNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    if agent.status == "gone":  # retired (its session ended without it): it should exit
+        raise HTTPException(status.HTTP_410_GONE, "this agent is retired: exit")
     return Response(status_code=204)
 
 

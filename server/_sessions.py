@@ -26,6 +26,7 @@ from ._relay import Relay
 __all__ = [
     "AGENT_FRESH",
     "CeleryDispatcher",
+    "DispatchError",
     "Dispatcher",
     "NoAgent",
     "SessionNotFound",
@@ -44,6 +45,10 @@ class SessionNotFound(Exception):
     """No such session for this tenant."""
 
 
+class DispatchError(Exception):
+    """The assignment could not be queued (Redis unreachable); the session has failed."""
+
+
 class Dispatcher(Protocol):
     def send(self, queue: str, assignment: dict[str, Any]) -> None: ...
 
@@ -55,7 +60,13 @@ class CeleryDispatcher:
         from celery import Celery
 
         self.app = Celery("sealtrace-server", broker=broker_url)
-        self.app.conf.update(broker_connection_retry_on_startup=True, task_serializer="json")
+        # Fail at once when Redis is away: the session fails cleanly instead of hanging.
+        self.app.conf.update(
+            broker_connection_retry_on_startup=True,
+            task_serializer="json",
+            task_publish_retry=False,
+            broker_connection_timeout=3,
+        )
 
     def send(self, queue: str, assignment: dict[str, Any]) -> None:
         self.app.send_task(ASSIGNMENT_TASK, kwargs=assignment, queue=queue)
@@ -72,7 +83,10 @@ class SessionService:
         keys: KeyService,
         relay: Relay,
         dispatcher: Dispatcher,
+        *,
+        assign_timeout: float = 180.0,
     ) -> None:
+        self.assign_timeout = dt.timedelta(seconds=assign_timeout)
         self.factory = factory
         self.keys = keys
         self.relay = relay
@@ -126,14 +140,21 @@ class SessionService:
         try:
             sealed = self.keys.seal_for_agent(tenant_id, run_id, public_key, session_id)
         except KeyServiceError as exc:
-            self._end(tenant_id, session_id, "failed", str(exc))
+            self._end(tenant_id, session_id, "failed", str(exc), agent_after="idle")
             raise
         self.relay.open(session_id)
-        self.dispatcher.send(
-            queue,
-            {"session_id": session_id, "run_id": run_id, "store": store,
-             "sealed_key": base64.b64encode(sealed).decode()},
-        )  # fmt: skip
+        try:
+            self.dispatcher.send(
+                queue,
+                {"session_id": session_id, "run_id": run_id, "store": store,
+                 "sealed_key": base64.b64encode(sealed).decode()},
+            )  # fmt: skip
+        except Exception as exc:  # kombu's and redis's connection errors alike
+            self._end(tenant_id, session_id, "failed", "the task queue is unreachable",
+                      agent_after="idle")  # fmt: skip
+            raise DispatchError(
+                f"the task queue is unreachable ({exc.__class__.__name__})"
+            ) from None
         return session
 
     def _idle_agent(self, db: DbSession, tenant_id: int) -> Agent | None:
@@ -149,8 +170,18 @@ class SessionService:
         return db.scalars(query).first()
 
     def get(self, tenant_id: int, session_id: str) -> Session:
+        """The session; one its agent never took up within `assign_timeout` has failed."""
         with self.factory() as db:
-            return self._session(db, tenant_id, session_id)
+            session = self._session(db, tenant_id, session_id)
+        opened = (
+            session.opened.replace(tzinfo=dt.UTC)
+            if session.opened.tzinfo is None
+            else (session.opened)
+        )
+        if session.status == "assigned" and _now() - opened > self.assign_timeout:
+            return self._end(tenant_id, session_id, "failed",
+                             "no agent took the session up in time")  # fmt: skip
+        return session
 
     def agent_state(
         self, tenant_id: int, agent_id: str, session_id: str, state: str, detail: str = ""
@@ -174,7 +205,17 @@ class SessionService:
         self.relay.close(session_id)
         return self._end(tenant_id, session_id, "closed", "closed by the user")
 
-    def _end(self, tenant_id: int, session_id: str, status: str, detail: str) -> Session:
+    def _end(
+        self,
+        tenant_id: int,
+        session_id: str,
+        status: str,
+        detail: str,
+        *,
+        agent_after: str = "gone",  # disposable: an agent serves one session
+    ) -> Session:
+        """End the session. An agent that never received it (the key or the queue failed
+        first) goes back to idle; one that did is done."""
         with self.factory() as db:
             session = self._session(db, tenant_id, session_id)
             if session.status not in ("closed", "failed"):
@@ -182,8 +223,8 @@ class SessionService:
                 session.closed = _now()
                 session.detail = detail[:2000]
             agent = db.get(Agent, session.agent_id) if session.agent_id else None
-            if agent is not None:
-                agent.status = "gone"  # disposable: an agent serves one session
+            if agent is not None and agent.status != "gone":
+                agent.status = agent_after
             db.commit()
         if status == "failed":
             self.relay.close(session_id, failed=detail)

@@ -36,6 +36,8 @@ class ServerSettings(BaseSettings):
     # polling while a question waits before its session fails.
     query_timeout: float = 300.0
     agent_silence: float = 30.0
+    # How long an assigned session may wait for its agent to load it before it fails.
+    assign_timeout: float = 180.0
 
     def check(self) -> ServerSettings:
         """Refuse settings that must not reach production; returns self."""

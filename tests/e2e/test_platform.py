@@ -42,6 +42,39 @@ SEALTRACE = str(Path(sys.executable).with_name("sealtrace"))
 SECRET = "e2e-secret-" + "s" * 24
 
 
+class RestartableRedis:
+    """Redis on one port that a test can stop and start again (nothing kept on disk)."""
+
+    def __init__(self, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.work = work
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        import socket
+
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind",
+             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(self.work)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return f"redis://127.0.0.1:{self.port}/0"
+            except OSError:
+                assert self.proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
 @dataclass
 class Platform:
     url: str
@@ -52,6 +85,7 @@ class Platform:
     logs: list[Path]
     redis_url: str
     kms_key: str
+    redis: RestartableRedis
     agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
@@ -74,13 +108,14 @@ def _cli(env: dict[str, str], *args: str) -> str:
 def platform(
     tmp_path_factory: pytest.TempPathFactory,
     moto_server: str,
-    redis_server: str,
     podman_service: tuple[Any, Any, str],
     replay_image: str,
 ) -> Iterator[Platform]:
     import boto3
 
     work = tmp_path_factory.mktemp("platform")
+    redis = RestartableRedis(work / "redis")
+    redis_server = redis.start()
     aws = {"AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
     kms = boto3.client("kms", endpoint_url=moto_server, region_name="us-east-1",
@@ -95,7 +130,11 @@ def platform(
            "SEALTRACE_SERVER_DATABASE_URL": f"sqlite:///{db}",
            "SEALTRACE_SERVER_SECRET_KEY": SECRET,
            "SEALTRACE_SERVER_KMS_KEY_ID": key_id,
-           "SEALTRACE_SERVER_REDIS_URL": redis_server}  # fmt: skip
+           "SEALTRACE_SERVER_REDIS_URL": redis_server,
+           # Faults show fast: an agent silent for 5 s is gone, an assignment not taken
+           # up in 20 s has failed.
+           "SEALTRACE_SERVER_AGENT_SILENCE": "5",
+           "SEALTRACE_SERVER_ASSIGN_TIMEOUT": "20"}  # fmt: skip
     _cli(env, "server", "migrate")
     for tenant in ("acme", "globex"):
         _cli(env, "server", "create-tenant", "--tenant", tenant)
@@ -133,7 +172,7 @@ def platform(
         tokens[name] = got["token"]
     agent_env = {**os.environ, **aws, "SEALTRACE_PODMAN_SOCKET": podman_service[2],
                  "SEALTRACE_AGENT_BROKER": redis_server}  # fmt: skip
-    found = Platform(url, agent_env, db, bucket, tokens, [log], redis_server, key_id)
+    found = Platform(url, agent_env, db, bucket, tokens, [log], redis_server, key_id, redis)
     try:
         yield found
     finally:
@@ -143,6 +182,7 @@ def platform(
                 agent.wait()
         server.terminate()
         server.wait(timeout=30)
+        redis.stop()
 
 
 def _record(
@@ -294,9 +334,14 @@ def _session_dirs() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("sealtrace-")}
 
 
-def test_the_story_through_the_platform(platform: Platform, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def story_run(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _record_story(platform, tmp_path_factory.mktemp("story"))
+
+
+def test_the_story_through_the_platform(platform: Platform, story_run: str, tmp_path: Path) -> None:
     p = platform
-    run_id = _record_story(p, tmp_path)
+    run_id = story_run
     before_shm = _session_dirs()
     agent = _start_agent(p, tmp_path)
     with RedisTap(p.redis_url) as tap:
@@ -395,3 +440,108 @@ def test_an_unreachable_store_leaves_the_program_alone_and_fails_the_run(
     assert len(lines) == 1 and b"recording failed" in lines[0], run.stderr
     newest = _newest_run(platform)
     assert newest["status"] == "failed" and newest["exit_status"] == 5, newest
+
+
+def _ask_trace(p: Platform, session_id: str) -> tuple[int, Any]:
+    question = {"kind": "trace", "at": "routes/orders.py:4", "var": "order.total_price"}
+    return _request(p.url, "POST", f"/v1/sessions/{session_id}/queries", p.tokens["ada"],
+                    question)  # fmt: skip
+
+
+def _works(p: Platform, run_id: str, work: Path) -> None:
+    """A fresh agent serves a fresh session to the end."""
+    agent = _start_agent(p, work)
+    session_id = _open(p, "ada", run_id)
+    code, doc = _ask_trace(p, session_id)
+    assert code == 200 and doc["query"]["value"]["repr"] == "0.0", doc
+    _request(p.url, "POST", f"/v1/sessions/{session_id}/close", p.tokens["ada"])
+    assert agent.wait(timeout=60) == 0
+
+
+def _status(p: Platform, session_id: str) -> dict[str, Any]:
+    code, found = _request(p.url, "GET", f"/v1/sessions/{session_id}", p.tokens["ada"])
+    assert code == 200, found
+    return dict(found)
+
+
+def test_an_agent_killed_mid_session_fails_it_and_the_next_works(
+    platform: Platform, story_run: str, tmp_path: Path
+) -> None:
+    import signal
+
+    p = platform
+    agent = _start_agent(p, tmp_path)
+    session_id = _open(p, "ada", story_run)
+    agent.send_signal(signal.SIGKILL)
+    agent.wait()
+    code, why = _ask_trace(p, session_id)  # the agent no longer polls: 5 s of silence
+    assert code == 502 and "stopped answering" in why["detail"], why
+    found = _status(p, session_id)
+    assert found["status"] == "failed" and "stopped answering" in found["detail"]
+    assert _ask_trace(p, session_id)[0] == 409  # a failed session answers nothing more
+    # Its container outlived it; the next agent's boot removes it.
+    from podman import PodmanClient
+
+    client = PodmanClient(base_url=p.env["SEALTRACE_PODMAN_SOCKET"])
+    orphans = [c for c in client.containers.list(all=True, filters={"label": "sealtrace.agent"})
+               if c.labels["sealtrace.agent"].endswith(f":{agent.pid}")]  # fmt: skip
+    assert orphans, "the killed agent's container should still be there"
+    _works(p, story_run, tmp_path)
+    left = [c for c in client.containers.list(all=True, filters={"label": "sealtrace.agent"})
+            if c.labels["sealtrace.agent"].endswith(f":{agent.pid}")]  # fmt: skip
+    client.close()
+    assert not left
+    assert not [d for d in os.listdir("/dev/shm") if f"-{agent.pid}-" in d]
+
+
+def test_redis_restarted_fails_what_was_in_flight_and_new_sessions_work(
+    platform: Platform, story_run: str, tmp_path: Path
+) -> None:
+    import signal
+
+    p = platform
+    # Redis away while a session opens: it fails at once, cleanly, and says why.
+    agent = _start_agent(p, tmp_path)
+    p.redis.stop()
+    code, got = _request(p.url, "POST", "/v1/sessions", p.tokens["ada"], {"run_id": story_run})
+    assert code == 503 and "task queue is unreachable" in got["detail"], got
+    p.redis.start()
+    # An assignment lost with Redis's memory: its session fails once nobody takes it up.
+    agent.send_signal(signal.SIGSTOP)
+    code, opened = _request(p.url, "POST", "/v1/sessions", p.tokens["ada"], {"run_id": story_run})
+    assert code == 201, opened
+    p.redis.stop()
+    p.redis.start()
+    agent.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while (found := _status(p, opened["session_id"]))["status"] == "assigned":
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    assert found["status"] == "failed" and "in time" in found["detail"], found
+    # The agent it was meant for is retired and exits; new sessions work.
+    assert agent.wait(timeout=60) == 0
+    _works(p, story_run, tmp_path)
+
+
+def test_kms_refusing_is_a_clear_error_and_an_audit_event(
+    platform: Platform, story_run: str, tmp_path: Path
+) -> None:
+    p = platform
+    app = tmp_path / "busy.py"
+    app.write_text(BUSY)
+    assert _record(p, tmp_path, [sys.executable, str(app)]).returncode == 5
+    run_id = _newest_run(p)["run_id"]
+    with sqlite3.connect(p.db) as conn:  # the wrapped key damaged: KMS will not unwrap it
+        conn.execute("UPDATE runs SET wrapped_private_key = ? WHERE id = ?",
+                     (b"\x01" * 64, run_id))  # fmt: skip
+    conn.close()
+    agent = _start_agent(p, tmp_path)
+    code, got = _request(p.url, "POST", "/v1/sessions", p.tokens["ada"], {"run_id": run_id})
+    assert code == 503 and got["detail"].startswith("KMS refused to unwrap a run key"), got
+    code, log = _request(p.url, "GET", "/v1/audit?after=0&limit=1000", p.tokens["aud"])
+    assert any(e["action"] == "session.open" and e["result"] == "failed" and "KMS" in e["detail"]
+               and e["target"] == run_id for e in log), log  # fmt: skip
+    # The agent never got anything: it serves the next session.
+    session_id = _open(p, "ada", story_run)
+    _request(p.url, "POST", f"/v1/sessions/{session_id}/close", p.tokens["ada"])
+    assert agent.wait(timeout=60) == 0
