@@ -10,10 +10,12 @@ STAMP := $(VENV)/.sealtrace-installed
 PACKAGES := -p sealtrace.proxy -p sealtrace.sandbox -p sealtrace.agent -p sealtrace.server -p sealtrace._engine
 NATIVE := $(wildcard native/CMakeLists.txt native/src/* native/_engine.pyi)
 
-.PHONY: help setup podman lint typecheck test tier demo bench clean
+.PHONY: help setup podman lint typecheck test tier demo up bench clean
 
 help:
-	@echo "make demo   - seal a sample into a local S3 (moto) store, inspect it, open it"
+	@echo "make demo   - the £0.00 story: sealed into local S3, replayed, traced; then again through"
+	@echo "              the server, an agent and the sandbox (everything stopped afterwards)"
+	@echo "make up     - the platform on loopback (Redis, moto, server, agents) until Ctrl-C"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
 	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
 	@echo "make bench  - sealing vs raw AES-256-GCM, recorder overhead, provenance engine cost (bench/results/)"
@@ -44,8 +46,12 @@ test: setup podman lint typecheck
 tier: setup podman
 	$(BIN)/python -m pytest -m "$(TIER)"
 
-demo: setup
+demo: setup podman
 	PATH="$(CURDIR)/$(BIN):$$PATH" infra/local/demo.sh
+	$(BIN)/python infra/local/stack.py demo
+
+up: setup podman
+	$(BIN)/python infra/local/stack.py up
 
 bench: setup
 	$(BIN)/python bench/seal.py

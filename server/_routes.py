@@ -194,7 +194,7 @@ def list_runs(
     """The tenant's runs that started recording (or failed to), newest first."""
     runs = db.scalars(
         select(Run).where(Run.tenant_id == who.tenant_id, Run.status.in_(_RECORDED))
-        .order_by(func.coalesce(Run.started, Run.leased).desc())
+        .order_by(func.coalesce(Run.started, Run.ended, Run.leased).desc())
         .limit(min(max(limit, 1), 1000))
     )  # fmt: skip
     return [_view(run) for run in runs]
