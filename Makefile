@@ -18,7 +18,7 @@ help:
 	@echo "make up     - the platform on loopback (Redis, moto, server, agents) until Ctrl-C"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
 	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
-	@echo "make bench  - sealing vs raw AES-256-GCM, recorder overhead, provenance engine cost (bench/results/)"
+	@echo "make bench  - sealing, recorder overhead, engine cost, sandbox and session start (bench/results/)"
 
 $(STAMP): pyproject.toml $(NATIVE)
 	infra/local/bootstrap.sh
@@ -58,6 +58,7 @@ bench: setup
 	$(BIN)/python bench/record_overhead.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/session.py
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
