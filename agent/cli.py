@@ -79,7 +79,7 @@ def agent(
 
     from sealtrace.proxy import UsageError
 
-    from ._local import open_sandbox
+    from ._local import sandbox_opener
     from ._server import ServerClient
     from ._worker import run_agent
 
@@ -89,10 +89,11 @@ def agent(
             "set SEALTRACE_AGENT_TOKEN to an agent token (sealtrace server create-token)"
         )
     client = ServerClient(server, token)
+    opener = sandbox_opener()  # the image found (or built) before the agent offers itself
     ended = run_agent(
         client,
         broker,
-        open_sandbox,
+        opener,
         idle_timeout=idle_timeout,
         on_ready=lambda agent_id: typer.echo(f"agent {agent_id} waiting", err=True),
     )

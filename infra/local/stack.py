@@ -227,7 +227,8 @@ class Stack:
         log = f"agent-{len(self.agents)}.log"
         agent = self._spawn([SEALTRACE, "agent", "--server", self.url], log, env)
         self.agents.append(agent)
-        deadline = time.monotonic() + 60
+        # At boot the agent finds the replay image, or builds it (a minute, the first time).
+        deadline = time.monotonic() + 300
         while b"waiting" not in (self.work / log).read_bytes():
             if agent.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the agent did not start: {(self.work / log).read_text()}")
