@@ -95,7 +95,7 @@ def serve(
         server.state(agent_id, assignment.session_id, "ready")
         last = time.monotonic()
         while True:
-            message = server.next(agent_id, assignment.session_id, wait=poll)
+            message = server.next(agent_id, assignment.session_id, wait=min(poll, idle_timeout))
             if message is None:
                 if time.monotonic() - last > idle_timeout:
                     server.state(agent_id, assignment.session_id, "closed", "idle timeout")

@@ -44,6 +44,7 @@ class PlatformError(Exception):
 class Lease:
     run_id: str
     recipient: Recipient
+    store: str | None = None  # the server's choice of location, if it has one
 
 
 class PlatformClient:
@@ -94,14 +95,14 @@ class PlatformClient:
                 state = json.loads(handle.read() or "{}")
             except ValueError:
                 state = {}
-            keys: list[list[str]] = state.get("keys", [])
+            keys: list[list[str | None]] = state.get("keys", [])
             if not keys:
                 if time.time() < state.get("retry_after", 0):
                     self.why = "the server did not answer lately; not asking again yet"
                 else:
                     try:
                         found = self._call("POST", "/v1/keys/lease", {"count": self.batch})
-                        keys = [[k["run_id"], k["public_key"]] for k in found]
+                        keys = [[k["run_id"], k["public_key"], k.get("store")] for k in found]
                         state.pop("retry_after", None)
                         state.pop("backoff", None)
                     except PlatformError as exc:
@@ -116,9 +117,11 @@ class PlatformClient:
             handle.write(json.dumps(state))
         if taken is None:
             return None
-        run_id, public = taken
+        run_id, public, *rest = (str(item) if item is not None else None for item in taken)
+        if run_id is None or public is None:
+            return None
         raw = base64.urlsafe_b64decode(public + "=" * (-len(public) % 4))
-        return Lease(run_id, Recipient.from_raw(raw))
+        return Lease(run_id, Recipient.from_raw(raw), rest[0] if rest else None)
 
     # -- runs -----------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ __all__ = ["run_recorded", "run_through_platform"]
 
 def run_through_platform(
     platform: PlatformClient,
-    store_base: str,
+    store_base: str | None,
     command: Sequence[str],
     *,
     service: str | None = None,
@@ -52,7 +52,13 @@ def run_through_platform(
         print(f"sealtrace: not recording this run: no key from the server ({platform.why})",
               file=sys.stderr, flush=True)  # fmt: skip
         return _run_child(list(command), dict(os.environ))
-    output = f"{store_base.rstrip('/')}/{lease.run_id}"
+    base = store_base or lease.store
+    if not base:
+        print("sealtrace: not recording this run: no --store given and the server names none",
+              file=sys.stderr, flush=True)  # fmt: skip
+        platform.finish(lease.run_id, "failed", detail="no store")
+        return _run_child(list(command), dict(os.environ))
+    output = f"{base.rstrip('/')}/{lease.run_id}"
     store = open_store(output)
     done = threading.Event()
     registered = threading.Event()

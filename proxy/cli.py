@@ -256,7 +256,11 @@ def record(
         ),
     ] = None,
     store: Annotated[
-        str | None, typer.Option("--store", help="With --server: s3://bucket/prefix for runs.")
+        str | None,
+        typer.Option(
+            "--store",
+            help="With --server: s3://bucket/prefix for runs (default: the server's choice).",
+        ),
     ] = None,
     service: Annotated[
         str | None, typer.Option("--service", help="With --server: the service's name.")
@@ -276,8 +280,8 @@ def record(
         if recipient is not None or output is not None or run_id is not None:
             raise UsageError("--server leases the key and names the run: no --recipient, "
                              "--output or --run-id")  # fmt: skip
-        if not token or not store:
-            raise UsageError("--server needs --token (or SEALTRACE_TOKEN) and --store")
+        if not token:
+            raise UsageError("--server needs --token (or SEALTRACE_TOKEN)")
         from ._platform import PlatformClient
 
         os.environ.pop("SEALTRACE_TOKEN", None)  # the program never sees the token

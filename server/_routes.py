@@ -87,11 +87,13 @@ class LeaseRequest(BaseModel):
 class LeasedKey(BaseModel):
     run_id: str
     public_key: str  # raw X25519, base64url
+    store: str | None = None  # where the run goes, unless the recorder was told otherwise
 
 
 @router.post("/keys/lease", tags=["recorders"], openapi_extra=_needs("keys:lease"))
 def lease_keys(
     body: LeaseRequest,
+    db: DB,
     keys: Keys,
     services: ServicesDep,
     settings: Settings,
@@ -104,7 +106,14 @@ def lease_keys(
         services.audit(who, "keys.lease", f"{body.count} keys", "failed", str(exc))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
     services.audit(who, "keys.lease", f"{len(leases)} keys", "ok")
-    return [LeasedKey(run_id=lease.run_id, public_key=_b64(lease.public_key)) for lease in leases]
+    store = None
+    if settings.store:
+        tenant = db.get(Tenant, who.tenant_id)
+        store = f"{settings.store.rstrip('/')}/{tenant.name if tenant else who.tenant_id}"
+    return [
+        LeasedKey(run_id=lease.run_id, public_key=_b64(lease.public_key), store=store)
+        for lease in leases
+    ]
 
 
 class Registration(BaseModel):

@@ -28,6 +28,9 @@ class ServerSettings(BaseSettings):
     kms_key_id: str = "alias/sealtrace-run-keys"
     aws_region: str = "us-east-1"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Where recorders put runs when they are not told (s3://bucket[/prefix]); each tenant's
+    # under its name.
+    store: str = ""
     # Keys minted per batch, and how many one lease hands out.
     mint_batch: int = 32
     lease_batch: int = 8

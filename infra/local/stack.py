@@ -145,6 +145,7 @@ class Stack:
                     "SEALTRACE_SERVER_SECRET_KEY": base64.b64encode(os.urandom(24)).decode(),
                     "SEALTRACE_SERVER_KMS_KEY_ID": self.kms_key,
                     "SEALTRACE_SERVER_REDIS_URL": self.redis.url,
+                    "SEALTRACE_SERVER_STORE": f"s3://{self.bucket}",
                     "XDG_CACHE_HOME": str(self.work / "cache"),
                     **self.server_env}  # fmt: skip
         self.cli("server", "migrate")
@@ -222,10 +223,10 @@ class Stack:
             raw = exc.read()
             return exc.code, json.loads(raw) if raw else None
 
-    def start_agent(self) -> subprocess.Popen[bytes]:
+    def start_agent(self, *options: str) -> subprocess.Popen[bytes]:
         env = {**self.agent_env, "SEALTRACE_AGENT_TOKEN": self.tokens["agent"]}
         log = f"agent-{len(self.agents)}.log"
-        agent = self._spawn([SEALTRACE, "agent", "--server", self.url], log, env)
+        agent = self._spawn([SEALTRACE, "agent", "--server", self.url, *options], log, env)
         self.agents.append(agent)
         # At boot the agent finds the replay image, or builds it (a minute, the first time).
         deadline = time.monotonic() + 300
@@ -244,12 +245,18 @@ class Stack:
             self._stopping.wait(1.0)
 
     def record(
-        self, command: list[str], *, server: str | None = None, **env: str
+        self,
+        command: list[str],
+        *,
+        server: str | None = None,
+        store: str | None = None,
+        **env: str,
     ) -> subprocess.CompletedProcess[bytes]:
-        """`sealtrace record --server`: the key leased, the run registered and finished."""
+        """`sealtrace record --server`: the key leased, the run registered and finished
+        (into the server's choice of store unless `store` is given)."""
+        where = ["--store", store] if store else []
         return subprocess.run(
-            [SEALTRACE, "record", "--server", server or self.url, "--store",
-             f"s3://{self.bucket}/acme",
+            [SEALTRACE, "record", "--server", server or self.url, *where,
              "--service", "checkout", "--app-root", str(APP), "--", *command],
             env={**self.env, "SEALTRACE_TOKEN": self.tokens["record"], **env},
             capture_output=True, timeout=120, check=False,
