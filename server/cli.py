@@ -62,11 +62,18 @@ def serve(
 @app.command("create-tenant")
 @_guarded
 def create_tenant(tenant: TenantOpt) -> None:
+    from sqlalchemy.exc import IntegrityError
+
     from ._models import Tenant
 
     with _factory()() as db:
-        db.add(Tenant(name=tenant))
-        db.commit()
+        row = Tenant(name=tenant)
+        db.add(row)
+        try:
+            db.commit()
+        except IntegrityError:
+            raise UsageError(f"tenant {tenant!r} exists") from None
+        _audit_cli("tenant.create", tenant, row.id)
     typer.echo(f"tenant {tenant}")
 
 
@@ -79,6 +86,8 @@ def create_user(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a user with a generated password (shown once)."""
+    from sqlalchemy.exc import IntegrityError
+
     from ._auth import hash_password
     from ._models import Role, User
 
@@ -91,7 +100,11 @@ def create_user(
         tenant_id = _tenant_id(db, tenant)
         db.add(User(tenant_id=tenant_id, name=name, role=kind,
                     password_hash=hash_password(password)))  # fmt: skip
-        db.commit()
+        try:
+            db.commit()
+        except IntegrityError:
+            raise UsageError(f"user {name!r} exists in tenant {tenant!r}") from None
+    _audit_cli("user.create", f"user:{name} ({kind.value})", tenant_id)
     out = {"tenant": tenant, "user": name, "role": kind.value, "password": password}
     typer.echo(json.dumps(out) if as_json else f"user {name} ({kind.value}) password {password}")
 
@@ -115,6 +128,7 @@ def create_token(
         tenant_id = _tenant_id(db, tenant)
         token = issue_token(db, key, tenant_id=tenant_id, scope=Scope(scope), name=name)
         db.commit()
+    _audit_cli("token.create", f"{scope}-token:{token.split('_')[1]} ({name})", tenant_id)
     typer.echo(token)
 
 
@@ -141,6 +155,16 @@ def audit_verify(as_json: JsonOpt = False) -> None:
             typer.echo(f"row {p.seq}: {p.why}")
     if problems:
         raise typer.Exit(3)
+
+
+def _audit_cli(action: str, target: str, tenant_id: int) -> None:
+    """Privileged actions from this command line are audit events too (actor: the OS user)."""
+    import getpass
+
+    from ._audit import append
+
+    append(_factory(), actor=f"cli:{getpass.getuser()}", action=action, target=target,
+           result="ok", tenant_id=tenant_id)  # fmt: skip
 
 
 def _factory() -> sessionmaker[Session]:

@@ -181,6 +181,17 @@ def test_the_story_through_the_platform(platform: Any, story_run: str, tmp_path:
                              p.tokens["ada"], {"kind": "trace", "at": "nowhere.py:1",
                                                "var": "x"})  # fmt: skip
         assert code == 422, bad
+        # Forward from the promotions read: it reaches the pricing code and the response.
+        source = {"kind": "flows", "from": f"event:{read['origin']['event']}"}
+        code, flows = p.request("POST", f"/v1/sessions/{session_id}/queries", p.tokens["ada"],
+                                source)  # fmt: skip
+        assert code == 200, flows
+        assert any(loc["function"] == "calculate_total" for loc in flows["locations"]), flows
+        assert flows["outputs"], flows
+        # The run did not crash: the crash state is a clear 422, not a hang.
+        code, crash = p.request("POST", f"/v1/sessions/{session_id}/queries", p.tokens["ada"],
+                                {"kind": "inspect-stack", "at": "crash"})  # fmt: skip
+        assert code == 422, crash
         # Another tenant's user, a record token, and an auditor.
         assert p.request("GET", f"/v1/sessions/{session_id}", p.tokens["gil"])[0] == 404
         assert p.request("POST", "/v1/sessions", p.tokens["gil"],
@@ -215,10 +226,20 @@ def test_the_story_through_the_platform(platform: Any, story_run: str, tmp_path:
     redis_dump = b"".join(tap.seen) + b"".join((store.dump(k) or b"") + k for k in store.keys("*"))
     places = {"redis": redis_dump, "database": p.db.read_bytes()}
     places.update({str(log): log.read_bytes() for log in p.logs})
+    # Every file the platform wrote (its logs, database, Redis directory, the lease pool)
+    # and everything on the agents' tmpfs.
+    for root in (p.work, Path("/dev/shm")):
+        for path in root.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    places[str(path)] = path.read_bytes()
     for where, content in places.items():
         for secret in secrets:
             assert secret not in content, f"{secret[:12]!r} found in {where}"
     assert b"sealed_key" in redis_dump  # control: the tap saw the assignments
+    # The command-line administration is audited too.
+    code, log = p.request("GET", "/v1/audit?after=0&limit=1000", p.tokens["aud"])
+    assert {"tenant.create", "user.create", "token.create"} <= {e["action"] for e in log}
     assert not _session_dirs() - before_shm  # the agents wiped their tmpfs
 
 
