@@ -62,7 +62,7 @@ def create_app(
     app.include_router(router)
     app.include_router(session_router)
 
-    @app.get("/health", tags=["health"], openapi_extra={"x-permission": "none"})
+    @app.get("/health", tags=["health"], openapi_extra={"x-permission": "none", "x-granted-to": []})
     def health() -> dict[str, str]:
         return {"status": "ok"}
 

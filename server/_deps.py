@@ -15,13 +15,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import _audit
-from ._auth import Principal, resolve_token
+from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
 from ._keys import KeyService
 from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings
 
-__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "require"]
+__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "needs", "require"]
 
 
 @dataclass
@@ -102,3 +102,12 @@ def require(permission: str) -> Callable[..., Any]:
 
     check.permission = permission  # type: ignore[attr-defined]
     return check
+
+
+def needs(permission: str) -> dict[str, Any]:
+    """OpenAPI's note on an operation: the permission it needs, and who holds it (the roles,
+    or the token scopes) as the role table has it now."""
+    holders = [role.value for role, granted in PERMISSIONS.items() if permission in granted]
+    holders += [f"{scope.value} token" for scope, granted in SCOPE_PERMISSIONS.items()
+                if permission in granted]  # fmt: skip
+    return {"x-permission": permission, "x-granted-to": holders}

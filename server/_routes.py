@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, status
 from pydantic import BaseModel, Field
@@ -18,17 +18,13 @@ from sqlalchemy import func, select
 
 from ._audit import verify
 from ._auth import Principal, issue_token, verify_password
-from ._deps import DB, Keys, ServicesDep, Settings, require
+from ._deps import DB, Keys, ServicesDep, Settings, needs, require
 from ._keys import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1")
-
-
-def _needs(permission: str) -> dict[str, Any]:
-    return {"x-permission": permission}
 
 
 def _b64(raw: bytes) -> str:
@@ -57,7 +53,7 @@ class Token(BaseModel):
     role: str
 
 
-@router.post("/auth/login", tags=["auth"], openapi_extra=_needs("none: a password signs in"))
+@router.post("/auth/login", tags=["auth"], openapi_extra=needs("none: a password signs in"))
 def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Token:
     """Exchange a tenant, user name and password for a user token (its role decides)."""
     user = db.scalars(
@@ -90,7 +86,7 @@ class LeasedKey(BaseModel):
     store: str | None = None  # where the run goes, unless the recorder was told otherwise
 
 
-@router.post("/keys/lease", tags=["recorders"], openapi_extra=_needs("keys:lease"))
+@router.post("/keys/lease", tags=["recorders"], openapi_extra=needs("keys:lease"))
 def lease_keys(
     body: LeaseRequest,
     db: DB,
@@ -144,7 +140,7 @@ def _not_found(exc: RunNotFound) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, str(exc))
 
 
-@router.post("/runs/{run_id}/register", tags=["recorders"], openapi_extra=_needs("runs:register"))
+@router.post("/runs/{run_id}/register", tags=["recorders"], openapi_extra=needs("runs:register"))
 def register_run(
     run_id: str,
     body: Registration,
@@ -171,7 +167,7 @@ class Finish(BaseModel):
     detail: str = Field(default="", max_length=2000)
 
 
-@router.post("/runs/{run_id}/finish", tags=["recorders"], openapi_extra=_needs("runs:register"))
+@router.post("/runs/{run_id}/finish", tags=["recorders"], openapi_extra=needs("runs:register"))
 def finish_run(
     run_id: str,
     body: Finish,
@@ -196,7 +192,7 @@ def finish_run(
 _RECORDED = (RunStatus.RECORDING, RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED)
 
 
-@router.get("/runs", tags=["runs"], openapi_extra=_needs("runs:read"))
+@router.get("/runs", tags=["runs"], openapi_extra=needs("runs:read"))
 def list_runs(
     db: DB, who: Annotated[Principal, Depends(require("runs:read"))], limit: int = 100
 ) -> list[RunView]:
@@ -209,7 +205,7 @@ def list_runs(
     return [_view(run) for run in runs]
 
 
-@router.get("/runs/{run_id}", tags=["runs"], openapi_extra=_needs("runs:read"))
+@router.get("/runs/{run_id}", tags=["runs"], openapi_extra=needs("runs:read"))
 def get_run(
     run_id: str, db: DB, who: Annotated[Principal, Depends(require("runs:read"))]
 ) -> RunView:
@@ -237,7 +233,7 @@ class AuditChain(BaseModel):
     head: str | None  # the last row's digest: anchor it elsewhere to notice truncation
 
 
-@router.get("/audit", tags=["audit"], openapi_extra=_needs("audit:read"))
+@router.get("/audit", tags=["audit"], openapi_extra=needs("audit:read"))
 def audit_log(
     db: DB, who: Annotated[Principal, Depends(require("audit:read"))], after: int = 0,
     limit: int = 100,
@@ -254,7 +250,7 @@ def audit_log(
     ]  # fmt: skip
 
 
-@router.get("/audit/verify", tags=["audit"], openapi_extra=_needs("audit:read"))
+@router.get("/audit/verify", tags=["audit"], openapi_extra=needs("audit:read"))
 def audit_verify(db: DB, _who: Annotated[Principal, Depends(require("audit:read"))]) -> AuditChain:
     """Check the whole chain (every tenant's rows: the chain is one)."""
     count, problems = verify(db)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
 
 from ._auth import Principal
-from ._deps import ServicesDep, require
+from ._deps import ServicesDep, needs, require
 from ._keys import KeyServiceError, RunNotFound
 from ._models import Session
 from ._relay import AgentGone, SessionClosed
@@ -21,10 +21,6 @@ from ._sessions import DispatchError, NoAgent, SessionNotFound
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1")
-
-
-def _needs(permission: str) -> dict[str, Any]:
-    return {"x-permission": permission}
 
 
 class SessionView(BaseModel):
@@ -52,7 +48,7 @@ class OpenSession(BaseModel):
 
 
 @router.post("/sessions", tags=["sessions"], status_code=201,
-             openapi_extra=_needs("sessions:open"))  # fmt: skip
+             openapi_extra=needs("sessions:open"))  # fmt: skip
 def open_session(
     body: OpenSession,
     services: ServicesDep,
@@ -84,7 +80,7 @@ def _session_or_404(services: Any, who: Principal, session_id: str) -> Session:
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"],
-            openapi_extra=_needs("sessions:query"))  # fmt: skip
+            openapi_extra=needs("sessions:query"))  # fmt: skip
 def get_session(
     session_id: str,
     services: ServicesDep,
@@ -104,7 +100,7 @@ class Ask(BaseModel):
 
 
 @router.post("/sessions/{session_id}/queries", tags=["sessions"],
-             openapi_extra=_needs("sessions:query"))  # fmt: skip
+             openapi_extra=needs("sessions:query"))  # fmt: skip
 def ask(
     session_id: str,
     body: Ask,
@@ -137,7 +133,7 @@ def ask(
 
 
 @router.post("/sessions/{session_id}/close", tags=["sessions"],
-             openapi_extra=_needs("sessions:query"))  # fmt: skip
+             openapi_extra=needs("sessions:query"))  # fmt: skip
 def close_session(
     session_id: str,
     services: ServicesDep,
@@ -162,7 +158,7 @@ class AgentView(BaseModel):
 
 
 @router.post("/agents", tags=["agents"], status_code=201,
-             openapi_extra=_needs("agents:register"))  # fmt: skip
+             openapi_extra=needs("agents:register"))  # fmt: skip
 def register_agent(
     body: AgentHello,
     services: ServicesDep,
@@ -179,7 +175,7 @@ def register_agent(
 
 
 @router.post("/agents/{agent_id}/heartbeat", tags=["agents"], status_code=204,
-             openapi_extra=_needs("agents:serve"))  # fmt: skip
+             openapi_extra=needs("agents:serve"))  # fmt: skip
 def heartbeat(
     agent_id: str,
     services: ServicesDep,
@@ -200,7 +196,7 @@ class AgentState(BaseModel):
 
 
 @router.post("/agents/{agent_id}/sessions/{session_id}/state", tags=["agents"],
-             openapi_extra=_needs("agents:serve"))  # fmt: skip
+             openapi_extra=needs("agents:serve"))  # fmt: skip
 def session_state(
     agent_id: str,
     session_id: str,
@@ -219,7 +215,7 @@ def session_state(
 
 
 @router.get("/agents/{agent_id}/sessions/{session_id}/next", tags=["agents"],
-            openapi_extra=_needs("agents:serve"))  # fmt: skip
+            openapi_extra=needs("agents:serve"))  # fmt: skip
 def next_question(
     agent_id: str,
     session_id: str,
@@ -252,7 +248,7 @@ class Answer(BaseModel):
 
 
 @router.post("/agents/{agent_id}/sessions/{session_id}/answers/{question_id}", tags=["agents"],
-             status_code=204, openapi_extra=_needs("agents:serve"))  # fmt: skip
+             status_code=204, openapi_extra=needs("agents:serve"))  # fmt: skip
 def answer(
     agent_id: str,
     session_id: str,
