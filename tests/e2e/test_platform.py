@@ -401,3 +401,15 @@ def test_a_session_left_idle_closes_and_its_agent_exits(platform: Any, story_run
     found = _status(p, session_id)
     assert found["status"] == "closed" and found["detail"] == "idle timeout", found
     assert _ask_trace(p, session_id)[0] == 409
+
+
+def test_a_retired_agent_exits(platform: Any) -> None:
+    """An agent whose place the server gave up (its session failed before reaching it) is
+    told so at its next heartbeat, and exits."""
+    p = platform
+    agent = p.start_agent()
+    with sqlite3.connect(p.db) as conn:
+        conn.execute("UPDATE agents SET status = 'gone' WHERE status = 'idle'")
+    conn.close()
+    assert agent.wait(timeout=60) == 0
+    assert b"session retired" in p.logs[-1].read_bytes()
