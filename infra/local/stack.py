@@ -284,11 +284,18 @@ class Stack:
         return proc, str(runs[0]["run_id"]) if code == 200 and runs else ""
 
     def open_session(self, user: str, run_id: str, timeout: float = 300) -> str:
-        code, got = self.request("POST", "/v1/sessions", self.tokens[user], {"run_id": run_id})
+        deadline = time.monotonic() + timeout
+        while True:
+            code, got = self.request("POST", "/v1/sessions", self.tokens[user],
+                                     {"run_id": run_id})  # fmt: skip
+            # With the supervisor on, an agent may still be starting (finding its image).
+            starting = self.supervise and code == 503 and "no idle agent" in str(got)
+            if not starting or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         if code != 201:
             raise RuntimeError(f"cannot open a session: {code} {got}")
         session_id = str(got["session_id"])
-        deadline = time.monotonic() + timeout
         while got["status"] != "ready":
             if got["status"] != "assigned" or time.monotonic() > deadline:
                 raise RuntimeError(f"the session did not become ready: {got}")
