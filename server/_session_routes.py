@@ -71,6 +71,14 @@ def open_session(
     return _view(session)
 
 
+def _agents_session(services: Any, who: Principal, agent_id: str, session_id: str) -> Session:
+    """The session, if it is this agent's (404 otherwise, as for any other tenant's)."""
+    session = _session_or_404(services, who, session_id)
+    if session.agent_id != agent_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    return session
+
+
 def _session_or_404(services: Any, who: Principal, session_id: str) -> Session:
     try:
         session: Session = services.sessions.get(who.tenant_id, session_id)
@@ -227,9 +235,7 @@ def next_question(
     `{"kind": "close"}` ends the session."""
     import json
 
-    session = _session_or_404(services, who, session_id)
-    if session.agent_id != agent_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    _agents_session(services, who, agent_id, session_id)
     try:
         question = services.relay.next(session_id, min(max(wait, 0.0), 30.0))
     except SessionClosed:
@@ -257,9 +263,7 @@ def answer(
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("agents:serve"))],
 ) -> Response:
-    session = _session_or_404(services, who, session_id)
-    if session.agent_id != agent_id:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    _agents_session(services, who, agent_id, session_id)
     found = body.model_dump(exclude_none=True)
     if not services.relay.answer(session_id, question_id, found):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no open question {question_id}")
