@@ -117,7 +117,7 @@ def test_tokens_resolve_to_their_scope_and_nothing_else(store: tuple[Any, Any]) 
         assert "sessions:open" not in who.permissions  # the role table says auditors don't
         recorder = resolve_token(db, KEY, record_token)
         assert recorder is not None and recorder.permissions == {"keys:lease", "runs:register"}
-        secret = record_token.rsplit("_", 1)[1]
+        secret = record_token.split("_", 2)[2]
         for bad in (record_token[:-1] + "x", expired, "st_nothing_here", "bearer", "",
                     record_token.replace("st_", "xx_")):  # fmt: skip
             assert resolve_token(db, KEY, bad) is None, bad
