@@ -29,15 +29,10 @@ __all__ = ["GENESIS", "ChainProblem", "append", "verify"]
 GENESIS = bytes(32)
 
 
-def _utc(at: dt.datetime) -> dt.datetime:
-    # SQLite hands back naive datetimes; they were written in UTC.
-    return at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at.astimezone(dt.UTC)
-
-
 def _digest(previous: bytes, event: AuditEvent) -> bytes:
     fields = [
         event.seq,
-        _utc(event.at).isoformat(timespec="microseconds"),
+        event.at.astimezone(dt.UTC).isoformat(timespec="microseconds"),
         event.tenant_id,
         event.actor,
         event.action,

@@ -128,7 +128,7 @@ def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:
     if row is None or not hmac.compare_digest(row.secret_digest, _secret_digest(key, secret)):
         return None
     now = dt.datetime.now(dt.UTC)
-    if row.revoked is not None or (row.expires is not None and _aware(row.expires) <= now):
+    if row.revoked is not None or (row.expires is not None and row.expires <= now):
         return None
     user = db.get(User, row.user_id) if row.user_id is not None else None
     if row.scope is Scope.USER and user is None:
@@ -141,7 +141,3 @@ def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:
         user_name=user.name if user else None,
         role=user.role if user else None,
     )
-
-
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at

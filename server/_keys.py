@@ -24,7 +24,7 @@ from sealtrace.agent._contracts import seal_session_key
 from sealtrace.proxy._format import ENC_SIZE, WRAPPED_KEY_SIZE, unwrap_recording_key
 from sealtrace.proxy._keys import Identity, Recipient
 
-from ._models import Run, RunStatus
+from ._models import Run, RunStatus, owned
 
 __all__ = [
     "KeyService",
@@ -221,7 +221,7 @@ class KeyService:
 
     @staticmethod
     def _run(db: Session, tenant_id: int, run_id: str) -> Run:
-        run = db.get(Run, run_id)
-        if run is None or run.tenant_id != tenant_id:
+        run = owned(db, Run, run_id, tenant_id)
+        if run is None:
             raise RunNotFound(f"no run {run_id}")
         return run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -21,7 +22,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+_Owned = TypeVar("_Owned", "Run", "Session", "Agent")
 
 __all__ = [
     "Agent",
@@ -35,6 +40,8 @@ __all__ = [
     "Session",
     "Tenant",
     "User",
+    "UtcDateTime",
+    "owned",
 ]
 
 
@@ -42,8 +49,33 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """A timestamp that is always timezone-aware UTC when read back. PostgreSQL keeps the
+    zone; SQLite hands back naive datetimes, which were written in UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        return value.astimezone(dt.UTC) if value is not None and value.tzinfo else value
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
 class Base(DeclarativeBase):
     pass
+
+
+def owned(db: Any, model: type[_Owned], key: object, tenant_id: int) -> _Owned | None:
+    """The row of `model` with primary key `key`, if it belongs to the tenant; None otherwise
+    (callers answer 404 alike for another tenant's row and for none)."""
+    row = db.get(model, key)
+    return row if row is not None and row.tenant_id == tenant_id else None
 
 
 def _enum(kind: type[enum.Enum]) -> Enum:
@@ -78,7 +110,7 @@ class Tenant(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
 
 
 class User(Base):
@@ -90,7 +122,7 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(100))
     role: Mapped[Role] = mapped_column(_enum(Role))
     password_hash: Mapped[str] = mapped_column(String(200))  # argon2id
-    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
 
 
 class ApiToken(Base):
@@ -102,9 +134,9 @@ class ApiToken(Base):
     scope: Mapped[Scope] = mapped_column(_enum(Scope))
     name: Mapped[str] = mapped_column(String(100))
     secret_digest: Mapped[bytes] = mapped_column(LargeBinary(32))  # keyed BLAKE2b
-    created: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    expires: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    revoked: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    expires: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    revoked: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class Run(Base):
@@ -117,8 +149,8 @@ class Run(Base):
     status: Mapped[RunStatus] = mapped_column(_enum(RunStatus))
     public_key: Mapped[bytes] = mapped_column(LargeBinary(32))
     wrapped_private_key: Mapped[bytes] = mapped_column(LargeBinary(512))  # KMS ciphertext
-    minted: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    leased: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    minted: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    leased: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     lease_token_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # Registered by the recorder: the recording header's HPKE-wrapped recording key
     # (encapsulated key || ciphertext; useless without the run's private key).
@@ -126,8 +158,8 @@ class Run(Base):
     store: Mapped[str | None] = mapped_column(String(500), nullable=True)  # s3://bucket/prefix
     service: Mapped[str | None] = mapped_column(String(200), nullable=True)
     host: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    started: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    ended: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    ended: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
 
@@ -140,8 +172,8 @@ class Agent(Base):
     public_key: Mapped[bytes] = mapped_column(LargeBinary(32))  # made at the agent's boot
     queue: Mapped[str] = mapped_column(String(100), unique=True)
     status: Mapped[str] = mapped_column(String(20))  # idle, busy, gone
-    registered: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    registered: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    seen: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
 
 
 class Session(Base):
@@ -153,8 +185,8 @@ class Session(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
     status: Mapped[str] = mapped_column(String(20))  # assigned, ready, closed, failed
-    opened: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    closed: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    opened: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    closed: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -165,7 +197,7 @@ class AuditEvent(Base):
     __tablename__ = "audit_events"
 
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    at: Mapped[dt.datetime] = mapped_column(UtcDateTime())
     tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     actor: Mapped[str] = mapped_column(String(200))
     action: Mapped[str] = mapped_column(String(100))

@@ -20,7 +20,7 @@ from sqlalchemy.orm import sessionmaker
 from sealtrace.agent._contracts import ASSIGNMENT_TASK
 
 from ._keys import KeyService, KeyServiceError, RunNotFound
-from ._models import Agent, Run, RunStatus, Session
+from ._models import Agent, Run, RunStatus, Session, owned
 from ._relay import Relay
 
 __all__ = [
@@ -173,12 +173,7 @@ class SessionService:
         """The session; one its agent never took up within `assign_timeout` has failed."""
         with self.factory() as db:
             session = self._session(db, tenant_id, session_id)
-        opened = (
-            session.opened.replace(tzinfo=dt.UTC)
-            if session.opened.tzinfo is None
-            else (session.opened)
-        )
-        if session.status == "assigned" and _now() - opened > self.assign_timeout:
+        if session.status == "assigned" and _now() - session.opened > self.assign_timeout:
             return self._end(tenant_id, session_id, "failed",
                              "no agent took the session up in time")  # fmt: skip
         return session
@@ -232,14 +227,14 @@ class SessionService:
 
     @staticmethod
     def _session(db: DbSession, tenant_id: int, session_id: str) -> Session:
-        session = db.get(Session, session_id)
-        if session is None or session.tenant_id != tenant_id:
+        session = owned(db, Session, session_id, tenant_id)
+        if session is None:
             raise SessionNotFound(f"no session {session_id}")
         return session
 
     @staticmethod
     def _agent(db: DbSession, tenant_id: int, agent_id: str) -> Agent:
-        agent = db.get(Agent, agent_id)
-        if agent is None or agent.tenant_id != tenant_id:
+        agent = owned(db, Agent, agent_id, tenant_id)
+        if agent is None:
             raise SessionNotFound(f"no agent {agent_id}")
         return agent
