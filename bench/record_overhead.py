@@ -32,7 +32,8 @@ Workloads:
 - **I/O-bound**: HTTP GETs with http.client, one new connection per request as urllib makes
   them, to a ThreadingHTTPServer in a separate process that is not recorded (a 2 KiB body),
   and each response stored in a sqlite3 file database (an INSERT, a SELECT by key, a commit
-  every 10 requests).
+  every 10 requests). The loop's CPU time on the application's thread is given too: what
+  recording adds to a request, without the waiting for the server.
 - **Pure Python**: n-body steps and dict and str work, with no boundary call in the loop.
 
 "Recorder startup" is recorded minus plain wall time of a run of size 0 (median over the
@@ -133,6 +134,7 @@ conn.execute(
 )
 clock = time.perf_counter_ns
 pieces, total = [], 0
+cpu = time.thread_time_ns()
 start = piece = clock()
 for i in range(n):
     if i and i % 50 == 0:
@@ -154,8 +156,10 @@ for i in range(n):
         conn.commit()
 conn.commit()
 end = clock()
+cpu = time.thread_time_ns() - cpu
 pieces.append(end - piece)
-print(json.dumps({"loop_ns": end - start, "piece_ns": pieces, "per_piece": 50, "bytes": total}))
+print(json.dumps({"loop_ns": end - start, "piece_ns": pieces, "per_piece": 50, "bytes": total,
+                  "thread_ns": cpu}))
 """
 
 SERVER = r"""
@@ -324,7 +328,7 @@ def events(results: list[dict[str, Any]]) -> int:
 
 def raw(runs: Runs) -> dict[str, Any]:
     """Every run's figures, for the JSON."""
-    keep = ("wall_ns", "loop_ns", "piece_ns", "bytes", "events")
+    keep = ("wall_ns", "loop_ns", "piece_ns", "thread_ns", "bytes", "events")
     return {
         str(size): {
             mode: [{k: r[k] for k in keep if k in r} for r in results]
@@ -428,7 +432,18 @@ def io_workload(bench: Bench) -> dict[str, Any]:
     small, large = IO_SIZES
     ev0, evn = events(runs[small]["recorded"]), events(runs[large]["recorded"])
     size = med(runs[large]["recorded"], "bytes") - med(runs[small]["recorded"], "bytes")
+
+    def thread_us(result: dict[str, Any]) -> float:
+        return float(result["thread_ns"]) / large / 1e3
+
     return overheads(runs, small, large) | {
+        # CPU time of the application's thread in the loop, a request: what recording adds
+        # without the waiting, paired like the in-process figures.
+        "thread_cpu_plain_us_per_unit": statistics.median(map(thread_us, runs[large]["plain"])),
+        "thread_cpu_added_us_per_unit": statistics.median(
+            thread_us(r) - thread_us(p)
+            for r, p in zip(runs[large]["recorded"], runs[large]["plain"], strict=True)
+        ),
         "events_per_request": (evn - ev0) / (large - small),
         "bytes_per_event": size / (evn - ev0),
         "recording_bytes": med(runs[large]["recorded"], "bytes"),
@@ -525,7 +540,9 @@ def main() -> None:
         f"\nI/O: recording adds {io['in_process_added_us_per_unit']:.0f} us per request"
         f" ({io['plain_us_per_unit']:.0f} us plain), {io['events_per_request']:.1f} events and"
         f" {io['events_per_request'] * io['bytes_per_event']:.0f} recorded bytes per request"
-        f" ({io['bytes_per_event']:.0f} per event)."
+        f" ({io['bytes_per_event']:.0f} per event);"
+        f" {io['thread_cpu_added_us_per_unit']:.0f} us more CPU time on the application's"
+        f" thread ({io['thread_cpu_plain_us_per_unit']:.0f} us plain)."
         f" Recorder startup (recorded - plain wall time of an empty run): {startup:.0f} ms;"
         f" an empty recording is {empty / 1024:.0f} KiB."
         f" Took {elapsed:.0f} s; load average {load_before:.2f} before, {load_after:.2f} after;"

@@ -167,7 +167,6 @@ BUILTIN_LIBRARIES: tuple[Library, ...] = (
                 "_socket:getnameinfo",
                 "_socket:getservbyname",
                 "_socket:getservbyport",
-                "_socket:getdefaulttimeout",
             ),
             _adapter("socket", "sealtrace.proxy._net_boundary:install_socket"),
         ),

@@ -33,7 +33,9 @@ __all__ = [
     "blob_digest",
     "decode_value",
     "encode_value",
+    "has_extension",
     "register_extension",
+    "varint",
 ]
 
 CODEC_VERSION = 1
@@ -75,11 +77,35 @@ def register_extension(
     _EXT_BY_TYPE[cls] = name
 
 
+def has_extension(cls: type) -> bool:
+    return cls in _EXT_BY_TYPE
+
+
 def _write_varint(out: bytearray, value: int) -> None:
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    _write_varint(out, value)
+    return bytes(out)
+
+
+# The encoder runs once for every recorded call, on the application's thread: the commonest
+# encodings are precomputed (a small int is two bytes, the head of a short str is two bytes),
+# and containers encode their scalar items inline rather than through a call each.
+_INT_MIN, _INT_MAX = -(1 << 62), 1 << 62
+_SMALL_INT = tuple(bytes((T_INT, z)) for z in range(0x80))  # by zigzag: -64 <= value < 64
+_HEAD = {
+    tag: tuple(bytes((tag, n)) for n in range(0x80))
+    for tag in (T_STR, T_BYTES, T_TUPLE, T_LIST, T_DICT)
+}
+_STR_HEAD, _BYTES_HEAD = _HEAD[T_STR], _HEAD[T_BYTES]
+_TUPLE_HEAD, _LIST_HEAD, _DICT_HEAD = _HEAD[T_TUPLE], _HEAD[T_LIST], _HEAD[T_DICT]
+_NONE, _TRUE, _FALSE = bytes((T_NONE,)), bytes((T_TRUE,)), bytes((T_FALSE,))
 
 
 class Encoder:
@@ -96,59 +122,91 @@ class Encoder:
         self._lenient = lenient
 
     def encode(self, out: bytearray, value: Any, depth: int = 0) -> None:
-        cls = value.__class__
-        if value is None:
-            out.append(T_NONE)
-        elif cls is bool:
-            out.append(T_TRUE if value else T_FALSE)
-        elif cls is int:
-            if -(1 << 62) <= value < (1 << 62):
-                out.append(T_INT)
+        # type() rather than __class__ (a slow attribute lookup) for the built-in types,
+        # which cannot claim another class; anything else is looked up by its __class__.
+        cls = type(value)
+        if cls is int:
+            if -64 <= value < 64:
+                out += _SMALL_INT[(value << 1) ^ (value >> 63)]
+            elif -8192 <= value < 8192:  # two bytes of varint
                 zigzag = (value << 1) ^ (value >> 63)
-                if zigzag < 0x80:
-                    out.append(zigzag)
-                else:
-                    _write_varint(out, zigzag)
+                out += bytes((T_INT, (zigzag & 0x7F) | 0x80, zigzag >> 7))
+            elif _INT_MIN <= value < _INT_MAX:
+                out.append(T_INT)
+                _write_varint(out, (value << 1) ^ (value >> 63))
             else:
                 raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
                 out.append(T_BIGINT)
                 _write_varint(out, len(raw))
                 out += raw
-        elif cls is float:
-            out.append(T_FLOAT)
-            out += _DOUBLE.pack(value)
-        elif cls is str:
-            raw = value.encode("utf-8", "surrogatepass")
-            if len(raw) < 0x80:  # the common case, inline: tag, one length byte, bytes
-                out.append(T_STR)
-                out.append(len(raw))
-                out += raw
-            else:
-                self._bytes(out, raw, T_STR, T_BLOB_STR)
-        elif cls is bytes:
-            if len(value) < 0x80:
-                out.append(T_BYTES)
-                out.append(len(value))
-                out += value
-            else:
-                self._bytes(out, value, T_BYTES, T_BLOB_BYTES)
+        elif value is None:
+            out += _NONE
         elif cls is tuple or cls is list:
             if depth > _MAX_DEPTH:
                 raise UnencodableError("nested too deeply")
-            out.append(T_TUPLE if cls is tuple else T_LIST)
-            _write_varint(out, len(value))
+            n = len(value)
+            if n < 0x80:
+                out += (_TUPLE_HEAD if cls is tuple else _LIST_HEAD)[n]
+            else:
+                out.append(T_TUPLE if cls is tuple else T_LIST)
+                _write_varint(out, n)
+            depth += 1
             for item in value:
-                self.encode(out, item, depth + 1)
+                if item is None:
+                    out += _NONE
+                    continue
+                kind = type(item)
+                if kind is int and -8192 <= item < 8192:
+                    if -64 <= item < 64:
+                        out += _SMALL_INT[(item << 1) ^ (item >> 63)]
+                    else:
+                        zigzag = (item << 1) ^ (item >> 63)
+                        out += bytes((T_INT, (zigzag & 0x7F) | 0x80, zigzag >> 7))
+                elif kind is str and len(item) < 0x20:  # at most 4 bytes a character
+                    try:
+                        raw = item.encode()
+                    except UnicodeEncodeError:
+                        raw = item.encode("utf-8", "surrogatepass")
+                    out += _STR_HEAD[len(raw)]
+                    out += raw
+                else:
+                    self.encode(out, item, depth)
+        elif cls is bytes:
+            if len(value) < 0x80:  # the common case, inline: tag, one length byte, bytes
+                out += _BYTES_HEAD[len(value)]
+                out += value
+            else:
+                self._bytes(out, value, T_BYTES, T_BLOB_BYTES)
+        elif cls is str:
+            try:
+                raw = value.encode()
+            except UnicodeEncodeError:  # lone surrogates
+                raw = value.encode("utf-8", "surrogatepass")
+            if len(raw) < 0x80:
+                out += _STR_HEAD[len(raw)]
+                out += raw
+            else:
+                self._bytes(out, raw, T_STR, T_BLOB_STR)
+        elif cls is bool:
+            out += _TRUE if value else _FALSE
+        elif cls is float:
+            out.append(T_FLOAT)
+            out += _DOUBLE.pack(value)
         elif cls is dict:
             if depth > _MAX_DEPTH:
                 raise UnencodableError("nested too deeply")
-            out.append(T_DICT)
-            _write_varint(out, len(value))
+            n = len(value)
+            if n < 0x80:
+                out += _DICT_HEAD[n]
+            else:
+                out.append(T_DICT)
+                _write_varint(out, n)
+            depth += 1
             for key, item in value.items():
-                self.encode(out, key, depth + 1)
-                self.encode(out, item, depth + 1)
+                self.encode(out, key, depth)
+                self.encode(out, item, depth)
         else:
-            self._other(out, value, cls, depth)
+            self._other(out, value, value.__class__, depth)
 
     def _bytes(self, out: bytearray, raw: bytes, small: int, large: int) -> None:
         if self._blob is not None and len(raw) >= BLOB_THRESHOLD:

@@ -9,6 +9,7 @@ are the recorded ones on replay too, so selectors keep working against proxies.
 
 from __future__ import annotations
 
+import _socket
 import io
 import select
 import selectors
@@ -31,6 +32,18 @@ __all__ = [
 ]
 
 _BaseSocket = socket_module.socket
+# The C socket's own fields: socket.socket's family and type properties make enum members of
+# them first, which the recorded (int) values would only turn back into ints.
+_family = _socket.socket.family.__get__
+_kind = _socket.socket.type.__get__
+
+
+def _info(sock: Any) -> tuple[int, int, int, int]:
+    """What a Socket proxy is built from: (fd, family, type, proto) of a socket (a proxy,
+    when socket.py made it through the replaced socket.socket: socketpair does)."""
+    if isinstance(sock, _socket.socket):
+        return sock.fileno(), _family(sock), _kind(sock), sock.proto
+    return sock.fileno(), int(sock.family), int(sock.type), sock.proto
 
 
 def _fd_of(obj: Any) -> int:
@@ -55,7 +68,7 @@ class Socket:
         def create() -> tuple[int, int, int, int]:
             real = _BaseSocket(family, type, proto, fileno)
             holder.append(real)
-            return real.fileno(), int(real.family), int(real.type), real.proto
+            return _info(real)
 
         self._setup(self._rt.call("socket.socket", (family, type, proto, fileno), create), holder)
 
@@ -139,9 +152,13 @@ class Socket:
 
     # -- operations -------------------------------------------------------------------------
 
+    # The hot paths (connect, setsockopt, close, send*, recv*) call the runtime directly.
+
     def connect(self, address: Any) -> None:
+        if self._fd < 0:
+            raise OSError(9, "Bad file descriptor")
         real = self._real
-        self._call("connect", (address,), lambda: real.connect(address))
+        self._rt.call("socket.connect", (self._oid, address), lambda: real.connect(address))
 
     def connect_ex(self, address: Any) -> int:
         real = self._real
@@ -162,7 +179,7 @@ class Socket:
         def accept() -> tuple[tuple[int, int, int, int], Any]:
             conn, address = real.accept()
             holder.append(conn)
-            return (conn.fileno(), int(conn.family), int(conn.type), conn.proto), address
+            return _info(conn), address
 
         info, address = self._call("accept", (), accept)
         conn = self._plain._adopt(info, holder[0] if holder else None)
@@ -177,12 +194,10 @@ class Socket:
         def dup() -> tuple[int, int, int, int]:
             copy = real.dup()
             holder.append(copy)
-            return copy.fileno(), int(copy.family), int(copy.type), copy.proto
+            return _info(copy)
 
         copy: Socket = self._plain._adopt(self._call("dup", (), dup), holder[0] if holder else None)
         return copy
-
-    # The hot paths (send, sendall, recv, recv_into) call the runtime directly.
 
     def send(self, data: Any, flags: int = 0) -> int:
         payload, real = bytes(data), self._real
@@ -256,9 +271,13 @@ class Socket:
         return self._call("getsockname", (), lambda: real.getsockname())
 
     def setsockopt(self, level: int, option: int, *value: Any) -> None:
+        if self._fd < 0:
+            raise OSError(9, "Bad file descriptor")
         real = self._real
-        self._call(
-            "setsockopt", (level, option, *value), lambda: real.setsockopt(level, option, *value)
+        self._rt.call(
+            "socket.setsockopt",
+            (self._oid, level, option, *value),
+            lambda: real.setsockopt(level, option, *value),
         )
 
     def getsockopt(self, level: int, option: int, *buflen: int) -> Any:
@@ -315,7 +334,7 @@ class Socket:
         self._closed = True
         if self._io_refs <= 0 and self._fd >= 0:
             real = self._real
-            self._call("close", (), lambda: real.close())
+            self._rt.call("socket.close", (self._oid,), lambda: real.close())
             self._fd = -1
 
     def detach(self) -> int:
@@ -404,7 +423,7 @@ class SSLSocket(Socket):
         def unwrap() -> tuple[int, int, int, int]:
             plain = real.unwrap()
             holder.append(plain)
-            return plain.fileno(), int(plain.family), int(plain.type), plain.proto
+            return _info(plain)
 
         info = self._op("unwrap", (), unwrap)
         plain: Socket = self._plain._adopt(info, holder[0] if holder else None)
@@ -422,7 +441,7 @@ def install_socket(rt: Runtime, patcher: Patcher) -> None:
         def pair() -> list[tuple[int, int, int, int]]:
             socks = base_socketpair(*args)
             holder.extend(socks)
-            return [(s.fileno(), int(s.family), int(s.type), s.proto) for s in socks]
+            return [_info(s) for s in socks]
 
         infos = rt.call("socket.socketpair", args, pair)
         reals = holder or [None, None]
@@ -482,7 +501,7 @@ def install_ssl(rt: Runtime, patcher: Patcher) -> None:
                 session,
             )
             holder.append(tls)
-            return tls.fileno(), int(tls.family), int(tls.type), tls.proto
+            return _info(tls)
 
         key = (sock._oid, server_side, do_handshake_on_connect, server_hostname)
         info = rt.call("ssl.wrap_socket", key, wrap)

@@ -1,7 +1,7 @@
 """Recording a process: what the recording says about the run, and the recorder's lifecycle.
 
 `Recording` ties the pieces together: it describes the run (META), streams events through a
-SealedWriter whose objects are stored by a background thread, records the source of every
+pipeline thread that hashes, seals and stores them (_pipeline.py), records the source of every
 module imported from the application roots, installs the boundary, and finishes with the exit
 status. It must never crash or block the application: any failure to set up, seal or store is
 reported once on stderr and the application runs on unrecorded.
@@ -35,7 +35,14 @@ from ._format import DEFAULT_CHUNK_SIZE
 from ._io_boundary import describe_stdio
 from ._keys import Recipient
 from ._launch import Target
-from ._runtime import OWN_DIRECTORIES, BackgroundSink, RecordRuntime, _report_stderr, path_under
+from ._pipeline import StreamPipeline
+from ._runtime import (
+    OWN_DIRECTORIES,
+    RecordRuntime,
+    _report_stderr,
+    path_under,
+    record_runtime,
+)
 from ._store import RecordingSink, open_store
 from ._stream import META, SOURCE
 from ._writer import SealedWriter
@@ -219,7 +226,7 @@ class Recording:
         self._app_roots = [os.path.abspath(r) for r in app_roots]
         self._env_allow = list(env_allow)
         self._sink_timeout = sink_timeout
-        self._async: BackgroundSink | None = None
+        self._pipeline: StreamPipeline | None = None
         self.runtime: RecordRuntime | None = None
         self._patcher: Patcher | None = None
         self._passthrough: list[str] = []
@@ -243,15 +250,17 @@ class Recording:
                 libs=[lib.name for lib in libs],
             )
             self._passthrough = meta["passthrough"]
-            self._async = BackgroundSink(self._sink)
-            writer = SealedWriter(
-                self._async,
-                self._recipient,
-                self.run_id,
-                chunk_size=DEFAULT_CHUNK_SIZE,
-                segment_size=_SEGMENT_SIZE,
+            pipeline = self._pipeline = StreamPipeline(self._sink)
+            pipeline.attach(
+                SealedWriter(
+                    pipeline,
+                    self._recipient,
+                    self.run_id,
+                    chunk_size=DEFAULT_CHUNK_SIZE,
+                    segment_size=_SEGMENT_SIZE,
+                )
             )
-            rt = self.runtime = RecordRuntime(writer)
+            rt = self.runtime = record_runtime(pipeline)
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
@@ -305,8 +314,8 @@ class Recording:
             )
         rt.finish(status, exception)
         self._uninstall()
-        if self._async is not None:
-            error = self._async.close(self._sink_timeout)
+        if self._pipeline is not None:
+            error = self._pipeline.close(self._sink_timeout)
             if error is not None and rt.outcome == "complete":
                 rt.outcome = f"failed: {error}"
                 _report_stderr(f"recording failed: {error}")

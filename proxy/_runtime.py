@@ -10,24 +10,38 @@ RecordRuntime must never crash or block the application: a failure inside the re
 unencodable value, a sink that fails or falls behind, a full disk) stops the recording, says
 so once on stderr, and lets the real call's result through untouched. Calls made while another
 boundary call is in progress, and calls from threads other than the one that installed the
-recorder (the recorder's own sink thread), pass straight through.
+recorder (the recorder's own pipeline thread), pass straight through. The event stream is
+hashed, sealed and stored by that thread (_pipeline.py), never on the application's.
 """
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import enum
 import hashlib
 import importlib.util
 import os
-import queue
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ._codec import Encoder, UnencodableError, _write_varint
-from ._store import BytesLike, RecordingSink
+from ._codec import (
+    _BYTES_HEAD,
+    _DOUBLE,
+    _SMALL_INT,
+    BLOB_THRESHOLD,
+    T_BYTES,
+    T_FLOAT,
+    T_NONE,
+    Encoder,
+    UnencodableError,
+    _write_varint,
+    has_extension,
+    varint,
+)
+from ._store import BytesLike
 from ._stream import (
     ARGS_DIGEST_SIZE,
     BLOB,
@@ -39,25 +53,44 @@ from ._stream import (
     STATUS_RAISED,
     STATUS_RETURNED,
     STOP,
-    stream_digest,
     stream_prefix,
 )
 
 __all__ = [
+    "IMPLEMENTATIONS",
     "OWN_DIRECTORIES",
-    "BackgroundSink",
+    "PythonRecordRuntime",
     "RecordRuntime",
     "Runtime",
+    "StreamOut",
     "args_digest",
     "caller_location",
     "is_own_code",
     "path_under",
+    "record_runtime",
 ]
 
 T = TypeVar("T")
 
 _EMPTY_DIGEST = hashlib.blake2b(b"", digest_size=ARGS_DIGEST_SIZE).digest()
 _DRAIN_AT = 64 * 1024
+# Precomputed pieces of the commonest records (see RecordRuntime._event).
+_NONE_BY_STATUS = tuple(bytes((status, T_NONE)) for status in (STATUS_RETURNED, STATUS_RAISED))
+_FLOAT_BY_STATUS = tuple(bytes((status, T_FLOAT)) for status in (STATUS_RETURNED, STATUS_RAISED))
+_BYTES_BY_STATUS = tuple(
+    tuple(bytes((status, T_BYTES, n)) for n in range(0x80))
+    for status in (STATUS_RETURNED, STATUS_RAISED)
+)
+_SMALL_INT_BY_STATUS = tuple(
+    tuple(bytes((status,)) + small for small in _SMALL_INT)
+    for status in (STATUS_RETURNED, STATUS_RAISED)
+)
+_FRAME_HEAD = {kind: tuple(bytes((kind, size)) for size in range(0x80)) for kind in (CALL, OUTPUT)}
+_CALL_FRAME = _FRAME_HEAD[CALL]
+_RETURNED_NONE = _NONE_BY_STATUS[STATUS_RETURNED]
+_RETURNED_FLOAT = _FLOAT_BY_STATUS[STATUS_RETURNED]
+_RETURNED_BYTES = _BYTES_BY_STATUS[STATUS_RETURNED]
+_RETURNED_SMALL_INT = _SMALL_INT_BY_STATUS[STATUS_RETURNED]
 
 
 def _own_directories() -> tuple[str, ...]:
@@ -93,50 +126,114 @@ _monotonic = time.monotonic
 _write_fd = os.write
 
 
-_DIGEST = hashlib.blake2b(digest_size=ARGS_DIGEST_SIZE)
+_DIGEST_R = hashlib.blake2b(b"r", digest_size=ARGS_DIGEST_SIZE)  # plain keys: "r" + repr
+_DIGEST_E = hashlib.blake2b(b"e", digest_size=ARGS_DIGEST_SIZE)  # others: "e" + encoding
 _FINGERPRINT = Encoder(lenient=True)
-_PLAIN = frozenset((int, str, bytes, type(None), float, bool))
+
+# What a key holds decides how its digest is made and remembered. Equal values of the
+# exact types have equal reprs; bytes, float and bool are plain as well, but 1 == 1.0 ==
+# True and 0.0 == -0.0 while their reprs differ. Members of int enums (socket.SOCK_STREAM)
+# are fingerprinted as their int, so equal ones fingerprint alike.
+_EXACT = frozenset((int, str, type(None)))
+_INEXACT = frozenset((bytes, float, bool))
+_HAS_INEXACT, _HAS_INT_ENUM, _NOT_PLAIN = 1, 2, 4  # a key's shape: these bits, or none
+_int_enums: set[type] = set()
 _RECENT_LIMIT = 4096
-_recent: dict[str, bytes] = {}
+_recent: dict[str, bytes] = {}  # repr of a plain key -> its digest
+_recent_keys: dict[tuple[Any, ...], bytes] = {}  # an exact key -> its digest
+_recent_enum_keys: dict[tuple[Any, ...], bytes] = {}  # exact but for int enums -> its digest
 
 
 def args_digest(key: Any) -> bytes:
     """A stable fingerprint of a call's arguments (objects count by their type name)."""
-    if key is None or key == ():
+    if type(key) is tuple:
+        if not key:
+            return _EMPTY_DIGEST
+        for item in key:  # flat keys of exact items, the commonest, without a call
+            if type(item) not in _EXACT:
+                shape = _key_shape(key, 3)
+                break
+        else:
+            shape = 0
+        if not shape:
+            # Most keys are tuples of ints and strs (an object id, a size, a path, a statement
+            # and its parameters). Their repr is exact and type-distinct, the same in every
+            # process of one Python version, and made in C; a repeated key (a socket's recv
+            # size) is looked up as it is, without making its repr again.
+            digest = _recent_keys.get(key)
+            if digest is None:
+                text = repr(key)
+                digest = _repr_digest(text)
+                if len(text) <= 256:
+                    if len(_recent_keys) >= _RECENT_LIMIT:
+                        _recent_keys.clear()
+                    _recent_keys[key] = digest
+            return digest
+        if shape == _HAS_INEXACT:
+            # Plain keys with floats, bools or bytes: repr is as exact (1, 1.0, True, '1',
+            # b'1'), but such keys are remembered by their repr.
+            text = repr(key)
+            digest = _recent.get(text)
+            if digest is None:
+                digest = _repr_digest(text)
+                if len(text) <= 256:
+                    if len(_recent) >= _RECENT_LIMIT:
+                        _recent.clear()
+                    _recent[text] = digest
+            return digest
+        if shape == _HAS_INT_ENUM:
+            digest = _recent_enum_keys.get(key)
+            if digest is None:
+                digest = _encoding_digest(key)
+                if len(_recent_enum_keys) >= _RECENT_LIMIT:
+                    _recent_enum_keys.clear()
+                _recent_enum_keys[key] = digest
+            return digest
+    elif key is None or key == ():
         return _EMPTY_DIGEST
-    if type(key) is tuple and _plain(key, 3):
-        # Most keys are tuples of plain values (an object id, a size, a path, a statement
-        # and its parameters). Their repr is exact and type-distinct (1, 1.0, True, '1',
-        # b'1'), the same in every process of one Python version, and made in C; the
-        # repeats among them (a socket's recv size) are remembered.
-        text = repr(key)
-        digest = _recent.get(text)
-        if digest is None:
-            hasher = _DIGEST.copy()
-            hasher.update(b"r")
-            hasher.update(text.encode("utf-8", "surrogatepass"))
-            digest = hasher.digest()
-            if len(_recent) >= _RECENT_LIMIT:
-                _recent.clear()
-            if len(text) <= 256:
-                _recent[text] = digest
-        return digest
-    out = bytearray(b"e")
+    return _encoding_digest(key)
+
+
+def _repr_digest(text: str) -> bytes:
+    hasher = _DIGEST_R.copy()
+    hasher.update(text.encode("utf-8", "surrogatepass"))
+    return hasher.digest()
+
+
+def _encoding_digest(key: Any) -> bytes:
+    out = bytearray()
     _FINGERPRINT.encode(out, key)
-    hasher = _DIGEST.copy()
+    hasher = _DIGEST_E.copy()
     hasher.update(out)
     return hasher.digest()
 
 
-def _plain(key: tuple[Any, ...], depth: int) -> bool:
+def _key_shape(key: tuple[Any, ...], depth: int) -> int:
+    """The _HAS_* bits of what key, and the tuples in it to `depth` levels, hold; or
+    _NOT_PLAIN (anything else, which is fingerprinted by its encoding every time)."""
+    shape = 0
     for item in key:
-        kind = type(item)
-        if kind is tuple:
-            if not depth or not _plain(item, depth - 1):
-                return False
-        elif kind not in _PLAIN:
-            return False
-    return True
+        cls = type(item)
+        if cls in _EXACT:
+            continue
+        if cls in _INEXACT:
+            shape |= _HAS_INEXACT
+        elif cls is tuple and depth:
+            shape |= _key_shape(item, depth - 1)
+        elif cls in _int_enums or _is_int_enum(cls):
+            shape |= _HAS_INT_ENUM
+        else:
+            return _NOT_PLAIN
+    return shape
+
+
+def _is_int_enum(cls: type) -> bool:
+    # Such a member's fingerprint is its int (Encoder._other, lenient), unless the codec
+    # was taught the class; remembered, since registering one afterwards makes no sense.
+    if isinstance(cls, enum.EnumMeta) and issubclass(cls, int) and not has_extension(cls):
+        _int_enums.add(cls)
+        return True
+    return False
 
 
 def caller_location() -> str:
@@ -167,115 +264,68 @@ class Runtime(Protocol):
     def note(self, what: str, detail: str) -> None: ...
 
 
-class BackgroundSink:
-    """Puts sealed objects from a thread of its own, so the application never waits on the
-    store. put() raises OSError once the store has failed or falls behind by more than
-    max_pending bytes; the writer's caller turns that into the end of the recording."""
+class StreamOut(Protocol):
+    """Where RecordRuntime streams its records: a StreamPipeline (see _pipeline.py)."""
 
-    def __init__(self, sink: RecordingSink, *, max_pending: int = 64 * 1024 * 1024) -> None:
-        self.location = getattr(sink, "location", "sink")
-        self._sink = sink
-        self._queue: queue.SimpleQueue[tuple[str, bytes] | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._max_pending = max_pending
-        self._done = _thread.allocate_lock()
-        self._done.acquire()
-        self.error: str | None = None
-        _start_thread(self._run, ())
+    def send(self, records: bytearray, unhashed: int = 0, *, flush: bool = False) -> None: ...
 
-    def put(self, name: str, data: BytesLike) -> None:
-        if self.error is not None:
-            raise OSError(self.error)
-        size = len(data)
-        if self._pending + size > self._max_pending:
-            raise OSError(
-                f"the store {self.location} is more than {self._max_pending} bytes behind"
-            )
-        self._pending += size
-        self._queue.put((name, bytes(data)))
+    def end(self, last: Callable[[bytes], bytes] | None = None) -> None: ...
 
-    def close(self, timeout: float) -> str | None:
-        """Wait for every queued object to be stored; the error, if any, else None."""
-        self._queue.put(None)
-        if not self._done.acquire(timeout=timeout):
-            return f"the store {self.location} did not finish within {timeout:g}s"
-        return self.error
-
-    def _run(self) -> None:
-        try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                name, data = item
-                if self.error is None:
-                    try:
-                        self._sink.put(name, data)
-                    except Exception as exc:
-                        self.error = f"{exc.__class__.__name__}: {exc}"
-                self._pending -= len(data)
-        finally:
-            self._done.release()
+    def abort(self) -> None: ...
 
 
 class RecordRuntime:
-    """Records boundary calls into the event stream and streams it into a writer."""
+    """Records boundary calls into the event stream and hands it, 64 KiB at a time, to the
+    pipeline that hashes, seals and stores it on its own thread.
+
+    The per-call path (call and output, which run on the application's thread for every
+    boundary call) comes from a subclass: NativeRecordRuntime has it in C
+    (sealtrace.proxy._fastpath), PythonRecordRuntime in Python; both write the same bytes.
+    Build one with record_runtime(). Either makes as little work per call as it can: the
+    callee's index is kept as its encoded bytes, the commonest values are encoded in line,
+    and nothing is hashed but the arguments.
+    """
 
     replaying = False
 
     def __init__(
         self,
-        writer: Any,
+        out: StreamOut,
         *,
         flush_interval: float = 2.0,
         report: Callable[[str], None] | None = None,
     ) -> None:
-        self._writer = writer  # a SealedWriter (or anything with write/flush/close/abort)
+        self._out = out
         self._buf = bytearray(stream_prefix())
-        self._unhashed_from = len(self._buf)  # the prefix is not part of the stream digest
-        self._scratch = bytearray()
-        self._hasher = stream_digest()
-        self._names: dict[str, int] = {}
+        self._unhashed = len(self._buf)  # the prefix is not part of the stream digest
+        self._heads: dict[str, bytes] = {}  # callee name -> its index, encoded
         self._blobs: set[bytes] = set()
         self._enc = Encoder(self._blob)
         self._flush_interval = flush_interval
         self._last_flush = _monotonic()
         self._report = report or _report_stderr
         self._main = _get_ident()
+        # A call is recorded when made on the main thread while _gate holds its id: _gate is
+        # 0 during a boundary call (calls made inside it pass through) and once the recording
+        # has ended; _live is what it returns to after a call.
+        self._gate = self._live = self._main
         self.events = 0
-        self.depth = 0
         self.active = True
         self.outcome: str | None = None  # None while recording; why it ended otherwise
         self._oids = 0
 
     # -- the Runtime interface ---------------------------------------------------------------
 
-    def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
-        return self._record_call(CALL, name, key, None, fn)
+    if TYPE_CHECKING:  # the per-call path: PythonRecordRuntime, or _fastpath.CallPath in C
 
-    def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
-        return self._record_call(OUTPUT, name, key, data, fn)
+        def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
 
-    def _record_call(
-        self, kind: int, name: str, key: Any, data: BytesLike | None, fn: Callable[[], T]
-    ) -> T:
-        if self.depth or not self.active or _get_ident() != self._main:
-            return fn()
-        self.depth = 1
-        try:
-            result = fn()
-        except BaseException as exc:
-            self.depth = 0
-            self._event(kind, name, key, data, STATUS_RAISED, exc)
-            raise
-        self.depth = 0
-        self._event(kind, name, key, data, STATUS_RETURNED, result)
-        return result
+        def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T: ...
 
     def new_oid(self) -> int:
         # Objects made inside another boundary call (a selector inside communicate()) do
         # not exist on replay: they must not take an id.
-        if self.depth or _get_ident() != self._main:
+        if _get_ident() != self._gate:
             return 0
         self._oids += 1
         return self._oids
@@ -283,7 +333,7 @@ class RecordRuntime:
     def intercepting(self) -> bool:
         """Whether a call made here goes through the boundary (adapters that build objects
         ask before building a proxy)."""
-        return self.active and not self.depth and _get_ident() == self._main
+        return _get_ident() == self._gate
 
     def unsupported(self, what: str) -> None:
         if self.active and _get_ident() == self._main:
@@ -323,51 +373,97 @@ class RecordRuntime:
             self._blobs.add(digest)
             self.record_raw(BLOB, digest + data)
 
-    def _callee(self, name: str) -> int:
-        index = self._names[name] = len(self._names)
+    def _callee(self, name: str) -> bytes:
+        head = self._heads[name] = varint(len(self._heads))
         self.record_value(NAME, name)
-        return index
+        return head
 
     def _event(
-        self, kind: int, name: str, key: Any, data: BytesLike | None, status: int, value: Any
+        self,
+        kind: int,
+        name: str,
+        key: Any,
+        data: BytesLike | None,
+        status: int,
+        value: Any,
+        head: bytes | None = None,  # callee and args digest, when call() has made them
     ) -> None:
+        if not self._live:
+            return  # the recording ended inside the call (it started a thread, say)
         try:
-            index = self._names.get(name)
-            if index is None:
-                index = self._callee(name)
-            body = self._scratch
-            body.clear()
-            _write_varint(body, index)
-            body += _EMPTY_DIGEST if key is None else args_digest(key)
+            if head is None:
+                head = self._heads.get(name) or self._callee(name)
+                head += _EMPTY_DIGEST if key is None else args_digest(key)
             if kind == OUTPUT:
-                self._enc.encode(body, bytes(data) if data is not None else b"")
-            body.append(status)
-            try:
-                self._enc.encode(body, value)
-            except UnencodableError as exc:
-                self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
-                return
-            self.events += 1
-            self.record_raw(kind, body)
-            if not self.events & 255 and _monotonic() - self._last_flush > self._flush_interval:
+                payload = b"" if data is None else data if type(data) is bytes else bytes(data)
+                size = len(payload)
+                if size < 0x80:
+                    head += _BYTES_HEAD[size] + payload
+                elif size < BLOB_THRESHOLD:  # two bytes of length, then the bytes
+                    head += bytes((T_BYTES, (size & 0x7F) | 0x80, size >> 7)) + payload
+                else:
+                    encoded = bytearray(head)
+                    self._enc.encode(encoded, payload)  # a blob
+                    head = bytes(encoded)
+            # The commonest results are encoded here, as Encoder.encode would encode them.
+            cls = type(value)
+            record: bytes | bytearray
+            if value is None:
+                record = head + _NONE_BY_STATUS[status]
+            elif cls is bytes and len(value) < BLOB_THRESHOLD:
+                size = len(value)
+                if size < 0x80:
+                    record = head + _BYTES_BY_STATUS[status][size] + value
+                else:
+                    record = head + bytes((status, T_BYTES, (size & 0x7F) | 0x80, size >> 7))
+                    record += value
+            elif cls is int and -64 <= value < 64:
+                record = head + _SMALL_INT_BY_STATUS[status][(value << 1) ^ (value >> 63)]
+            elif cls is float:
+                record = head + _FLOAT_BY_STATUS[status] + _DOUBLE.pack(value)
+            else:
+                body = bytearray(head)
+                body.append(status)
+                try:
+                    self._enc.encode(body, value)
+                except UnencodableError as exc:
+                    self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
+                    return
+                record = body
+            buf = self._buf
+            size = len(record)
+            if size < 0x80:
+                buf += _FRAME_HEAD[kind][size]
+            else:
+                buf.append(kind)
+                _write_varint(buf, size)
+            buf += record
+            self.events = events = self.events + 1
+            if len(buf) >= _DRAIN_AT:
+                self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
+            elif not events & 255 and _monotonic() - self._last_flush > self._flush_interval:
                 self._drain(flush=True)
         except Exception as exc:
             self.fail(f"{exc.__class__.__name__}: {exc}")
 
+    def _failed(self, exc: Exception) -> None:
+        self.fail(f"{exc.__class__.__name__}: {exc}")
+
+    _args_digest = staticmethod(args_digest)  # for keys the per-call path does not digest
+
     def _drain(self, *, flush: bool = False) -> None:
-        # The stream digest covers every record after the prefix; hashing whole batches
-        # gives the same digest as hashing record by record, for a fraction of the calls.
-        buf = self._buf
-        if buf:
-            self._hasher.update(memoryview(buf)[self._unhashed_from :])
-            self._unhashed_from = 0
-            self._writer.write(buf)
-            buf.clear()
+        # The pipeline takes the buffer as it is; a new one collects what follows.
+        buf, self._buf = self._buf, bytearray()
+        unhashed, self._unhashed = self._unhashed, 0
+        self._out.send(buf, unhashed, flush=flush)
         if flush:
-            self._writer.flush()
             self._last_flush = _monotonic()
 
     # -- endings ------------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        self.active = False
+        self._gate = self._live = 0
 
     def stop(self, reason: str, where: str) -> None:
         """End the recording early but cleanly: what was recorded stays replayable."""
@@ -375,44 +471,158 @@ class RecordRuntime:
             return
         if not self.record_value(STOP, {"reason": reason, "where": where, "events": self.events}):
             return
-        self.active = False
+        self._end()
         self.outcome = f"stopped: {reason} at {where}"
         self._report(f"recording stopped: {reason} at {where}; the application continues")
-        self._close_writer()
+        self._seal_end(None)
 
     def fail(self, reason: str) -> None:
         """The recorder itself broke: abandon the recording, keep the application going."""
         if self.outcome is not None and not self.active:
             return
-        self.active = False
+        self._end()
         self.outcome = f"failed: {reason}"
         self._report(f"recording failed: {reason}; the application continues unrecorded")
         with contextlib.suppress(Exception):
-            self._writer.abort()
+            self._out.abort()
 
     def finish(self, status: int | None, exception: str | None = None) -> None:
         if not self.active:
             return
-        try:
-            self._drain()  # hashes every record so far
-        except Exception as exc:
-            self.fail(f"{exc.__class__.__name__}: {exc}")
-            return
-        digest = self._hasher.digest()
         summary = {"status": status, "exception": exception, "events": self.events}
-        if not self.record_value(EXIT, {**summary, "digest": digest}):
-            return
-        self.active = False
-        self.outcome = "complete"
-        self._close_writer()
 
-    def _close_writer(self) -> None:
+        def exit_record(digest: bytes) -> bytes:
+            # Made on the pipeline's thread, once it has hashed every record before it.
+            body = bytearray()
+            Encoder().encode(body, {**summary, "digest": digest})
+            record = bytearray((EXIT,))
+            _write_varint(record, len(body))
+            return bytes(record + body)
+
+        self._end()
+        self.outcome = "complete"
+        self._seal_end(exit_record)
+
+    def _seal_end(self, last: Callable[[bytes], bytes] | None) -> None:
         try:
             self._drain()
-            self._writer.close()
+            self._out.end(last)
         except Exception as exc:
             self.outcome = f"failed: {exc.__class__.__name__}: {exc}"
             self._report(f"recording failed while sealing its end: {exc}")
+
+
+class PythonRecordRuntime(RecordRuntime):
+    """RecordRuntime with its per-call path in Python: the reference for the C one
+    (_fastpath.CallPath, which must write the same bytes), and what records where that
+    module is missing or SEALTRACE_RECORDER=python asks for it."""
+
+    def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
+        if _get_ident() != self._gate:
+            return fn()
+        self._gate = 0
+        try:
+            result = fn()
+        except BaseException as exc:
+            self._gate = self._live
+            self._event(CALL, name, key, None, STATUS_RAISED, exc)
+            raise
+        self._gate = self._live
+        if not self._live:
+            return result  # the recording ended inside the call (it started a thread, say)
+        # _event's work, in line for the commonest values: this runs for every call.
+        value: Any = result
+        try:
+            head = self._heads.get(name) or self._callee(name)
+            head += _EMPTY_DIGEST if key is None else args_digest(key)
+            cls = type(value)
+            if value is None:
+                record = head + _RETURNED_NONE
+            elif cls is bytes and len(value) < BLOB_THRESHOLD:
+                size = len(value)
+                if size < 0x80:
+                    record = head + _RETURNED_BYTES[size] + value
+                else:
+                    record = head + bytes(
+                        (STATUS_RETURNED, T_BYTES, (size & 0x7F) | 0x80, size >> 7)
+                    )
+                    record += value
+            elif cls is int and -64 <= value < 64:
+                record = head + _RETURNED_SMALL_INT[(value << 1) ^ (value >> 63)]
+            elif cls is float:
+                record = head + _RETURNED_FLOAT + _DOUBLE.pack(value)
+            else:
+                self._event(CALL, name, key, None, STATUS_RETURNED, value, head)
+                return result
+            buf = self._buf
+            size = len(record)
+            if size < 0x80:
+                buf += _CALL_FRAME[size]
+            else:
+                buf.append(CALL)
+                _write_varint(buf, size)
+            buf += record
+            self.events = events = self.events + 1
+            if len(buf) >= _DRAIN_AT:
+                self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
+            elif not events & 255 and _monotonic() - self._last_flush > self._flush_interval:
+                self._drain(flush=True)
+        except Exception as exc:
+            self._failed(exc)
+        return result
+
+    def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
+        if _get_ident() != self._gate:
+            return fn()
+        self._gate = 0
+        try:
+            result = fn()
+        except BaseException as exc:
+            self._gate = self._live
+            self._event(OUTPUT, name, key, data, STATUS_RAISED, exc)
+            raise
+        self._gate = self._live
+        self._event(OUTPUT, name, key, data, STATUS_RETURNED, result)
+        return result
+
+
+def _native_runtime() -> type[RecordRuntime] | None:
+    try:
+        from ._fastpath import CallPath
+    except ImportError:
+        return None
+
+    class NativeRecordRuntime(CallPath, RecordRuntime):
+        """RecordRuntime with its per-call path (call, output and the state they keep:
+        the gate, the buffer, the callee heads, the event count) in C."""
+
+    return NativeRecordRuntime
+
+
+# The per-call paths this process has, by name; the first is the one recordings use.
+IMPLEMENTATIONS: dict[str, type[RecordRuntime]] = {
+    name: cls
+    for name, cls in (("native", _native_runtime()), ("python", PythonRecordRuntime))
+    if cls is not None
+}
+
+
+def record_runtime(
+    out: StreamOut,
+    *,
+    flush_interval: float = 2.0,
+    report: Callable[[str], None] | None = None,
+    implementation: str | None = None,
+) -> RecordRuntime:
+    """A RecordRuntime with the fastest per-call path here, or the one named (by argument
+    or by SEALTRACE_RECORDER); an unknown or missing name is a ValueError."""
+    name = implementation or os.environ.get("SEALTRACE_RECORDER") or next(iter(IMPLEMENTATIONS))
+    cls = IMPLEMENTATIONS.get(name)
+    if cls is None:
+        raise ValueError(
+            f"no recorder implementation {name!r} here (have: {', '.join(IMPLEMENTATIONS)})"
+        )
+    return cls(out, flush_interval=flush_interval, report=report)
 
 
 def _report_stderr(message: str) -> None:

@@ -37,15 +37,17 @@ def _make_row(description: Any, values: tuple[Any, ...]) -> sqlite3.Row:
 
 
 class Cursor:
+    # A fresh cursor's state; execute() and the program set their own.
+    description: Any = None
+    rowcount = -1
+    lastrowid: int | None = None
+    arraysize = 1
+
     def __init__(self, connection: Connection, real: Any) -> None:
         self.connection = connection
         self._rt = connection._rt
         self._real: Any = real
         self._oid = self._rt.new_oid()
-        self.description: Any = None
-        self.rowcount = -1
-        self.lastrowid: int | None = None
-        self.arraysize = 1
         self.row_factory: Any = connection.row_factory
 
     def _call(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
@@ -145,7 +147,8 @@ class Connection:
         return factory(cursor) if factory is not None and factory is not sqlite3.Cursor else cursor
 
     def execute(self, sql: str, parameters: Any = ()) -> Any:
-        return self.cursor().execute(sql, parameters)
+        real = self._real
+        return Cursor(self, real.cursor() if real is not None else None).execute(sql, parameters)
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
         return self.cursor().executemany(sql, seq_of_parameters)

@@ -1,0 +1,620 @@
+/* sealtrace.proxy._fastpath: the recorder's per-call path in C.
+ *
+ * RecordRuntime.call and .output run on the application's thread for every boundary call.
+ * This module is their C twin: it checks the gate, makes the call, and frames the record
+ * (callee index, argument digest, status, encoded result) straight into the runtime's buffer,
+ * for the results and keys that nearly every call has. Anything else (blobs, extension
+ * types, exceptions, a key that is not plain) is handed back to the Python implementation in
+ * proxy/_runtime.py, which stays the reference: both must write the same bytes, and
+ * tests/proxy/test_record_stream.py pins them.
+ *
+ * Like the rest of the recorder it must never crash or block the application: every error
+ * after the real call has returned ends the recording (RecordRuntime._failed), and the
+ * call's result is returned untouched. It never executes Python code that the value being
+ * recorded could supply: only exact built-in types are encoded here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "blake2b.h"
+
+/* The recording format's constants (proxy/_stream.py, proxy/_codec.py). The module exports
+ * them and tests/proxy/test_fastpath.py checks them against the Python definitions. */
+enum { KIND_CALL = 5, KIND_OUTPUT = 6 };
+enum { STATUS_RETURNED = 0, STATUS_RAISED = 1 };
+enum {
+    TAG_NONE = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_FLOAT = 5, TAG_STR = 7, TAG_BYTES = 8,
+    TAG_TUPLE = 16, TAG_LIST = 17, TAG_DICT = 18
+};
+#define BLOB_THRESHOLD 4096
+#define ARGS_DIGEST_SIZE 16
+#define DRAIN_AT (64 * 1024)
+#define RECENT_LIMIT 4096
+#define RECENT_REPR_MAX 256
+#define MAX_DEPTH 200
+#define KEY_DEPTH 3
+
+/* encode() results: the value is written, or it is not one this module encodes (the
+ * caller hands it to the Python encoder), or an exception is set. */
+enum { ENCODED = 0, DEFERRED = 1, FAILED = -1 };
+
+/* -- a growable scratch buffer ---------------------------------------------------------- */
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t size, capacity;
+} Scratch;
+
+static int scratch_reserve(Scratch *s, Py_ssize_t extra) {
+    if (s->size + extra <= s->capacity) return 0;
+    Py_ssize_t capacity = s->capacity ? s->capacity : 256;
+    while (capacity < s->size + extra) capacity *= 2;
+    unsigned char *data = PyMem_Realloc(s->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->data = data;
+    s->capacity = capacity;
+    return 0;
+}
+
+static inline int put_byte(Scratch *s, unsigned char byte) {
+    if (s->size == s->capacity && scratch_reserve(s, 1) < 0) return -1;
+    s->data[s->size++] = byte;
+    return 0;
+}
+
+static inline int put_bytes(Scratch *s, const void *bytes, Py_ssize_t n) {
+    if (scratch_reserve(s, n) < 0) return -1;
+    memcpy(s->data + s->size, bytes, (size_t)n);
+    s->size += n;
+    return 0;
+}
+
+static inline int put_varint(Scratch *s, uint64_t value) {
+    if (scratch_reserve(s, 10) < 0) return -1;
+    while (value > 0x7F) {
+        s->data[s->size++] = (unsigned char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    s->data[s->size++] = (unsigned char)value;
+    return 0;
+}
+
+/* -- the value encoding (Encoder.encode in proxy/_codec.py) ----------------------------- */
+
+static int put_raw(Scratch *s, unsigned char tag, const char *raw, Py_ssize_t n) {
+    if (n >= BLOB_THRESHOLD) return DEFERRED; /* content-addressed: Python's blob path */
+    if (put_byte(s, tag) < 0 || put_varint(s, (uint64_t)n) < 0 || put_bytes(s, raw, n) < 0)
+        return FAILED;
+    return ENCODED;
+}
+
+static int put_str(Scratch *s, PyObject *text) {
+    Py_ssize_t n;
+    const char *raw = PyUnicode_AsUTF8AndSize(text, &n);
+    if (raw != NULL) return put_raw(s, TAG_STR, raw, n);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return FAILED;
+    PyErr_Clear(); /* lone surrogates */
+    PyObject *bytes = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (bytes == NULL) return FAILED;
+    int status = put_raw(s, TAG_STR, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+    Py_DECREF(bytes);
+    return status;
+}
+
+static int encode(Scratch *s, PyObject *value, int depth) {
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || v < -(1LL << 62) || v >= (1LL << 62)) return DEFERRED; /* T_BIGINT */
+        if (v == -1 && PyErr_Occurred()) return FAILED;
+        uint64_t zigzag = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+        return put_byte(s, TAG_INT) < 0 || put_varint(s, zigzag) < 0 ? FAILED : ENCODED;
+    }
+    if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
+    if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
+        if (depth > MAX_DEPTH) return DEFERRED;
+        int is_tuple = PyTuple_CheckExact(value);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        if (put_byte(s, is_tuple ? TAG_TUPLE : TAG_LIST) < 0 || put_varint(s, (uint64_t)n) < 0)
+            return FAILED;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            /* A list cannot change size here: encoding exact built-in types runs no Python. */
+            int status = encode(s, PySequence_Fast_GET_ITEM(value, i), depth + 1);
+            if (status != ENCODED) return status;
+        }
+        return ENCODED;
+    }
+    if (PyBytes_CheckExact(value))
+        return put_raw(s, TAG_BYTES, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+    if (PyUnicode_CheckExact(value)) return put_str(s, value);
+    if (PyBool_Check(value)) return put_byte(s, value == Py_True ? TAG_TRUE : TAG_FALSE) < 0 ? FAILED : ENCODED;
+    if (PyFloat_CheckExact(value)) {
+        unsigned char packed[8];
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(value), (char *)packed, 1) < 0) return FAILED;
+        return put_byte(s, TAG_FLOAT) < 0 || put_bytes(s, packed, 8) < 0 ? FAILED : ENCODED;
+    }
+    if (PyDict_CheckExact(value)) {
+        if (depth > MAX_DEPTH) return DEFERRED;
+        if (put_byte(s, TAG_DICT) < 0 || put_varint(s, (uint64_t)PyDict_GET_SIZE(value)) < 0)
+            return FAILED;
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item)) {
+            int status = encode(s, key, depth + 1);
+            if (status == ENCODED) status = encode(s, item, depth + 1);
+            if (status != ENCODED) return status;
+        }
+        return ENCODED;
+    }
+    return DEFERRED; /* extensions, exceptions, subclasses, sets, ...: Python's encoder */
+}
+
+/* -- argument digests (args_digest in proxy/_runtime.py) -------------------------------- */
+
+static unsigned char empty_digest[ARGS_DIGEST_SIZE];
+
+/* Whether a key is a tuple of ints, strs and Nones (exact types), or of tuples of them to
+ * KEY_DEPTH levels: the keys whose digest is BLAKE2b("r" + repr(key)). */
+static int plain_key(PyObject *key, int depth) {
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(key, i);
+        if (PyLong_CheckExact(item) || PyUnicode_CheckExact(item) || item == Py_None) continue;
+        if (PyTuple_CheckExact(item) && depth > 0 && plain_key(item, depth - 1)) continue;
+        return 0;
+    }
+    return 1;
+}
+
+/* The digest of a plain key, as bytes, remembered in `recent` when its repr is short. */
+static PyObject *plain_digest(PyObject *recent, PyObject *key) {
+    PyObject *digest = PyDict_GetItemWithError(recent, key);
+    if (digest != NULL) return Py_NewRef(digest);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *text = PyObject_Repr(key);
+    if (text == NULL) return NULL;
+    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (raw == NULL) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    unsigned char out[ARGS_DIGEST_SIZE];
+    blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1,
+                   (const unsigned char *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
+    Py_DECREF(raw);
+    digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
+    if (digest != NULL && PyUnicode_GET_LENGTH(text) <= RECENT_REPR_MAX) {
+        if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
+        if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
+    }
+    Py_DECREF(text);
+    return digest;
+}
+
+/* -- the per-call path ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    unsigned long gate;     /* _gate: the thread whose calls are recorded now, or 0 */
+    unsigned long live;     /* _live: what _gate returns to after a call; 0 once ended */
+    unsigned long main;     /* _main: the thread that installed the recorder */
+    PyObject *buf;          /* _buf: the bytearray of records not yet handed over */
+    PyObject *heads;        /* _heads: callee name -> its index, encoded */
+    PyObject *recent;       /* plain key -> its digest */
+    Py_ssize_t events;      /* events */
+    double last_flush;      /* _last_flush: time.monotonic() of the last flush */
+    double flush_interval;  /* _flush_interval */
+    Scratch scratch;        /* one record being made */
+} CallPath;
+
+static PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
+
+static double monotonic(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    (void)args;
+    (void)kwargs; /* the subclass's __init__ takes them */
+    CallPath *self = (CallPath *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->buf = PyByteArray_FromStringAndSize(NULL, 0);
+    self->heads = PyDict_New();
+    self->recent = PyDict_New();
+    if (self->buf == NULL || self->heads == NULL || self->recent == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->buf);
+    Py_VISIT(self->heads);
+    Py_VISIT(self->recent);
+    return 0;
+}
+
+static int callpath_clear(CallPath *self) {
+    Py_CLEAR(self->buf);
+    Py_CLEAR(self->heads);
+    Py_CLEAR(self->recent);
+    return 0;
+}
+
+static void callpath_dealloc(CallPath *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    callpath_clear(self);
+    PyMem_Free(self->scratch.data);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+/* The digest of a call's key: plain keys here, every other key by the Python function. */
+static PyObject *key_digest(CallPath *self, PyObject *key) {
+    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
+        return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
+    if (PyTuple_CheckExact(key) && plain_key(key, KEY_DEPTH))
+        return plain_digest(self->recent, key);
+    PyObject *fn = PyObject_GetAttr((PyObject *)self, s_args_digest);
+    if (fn == NULL) return NULL;
+    PyObject *digest = PyObject_CallOneArg(fn, key);
+    Py_DECREF(fn);
+    if (digest != NULL && (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != ARGS_DIGEST_SIZE)) {
+        Py_DECREF(digest);
+        PyErr_SetString(PyExc_ValueError, "args_digest returned no digest");
+        return NULL;
+    }
+    return digest;
+}
+
+/* Starts a record in the scratch buffer: callee index, argument digest. */
+static int start_record(CallPath *self, PyObject *name, PyObject *key) {
+    PyObject *head = PyDict_GetItemWithError(self->heads, name);
+    if (head != NULL) {
+        Py_INCREF(head);
+    } else {
+        if (PyErr_Occurred()) return -1;
+        head = PyObject_CallMethodOneArg((PyObject *)self, s_callee, name);
+        if (head == NULL) return -1;
+    }
+    if (!PyBytes_Check(head)) {
+        Py_DECREF(head);
+        PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
+        return -1;
+    }
+    PyObject *digest = key_digest(self, key);
+    if (digest == NULL) {
+        Py_DECREF(head);
+        return -1;
+    }
+    self->scratch.size = 0;
+    int status = put_bytes(&self->scratch, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
+    if (status == 0) status = put_bytes(&self->scratch, PyBytes_AS_STRING(digest), ARGS_DIGEST_SIZE);
+    Py_DECREF(head);
+    Py_DECREF(digest);
+    return status;
+}
+
+/* Frames the scratch record into the buffer, counts it, and hands the buffer over when full
+ * or (every 256 events) when the flush interval has passed. */
+static int append_record(CallPath *self, unsigned char kind) {
+    if (!PyByteArray_CheckExact(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "the record buffer must be a bytearray");
+        return -1;
+    }
+    unsigned char frame[11];
+    Py_ssize_t framed = 0;
+    uint64_t size = (uint64_t)self->scratch.size;
+    frame[framed++] = kind;
+    while (size > 0x7F) {
+        frame[framed++] = (unsigned char)((size & 0x7F) | 0x80);
+        size >>= 7;
+    }
+    frame[framed++] = (unsigned char)size;
+    Py_ssize_t old = PyByteArray_GET_SIZE(self->buf);
+    if (PyByteArray_Resize(self->buf, old + framed + self->scratch.size) < 0) return -1;
+    char *at = PyByteArray_AS_STRING(self->buf) + old;
+    memcpy(at, frame, (size_t)framed);
+    memcpy(at + framed, self->scratch.data, (size_t)self->scratch.size);
+    self->events += 1;
+    int drain = 0, flush = 0;
+    if (PyByteArray_GET_SIZE(self->buf) >= DRAIN_AT) {
+        drain = 1;
+        flush = monotonic() - self->last_flush > self->flush_interval;
+    } else if (!(self->events & 255) && monotonic() - self->last_flush > self->flush_interval) {
+        drain = flush = 1;
+    }
+    if (!drain) return 0;
+    PyObject *call_args[2] = {(PyObject *)self, flush ? Py_True : Py_False};
+    PyObject *done = PyObject_VectorcallMethod(s_drain, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                               s_flush_names);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* After the real call returned: an error in recording ends the recording, not the call. */
+static PyObject *recording_failed(CallPath *self, PyObject *result) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        Py_DECREF(result); /* KeyboardInterrupt and friends go on to the application */
+        return NULL;
+    }
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    PyObject *done = PyObject_CallMethodOneArg((PyObject *)self, s_failed, exc);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    if (done == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return result;
+}
+
+/* The call raised: record the exception (Python's _event) and raise it again. */
+static PyObject *record_raised(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
+                               PyObject *data) {
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb != NULL) PyException_SetTraceback(exc, tb);
+    PyObject *kind_obj = PyLong_FromLong(kind);
+    PyObject *status = PyLong_FromLong(STATUS_RAISED);
+    PyObject *done = NULL;
+    if (kind_obj != NULL && status != NULL) {
+        PyObject *args[7] = {(PyObject *)self, kind_obj, name, key, data, status, exc};
+        done = PyObject_VectorcallMethod(s_event, args, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(kind_obj);
+    Py_XDECREF(status);
+    if (done == NULL) {
+        /* The recorder itself raised past its own handlers: that exception goes on, with
+         * the application's as its context. */
+        PyObject *type2, *exc2, *tb2;
+        PyErr_Fetch(&type2, &exc2, &tb2);
+        PyErr_NormalizeException(&type2, &exc2, &tb2);
+        if (exc2 != NULL) PyException_SetContext(exc2, Py_NewRef(exc));
+        PyErr_Restore(type2, exc2, tb2);
+        Py_XDECREF(type);
+        Py_XDECREF(exc);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    Py_DECREF(done);
+    PyErr_Restore(type, exc, tb);
+    return NULL;
+}
+
+/* Hands a record this module does not encode to Python's _event. */
+static int defer(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
+                 PyObject *data, PyObject *result, PyObject *head) {
+    PyObject *kind_obj = PyLong_FromLong(kind);
+    PyObject *status = PyLong_FromLong(STATUS_RETURNED);
+    PyObject *done = NULL;
+    if (kind_obj != NULL && status != NULL) {
+        PyObject *args[8] = {(PyObject *)self, kind_obj, name, key, data, status, result, head};
+        size_t nargs = head != NULL ? 8 : 7;
+        done = PyObject_VectorcallMethod(s_event, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(kind_obj);
+    Py_XDECREF(status);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+static int check_count(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+    return -1;
+}
+
+/* call(name, key, fn): RecordRuntime.call. */
+static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_count(nargs, 3, "call") < 0) return NULL;
+    PyObject *name = args[0], *key = args[1], *fn = args[2];
+    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
+    self->gate = 0;
+    PyObject *result = PyObject_CallNoArgs(fn);
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
+    if (!self->live) return result; /* the recording ended inside the call */
+    if (!PyUnicode_CheckExact(name)) {
+        PyErr_SetString(PyExc_TypeError, "a callee's name must be a str");
+        return recording_failed(self, result);
+    }
+    if (start_record(self, name, key) < 0) return recording_failed(self, result);
+    Py_ssize_t head_size = self->scratch.size;
+    int status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0);
+    if (status == FAILED) return recording_failed(self, result);
+    if (status == DEFERRED) {
+        PyObject *head = PyBytes_FromStringAndSize((const char *)self->scratch.data, head_size);
+        if (head == NULL || defer(self, KIND_CALL, name, key, Py_None, result, head) < 0) {
+            Py_XDECREF(head);
+            return recording_failed(self, result);
+        }
+        Py_DECREF(head);
+        return result;
+    }
+    if (append_record(self, KIND_CALL) < 0) return recording_failed(self, result);
+    return result;
+}
+
+/* output(name, key, data, fn): RecordRuntime.output. */
+static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_count(nargs, 4, "output") < 0) return NULL;
+    PyObject *name = args[0], *key = args[1], *data = args[2], *fn = args[3];
+    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
+    self->gate = 0;
+    PyObject *result = PyObject_CallNoArgs(fn);
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, KIND_OUTPUT, name, key, data);
+    if (!self->live) return result;
+    int fast = PyUnicode_CheckExact(name) && (data == Py_None || (PyBytes_CheckExact(data) && PyBytes_GET_SIZE(data) < BLOB_THRESHOLD));
+    if (fast) {
+        if (start_record(self, name, key) < 0) return recording_failed(self, result);
+        const char *payload = data == Py_None ? "" : PyBytes_AS_STRING(data);
+        Py_ssize_t size = data == Py_None ? 0 : PyBytes_GET_SIZE(data);
+        int status = put_raw(&self->scratch, TAG_BYTES, payload, size);
+        if (status == ENCODED) status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0);
+        if (status == FAILED) return recording_failed(self, result);
+        if (status == ENCODED) {
+            if (append_record(self, KIND_OUTPUT) < 0) return recording_failed(self, result);
+            return result;
+        }
+    }
+    if (defer(self, KIND_OUTPUT, name, key, data, result, NULL) < 0) return recording_failed(self, result);
+    return result;
+}
+
+static PyMethodDef callpath_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))callpath_call, METH_FASTCALL,
+     "call(name, key, fn): run fn and record its result (RecordRuntime.call)."},
+    {"output", (PyCFunction)(void (*)(void))callpath_output, METH_FASTCALL,
+     "output(name, key, data, fn): run fn and record data and its result (RecordRuntime.output)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef callpath_members[] = {
+    {"_gate", T_ULONG, offsetof(CallPath, gate), 0, NULL},
+    {"_live", T_ULONG, offsetof(CallPath, live), 0, NULL},
+    {"_main", T_ULONG, offsetof(CallPath, main), 0, NULL},
+    {"_buf", T_OBJECT_EX, offsetof(CallPath, buf), 0, NULL},
+    {"_heads", T_OBJECT_EX, offsetof(CallPath, heads), 0, NULL},
+    {"events", T_PYSSIZET, offsetof(CallPath, events), 0, NULL},
+    {"_last_flush", T_DOUBLE, offsetof(CallPath, last_flush), 0, NULL},
+    {"_flush_interval", T_DOUBLE, offsetof(CallPath, flush_interval), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot callpath_slots[] = {
+    {Py_tp_doc, "The state and the per-call path of RecordRuntime, in C."},
+    {Py_tp_new, callpath_new},
+    {Py_tp_dealloc, callpath_dealloc},
+    {Py_tp_traverse, callpath_traverse},
+    {Py_tp_clear, callpath_clear},
+    {Py_tp_methods, callpath_methods},
+    {Py_tp_members, callpath_members},
+    {0, NULL},
+};
+
+static PyType_Spec callpath_spec = {
+    .name = "sealtrace.proxy._fastpath.CallPath",
+    .basicsize = sizeof(CallPath),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = callpath_slots,
+};
+
+/* -- module functions, for the tests that hold this module to the Python reference ------ */
+
+static PyObject *fastpath_encode(PyObject *module, PyObject *value) {
+    (void)module;
+    Scratch s = {NULL, 0, 0};
+    int status = encode(&s, value, 0);
+    PyObject *out = NULL;
+    if (status == ENCODED)
+        out = PyBytes_FromStringAndSize((const char *)s.data, s.size);
+    else if (status == DEFERRED)
+        out = Py_NewRef(Py_None);
+    PyMem_Free(s.data);
+    return out;
+}
+
+static PyObject *fastpath_digest(PyObject *module, PyObject *key) {
+    (void)module;
+    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
+        return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
+    if (!PyTuple_CheckExact(key) || !plain_key(key, KEY_DEPTH)) Py_RETURN_NONE;
+    PyObject *recent = PyDict_New();
+    if (recent == NULL) return NULL;
+    PyObject *digest = plain_digest(recent, key);
+    Py_DECREF(recent);
+    return digest;
+}
+
+static PyObject *fastpath_blake2b(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_count(nargs, 2, "blake2b") < 0) return NULL;
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) return NULL;
+    long size = PyLong_AsLong(args[1]);
+    if (size < 1 || size > 64) {
+        PyBuffer_Release(&data);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "digest size must be 1 to 64");
+        return NULL;
+    }
+    unsigned char out[64];
+    blake2b_digest(out, (size_t)size, NULL, 0, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)out, size);
+}
+
+static PyMethodDef fastpath_functions[] = {
+    {"encode", fastpath_encode, METH_O,
+     "encode(value): the value's encoding, or None where the Python encoder is needed."},
+    {"digest", fastpath_digest, METH_O,
+     "digest(key): the argument digest of a plain key, or None where Python makes it."},
+    {"blake2b", (PyCFunction)(void (*)(void))fastpath_blake2b, METH_FASTCALL,
+     "blake2b(data, size): the BLAKE2b digest of data, size bytes long."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int add_constants(PyObject *module) {
+    struct { const char *name; long value; } constants[] = {
+        {"CALL", KIND_CALL}, {"OUTPUT", KIND_OUTPUT}, {"STATUS_RETURNED", STATUS_RETURNED},
+        {"STATUS_RAISED", STATUS_RAISED}, {"T_NONE", TAG_NONE}, {"T_FALSE", TAG_FALSE},
+        {"T_TRUE", TAG_TRUE}, {"T_INT", TAG_INT}, {"T_FLOAT", TAG_FLOAT}, {"T_STR", TAG_STR},
+        {"T_BYTES", TAG_BYTES}, {"T_TUPLE", TAG_TUPLE}, {"T_LIST", TAG_LIST}, {"T_DICT", TAG_DICT},
+        {"BLOB_THRESHOLD", BLOB_THRESHOLD}, {"ARGS_DIGEST_SIZE", ARGS_DIGEST_SIZE},
+        {"DRAIN_AT", DRAIN_AT}, {"RECENT_LIMIT", RECENT_LIMIT},
+        {"RECENT_REPR_MAX", RECENT_REPR_MAX}, {"MAX_DEPTH", MAX_DEPTH}, {"KEY_DEPTH", KEY_DEPTH},
+    };
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
+        if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
+    return 0;
+}
+
+static struct PyModuleDef fastpath_module = {
+    PyModuleDef_HEAD_INIT, "_fastpath",
+    "The recorder's per-call path in C (see proxy/_runtime.py for the reference).", -1,
+    fastpath_functions, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    blake2b_digest(empty_digest, ARGS_DIGEST_SIZE, NULL, 0, NULL, 0);
+    PyObject *names[] = {
+        s_callee = PyUnicode_InternFromString("_callee"),
+        s_event = PyUnicode_InternFromString("_event"),
+        s_drain = PyUnicode_InternFromString("_drain"),
+        s_failed = PyUnicode_InternFromString("_failed"),
+        s_args_digest = PyUnicode_InternFromString("_args_digest"),
+        s_flush_names = Py_BuildValue("(s)", "flush"),
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i] == NULL) return NULL;
+    PyObject *module = PyModule_Create(&fastpath_module);
+    if (module == NULL) return NULL;
+    PyObject *type = PyType_FromSpec(&callpath_spec);
+    if (type == NULL || PyModule_AddObject(module, "CallPath", type) < 0 || add_constants(module) < 0) {
+        Py_XDECREF(type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

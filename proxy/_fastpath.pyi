@@ -1,0 +1,44 @@
+# The recorder's per-call path in C (native/src/fastpath/fastpath.c); proxy/_runtime.py's
+# PythonRecordRuntime is its reference.
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+CALL: int
+OUTPUT: int
+STATUS_RETURNED: int
+STATUS_RAISED: int
+T_NONE: int
+T_FALSE: int
+T_TRUE: int
+T_INT: int
+T_FLOAT: int
+T_STR: int
+T_BYTES: int
+T_TUPLE: int
+T_LIST: int
+T_DICT: int
+BLOB_THRESHOLD: int
+ARGS_DIGEST_SIZE: int
+DRAIN_AT: int
+RECENT_LIMIT: int
+RECENT_REPR_MAX: int
+MAX_DEPTH: int
+KEY_DEPTH: int
+
+class CallPath:
+    _gate: int
+    _live: int
+    _main: int
+    _buf: bytearray
+    _heads: dict[str, bytes]
+    events: int
+    _last_flush: float
+    _flush_interval: float
+    def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
+    def output(self, name: str, key: Any, data: Any, fn: Callable[[], T]) -> T: ...
+
+def encode(value: Any) -> bytes | None: ...
+def digest(key: Any) -> bytes | None: ...
+def blake2b(data: bytes, size: int) -> bytes: ...
