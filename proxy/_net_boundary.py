@@ -157,8 +157,7 @@ class Socket:
     def connect(self, address: Any) -> None:
         if self._fd < 0:
             raise OSError(9, "Bad file descriptor")
-        real = self._real
-        self._rt.call("socket.connect", (self._oid, address), lambda: real.connect(address))
+        self._rt.invoke("socket.connect", (self._oid, address), self._real, "connect", address)
 
     def connect_ex(self, address: Any) -> int:
         real = self._real
@@ -224,18 +223,16 @@ class Socket:
         return int(_BaseSocket._sendfile_use_send(self, file, offset, count))  # type: ignore[attr-defined]
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        real = self._real
-        data: bytes = self._rt.call(
-            "socket.recv", (self._oid, bufsize, flags), lambda: real.recv(bufsize, flags)
+        data: bytes = self._rt.invoke(
+            "socket.recv", (self._oid, bufsize, flags), self._real, "recv", bufsize, flags
         )
         return data
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer).cast("B")
         size = nbytes or len(view)
-        real = self._real
-        data: bytes = self._rt.call(
-            "socket.recv_into", (self._oid, size, flags), lambda: real.recv(size, flags)
+        data: bytes = self._rt.invoke(
+            "socket.recv_into", (self._oid, size, flags), self._real, "recv", size, flags
         )
         n = len(data)
         view[:n] = data
@@ -273,11 +270,14 @@ class Socket:
     def setsockopt(self, level: int, option: int, *value: Any) -> None:
         if self._fd < 0:
             raise OSError(9, "Bad file descriptor")
-        real = self._real
-        self._rt.call(
+        self._rt.invoke(
             "socket.setsockopt",
             (self._oid, level, option, *value),
-            lambda: real.setsockopt(level, option, *value),
+            self._real,
+            "setsockopt",
+            level,
+            option,
+            *value,
         )
 
     def getsockopt(self, level: int, option: int, *buflen: int) -> Any:
@@ -333,8 +333,7 @@ class Socket:
     def close(self) -> None:
         self._closed = True
         if self._io_refs <= 0 and self._fd >= 0:
-            real = self._real
-            self._rt.call("socket.close", (self._oid,), lambda: real.close())
+            self._rt.invoke("socket.close", (self._oid,), self._real, "close")
             self._fd = -1
 
     def detach(self) -> int:

@@ -255,6 +255,11 @@ class Runtime(Protocol):
 
     def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
 
+    def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any:
+        """call() of obj.method(*args); the attribute is looked up only when the call runs
+        (never on replay, where obj is None)."""
+        ...
+
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T: ...
 
     def new_oid(self) -> int: ...
@@ -319,6 +324,8 @@ class RecordRuntime:
     if TYPE_CHECKING:  # the per-call path: PythonRecordRuntime, or _fastpath.CallPath in C
 
         def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
+
+        def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any: ...
 
         def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T: ...
 
@@ -570,6 +577,9 @@ class PythonRecordRuntime(RecordRuntime):
         except Exception as exc:
             self._failed(exc)
         return result
+
+    def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any:
+        return self.call(name, key, lambda: getattr(obj, method)(*args))
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
         if _get_ident() != self._gate:

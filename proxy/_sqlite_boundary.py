@@ -95,8 +95,7 @@ class Cursor:
         return factory(self, values)
 
     def fetchone(self) -> Any:
-        real = self._real
-        row = self._rt.call("sqlite3.Cursor.fetchone", (self._oid,), lambda: real.fetchone())
+        row = self._rt.invoke("sqlite3.Cursor.fetchone", (self._oid,), self._real, "fetchone")
         return self._row(row) if self.row_factory is not None else row
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
@@ -157,8 +156,7 @@ class Connection:
         return self.cursor().executescript(sql_script)
 
     def commit(self) -> None:
-        real = self._real
-        self._call("commit", (), lambda: real.commit())
+        self._rt.invoke("sqlite3.Connection.commit", (self._oid,), self._real, "commit")
 
     def rollback(self) -> None:
         real = self._real

@@ -84,6 +84,9 @@ class ReplayRuntime:
     def call(self, name: str, key: Any, fn: Any) -> Any:
         return self._served(self._next(name, key), name, output=False)
 
+    def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any:
+        return self._served(self._next(name, key), name, output=False)
+
     def output(self, name: str, key: Any, data: Any, fn: Any) -> Any:
         event = self._next(name, key)
         payload = bytes(data)

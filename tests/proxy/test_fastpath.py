@@ -172,6 +172,22 @@ def test_it_digests_plain_keys_as_python_does_and_defers_the_rest(key: Any) -> N
         assert digest == args_digest(key)
 
 
+@pytest.mark.parametrize(
+    "key",
+    [("it's",), ('say "hi"',), ("both ' and \"",), ("back\\slash",), ("tab\t",), ("\x7f",),
+     ("é",), ("\udcff",), (2**63 - 1,), (-(2**63),), (-(2**63) - 1,), (2**200,), (-5, 0, None),
+     ((),), ((1,),), ("",), ("x" * 256,), ("x" * 257,)],
+)  # fmt: skip
+def test_its_repr_of_a_key_is_reprs(key: Any) -> None:
+    assert _fastpath.digest(key) == args_digest(key)
+    assert (
+        _fastpath.digest(key)
+        == _codec.hashlib.blake2b(
+            b"r" + repr(key).encode("utf-8", "surrogatepass"), digest_size=16
+        ).digest()
+    )
+
+
 def test_it_defers_keys_nested_deeper_than_python_digests_by_repr() -> None:
     # As _key_shape: tuples in the key to three levels; a fourth is digested by its encoding.
     assert _fastpath.digest(((1, (2, (3,))),)) == args_digest(((1, (2, (3,))),))
@@ -213,6 +229,8 @@ def _record(implementation: str, calls: list[tuple[str, Any, Any, Any]]) -> byte
     for kind, name, key, value in calls:
         if kind == "call":
             assert rt.call(name, key, lambda value=value: value) is value
+        elif kind == "invoke":
+            assert rt.invoke(name, key, _Box(), "echo", value) is value
         elif kind == "raise":
             with pytest.raises(OSError, match=r"^\[Errno 5\] "):
                 rt.call(name, key, lambda value=value: _raise(OSError(5, str(value))))
@@ -227,9 +245,17 @@ def _raise(exc: BaseException) -> Any:
     raise exc
 
 
+class _Box:
+    def echo(self, value: Any) -> Any:
+        return value
+
+    def fail(self, *args: Any) -> Any:
+        raise OSError(5, f"failed with {len(args)} arguments")
+
+
 _calls = st.lists(
     st.tuples(
-        st.sampled_from(["call", "call", "call", "raise", "output"]),
+        st.sampled_from(["call", "call", "invoke", "raise", "output"]),
         st.sampled_from([f"callee.{i}" for i in range(6)]),
         _keys,
         _values,
@@ -361,3 +387,26 @@ def test_a_recording_that_ends_inside_a_call_records_nothing_more(
     assert rt.call("time.time", None, lambda: 1.0) == 1.0
     parsed = parse_stream(bytes(out.data))
     assert parsed.events == [] and parsed.stop is not None
+
+
+def test_invoke_calls_the_method_with_its_arguments_and_records_like_call(
+    runtime: tuple[RecordRuntime, _Out, list[str]],
+) -> None:
+    rt, out, _ = runtime
+    assert rt.invoke("box.echo", (1,), _Box(), "echo", b"abc") == b"abc"
+    with pytest.raises(OSError, match="failed with 8 arguments"):
+        rt.invoke("box.fail", (2,), _Box(), "fail", *range(8))
+    with pytest.raises(OSError, match="failed with 12 arguments"):
+        rt.invoke("box.fail", (3,), _Box(), "fail", *range(12))
+    with pytest.raises(AttributeError):
+        rt.invoke("box.nothing", (4,), _Box(), "nothing")
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(rt.invoke("t", (), _Box(), "echo", 5)))
+    thread.start()
+    thread.join()
+    assert results == [5]
+    rt.finish(0)
+    events = parse_stream(bytes(out.data)).events
+    assert [(e.callee, e.raised) for e in events] == [
+        ("box.echo", False), ("box.fail", True), ("box.fail", True), ("box.nothing", True)
+    ]  # fmt: skip

@@ -17,6 +17,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -174,28 +175,89 @@ static int plain_key(PyObject *key, int depth) {
     return 1;
 }
 
-/* The digest of a plain key, as bytes, remembered in `recent` when its repr is short. */
-static PyObject *plain_digest(PyObject *recent, PyObject *key) {
+/* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
+ * None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
+ * PyObject_Repr then makes (the bytes must be exactly repr's). */
+static int put_repr(Scratch *s, PyObject *value) {
+    if (value == Py_None) return put_bytes(s, "None", 4) < 0 ? FAILED : ENCODED;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || v == LLONG_MIN) return DEFERRED;
+        if (v == -1 && PyErr_Occurred()) return FAILED;
+        char digits[24];
+        int n = 0;
+        unsigned long long u = v < 0 ? (unsigned long long)-v : (unsigned long long)v;
+        do {
+            digits[sizeof digits - 1 - n++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0) digits[sizeof digits - 1 - n++] = '-';
+        return put_bytes(s, digits + sizeof digits - n, n) < 0 ? FAILED : ENCODED;
+    }
+    if (PyUnicode_CheckExact(value)) {
+        if (!PyUnicode_IS_ASCII(value)) return DEFERRED;
+        const unsigned char *chars = PyUnicode_1BYTE_DATA(value);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+        int single = 0, dbl = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned char c = chars[i];
+            if (c < 0x20 || c == 0x7F || c == '\\') return DEFERRED;
+            single |= c == '\'';
+            dbl |= c == '"';
+        }
+        if (single && dbl) return DEFERRED; /* repr escapes the quote */
+        char quote = single ? '"' : '\'';
+        if (put_byte(s, (unsigned char)quote) < 0 || put_bytes(s, chars, n) < 0 ||
+            put_byte(s, (unsigned char)quote) < 0)
+            return FAILED;
+        return ENCODED;
+    }
+    if (PyTuple_CheckExact(value)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(value);
+        if (put_byte(s, '(') < 0) return FAILED;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i && put_bytes(s, ", ", 2) < 0) return FAILED;
+            int status = put_repr(s, PyTuple_GET_ITEM(value, i));
+            if (status != ENCODED) return status;
+        }
+        if (n == 1 && put_byte(s, ',') < 0) return FAILED;
+        return put_byte(s, ')') < 0 ? FAILED : ENCODED;
+    }
+    return DEFERRED;
+}
+
+/* The digest of a plain key, as bytes, remembered in `recent` when its repr is short;
+ * `text` is scratch space for the repr. */
+static PyObject *plain_digest(PyObject *recent, Scratch *text, PyObject *key) {
     PyObject *digest = PyDict_GetItemWithError(recent, key);
     if (digest != NULL) return Py_NewRef(digest);
     if (PyErr_Occurred()) return NULL;
-    PyObject *text = PyObject_Repr(key);
-    if (text == NULL) return NULL;
-    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
-    if (raw == NULL) {
-        Py_DECREF(text);
-        return NULL;
-    }
     unsigned char out[ARGS_DIGEST_SIZE];
-    blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1,
-                   (const unsigned char *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
-    Py_DECREF(raw);
+    Py_ssize_t length; /* of the repr, in code points */
+    text->size = 0;
+    int status = put_repr(text, key);
+    if (status == FAILED) return NULL;
+    if (status == ENCODED) { /* ASCII: as many code points as bytes */
+        length = text->size;
+        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, text->data,
+                       (size_t)text->size);
+    } else {
+        PyObject *repr = PyObject_Repr(key);
+        if (repr == NULL) return NULL;
+        PyObject *raw = PyUnicode_AsEncodedString(repr, "utf-8", "surrogatepass");
+        length = PyUnicode_GET_LENGTH(repr);
+        Py_DECREF(repr);
+        if (raw == NULL) return NULL;
+        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1,
+                       (const unsigned char *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
+        Py_DECREF(raw);
+    }
     digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
-    if (digest != NULL && PyUnicode_GET_LENGTH(text) <= RECENT_REPR_MAX) {
+    if (digest != NULL && length <= RECENT_REPR_MAX) {
         if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
         if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
     }
-    Py_DECREF(text);
     return digest;
 }
 
@@ -213,6 +275,7 @@ typedef struct {
     double last_flush;      /* _last_flush: time.monotonic() of the last flush */
     double flush_interval;  /* _flush_interval */
     Scratch scratch;        /* one record being made */
+    Scratch text;           /* the repr of a key being digested */
 } CallPath;
 
 static PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
@@ -258,6 +321,7 @@ static void callpath_dealloc(CallPath *self) {
     PyObject_GC_UnTrack(self);
     callpath_clear(self);
     PyMem_Free(self->scratch.data);
+    PyMem_Free(self->text.data);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -267,7 +331,7 @@ static PyObject *key_digest(CallPath *self, PyObject *key) {
     if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
         return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
     if (PyTuple_CheckExact(key) && plain_key(key, KEY_DEPTH))
-        return plain_digest(self->recent, key);
+        return plain_digest(self->recent, &self->text, key);
     PyObject *fn = PyObject_GetAttr((PyObject *)self, s_args_digest);
     if (fn == NULL) return NULL;
     PyObject *digest = PyObject_CallOneArg(fn, key);
@@ -425,15 +489,8 @@ static int check_count(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     return -1;
 }
 
-/* call(name, key, fn): RecordRuntime.call. */
-static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (check_count(nargs, 3, "call") < 0) return NULL;
-    PyObject *name = args[0], *key = args[1], *fn = args[2];
-    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
-    self->gate = 0;
-    PyObject *result = PyObject_CallNoArgs(fn);
-    self->gate = self->live;
-    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
+/* What call and invoke do once the real call has returned `result`. */
+static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, PyObject *result) {
     if (!self->live) return result; /* the recording ended inside the call */
     if (!PyUnicode_CheckExact(name)) {
         PyErr_SetString(PyExc_TypeError, "a callee's name must be a str");
@@ -456,7 +513,53 @@ static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t
     return result;
 }
 
-/* output(name, key, data, fn): RecordRuntime.output. */
+/* call(name, key, fn): RecordRuntime.call. */
+static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_count(nargs, 3, "call") < 0) return NULL;
+    PyObject *name = args[0], *key = args[1], *fn = args[2];
+    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
+    self->gate = 0;
+    PyObject *result = PyObject_CallNoArgs(fn);
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
+    return record_returned(self, name, key, result);
+}
+
+#define INVOKE_STACK 8
+
+/* invoke(name, key, obj, method, *args): RecordRuntime.invoke, call() of obj.method(*args)
+ * without a closure to make and a Python frame to run. */
+static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 4) {
+        PyErr_Format(PyExc_TypeError, "invoke() takes at least 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *name = args[0], *key = args[1], *method = args[3];
+    if (!PyUnicode_Check(method)) {
+        PyErr_SetString(PyExc_TypeError, "invoke() needs a method name");
+        return NULL;
+    }
+    /* obj and the method's arguments, after one free slot for the vectorcall offset */
+    Py_ssize_t count = nargs - 3;
+    PyObject *small[1 + INVOKE_STACK], **stack = small;
+    if (count > INVOKE_STACK) {
+        stack = PyMem_New(PyObject *, (size_t)count + 1);
+        if (stack == NULL) return PyErr_NoMemory();
+    }
+    stack[1] = args[2];
+    for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
+    size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
+    PyObject *result;
+    int recording = PyThread_get_thread_ident() == self->gate;
+    if (recording) self->gate = 0;
+    result = PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
+    if (stack != small) PyMem_Free(stack);
+    if (!recording) return result;
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
+    return record_returned(self, name, key, result);
+}
+
 static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_count(nargs, 4, "output") < 0) return NULL;
     PyObject *name = args[0], *key = args[1], *data = args[2], *fn = args[3];
@@ -486,6 +589,8 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
 static PyMethodDef callpath_methods[] = {
     {"call", (PyCFunction)(void (*)(void))callpath_call, METH_FASTCALL,
      "call(name, key, fn): run fn and record its result (RecordRuntime.call)."},
+    {"invoke", (PyCFunction)(void (*)(void))callpath_invoke, METH_FASTCALL,
+     "invoke(name, key, obj, method, *args): call() of obj.method(*args) (RecordRuntime.invoke)."},
     {"output", (PyCFunction)(void (*)(void))callpath_output, METH_FASTCALL,
      "output(name, key, data, fn): run fn and record data and its result (RecordRuntime.output)."},
     {NULL, NULL, 0, NULL},
@@ -543,7 +648,9 @@ static PyObject *fastpath_digest(PyObject *module, PyObject *key) {
     if (!PyTuple_CheckExact(key) || !plain_key(key, KEY_DEPTH)) Py_RETURN_NONE;
     PyObject *recent = PyDict_New();
     if (recent == NULL) return NULL;
-    PyObject *digest = plain_digest(recent, key);
+    Scratch text = {NULL, 0, 0};
+    PyObject *digest = plain_digest(recent, &text, key);
+    PyMem_Free(text.data);
     Py_DECREF(recent);
     return digest;
 }
