@@ -598,9 +598,10 @@ class PythonRecordRuntime(RecordRuntime):
 
 def _native_runtime() -> type[RecordRuntime] | None:
     try:
-        from ._fastpath import CallPath
+        from ._fastpath import CallPath, configure
     except ImportError:
         return None
+    configure(_int_enums)  # shared: the enum classes Python meets, C fingerprints too
 
     class NativeRecordRuntime(CallPath, RecordRuntime):
         """RecordRuntime with its per-call path (call, output and the state they keep:

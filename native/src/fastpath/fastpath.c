@@ -39,6 +39,8 @@ enum {
 #define RECENT_REPR_MAX 256
 #define MAX_DEPTH 200
 #define KEY_DEPTH 3
+/* Bytes this long are copied into the record buffer straight from their object. */
+#define LONG_PAYLOAD 256
 
 /* encode() results: the value is written, or it is not one this module encodes (the
  * caller hands it to the Python encoder), or an exception is set. */
@@ -110,7 +112,18 @@ static int put_str(Scratch *s, PyObject *text) {
     return status;
 }
 
-static int encode(Scratch *s, PyObject *value, int depth) {
+/* The int enum classes the recorder has met (proxy/_runtime.py's _int_enums, a set it fills):
+ * in argument fingerprints their members count as their int. */
+static PyObject *int_enums;
+
+static int is_int_enum(PyObject *value) {
+    return int_enums != NULL && PyLong_Check(value) && !PyLong_CheckExact(value) &&
+           PySet_Contains(int_enums, (PyObject *)Py_TYPE(value)) == 1;
+}
+
+/* lenient: the fingerprint encoding of argument keys (Encoder(lenient=True)), where int enum
+ * members are their int; the recorder's own encoding otherwise. */
+static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
     if (PyLong_CheckExact(value)) {
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
@@ -128,7 +141,7 @@ static int encode(Scratch *s, PyObject *value, int depth) {
             return FAILED;
         for (Py_ssize_t i = 0; i < n; i++) {
             /* A list cannot change size here: encoding exact built-in types runs no Python. */
-            int status = encode(s, PySequence_Fast_GET_ITEM(value, i), depth + 1);
+            int status = encode(s, PySequence_Fast_GET_ITEM(value, i), depth + 1, lenient);
             if (status != ENCODED) return status;
         }
         return ENCODED;
@@ -149,11 +162,18 @@ static int encode(Scratch *s, PyObject *value, int depth) {
         Py_ssize_t pos = 0;
         PyObject *key, *item;
         while (PyDict_Next(value, &pos, &key, &item)) {
-            int status = encode(s, key, depth + 1);
-            if (status == ENCODED) status = encode(s, item, depth + 1);
+            int status = encode(s, key, depth + 1, lenient);
+            if (status == ENCODED) status = encode(s, item, depth + 1, lenient);
             if (status != ENCODED) return status;
         }
         return ENCODED;
+    }
+    if (lenient && is_int_enum(value)) {
+        PyObject *plain = PyNumber_Long(value);
+        if (plain == NULL) return FAILED;
+        int status = encode(s, plain, depth, 0);
+        Py_DECREF(plain);
+        return status;
     }
     return DEFERRED; /* extensions, exceptions, subclasses, sets, ...: Python's encoder */
 }
@@ -162,17 +182,28 @@ static int encode(Scratch *s, PyObject *value, int depth) {
 
 static unsigned char empty_digest[ARGS_DIGEST_SIZE];
 
-/* Whether a key is a tuple of ints, strs and Nones (exact types), or of tuples of them to
- * KEY_DEPTH levels: the keys whose digest is BLAKE2b("r" + repr(key)). */
-static int plain_key(PyObject *key, int depth) {
+/* What a key holds, as _key_shape in proxy/_runtime.py sees it: nothing but ints, strs and
+ * Nones of the exact types (0), or floats, bytes or bools too (SHAPE_INEXACT), or members of
+ * known int enums (SHAPE_ENUM); tuples in it count to KEY_DEPTH levels. SHAPE_OTHER: anything
+ * else, which Python fingerprints (and learns any new int enum class from). */
+enum { SHAPE_INEXACT = 1, SHAPE_ENUM = 2, SHAPE_OTHER = 4 };
+
+static int key_shape(PyObject *key, int depth) {
+    int shape = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(key);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyTuple_GET_ITEM(key, i);
         if (PyLong_CheckExact(item) || PyUnicode_CheckExact(item) || item == Py_None) continue;
-        if (PyTuple_CheckExact(item) && depth > 0 && plain_key(item, depth - 1)) continue;
-        return 0;
+        if (PyFloat_CheckExact(item) || PyBytes_CheckExact(item) || PyBool_Check(item))
+            shape |= SHAPE_INEXACT;
+        else if (PyTuple_CheckExact(item) && depth > 0)
+            shape |= key_shape(item, depth - 1);
+        else if (is_int_enum(item))
+            shape |= SHAPE_ENUM;
+        else
+            return shape | SHAPE_OTHER;
     }
-    return 1;
+    return shape;
 }
 
 /* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
@@ -227,10 +258,12 @@ static int put_repr(Scratch *s, PyObject *value) {
     return DEFERRED;
 }
 
-/* The digest of a plain key, as bytes, remembered in `recent` when its repr is short;
- * `text` is scratch space for the repr. */
-static PyObject *plain_digest(PyObject *recent, Scratch *text, PyObject *key) {
-    PyObject *digest = PyDict_GetItemWithError(recent, key);
+/* The digest of a key whose shape is 0 or SHAPE_INEXACT: BLAKE2b of "r" and its repr. A key
+ * of shape 0 is remembered in `recent` when its repr is short; one with floats, bytes or
+ * bools is not (1, 1.0 and True are equal keys with different reprs). `text` is scratch
+ * space for the repr. */
+static PyObject *repr_digest(PyObject *recent, Scratch *text, PyObject *key) {
+    PyObject *digest = recent != NULL ? PyDict_GetItemWithError(recent, key) : NULL;
     if (digest != NULL) return Py_NewRef(digest);
     if (PyErr_Occurred()) return NULL;
     unsigned char out[ARGS_DIGEST_SIZE];
@@ -254,11 +287,46 @@ static PyObject *plain_digest(PyObject *recent, Scratch *text, PyObject *key) {
         Py_DECREF(raw);
     }
     digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
-    if (digest != NULL && length <= RECENT_REPR_MAX) {
+    if (digest != NULL && recent != NULL && length <= RECENT_REPR_MAX) {
         if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
         if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
     }
     return digest;
+}
+
+/* The digest of a key holding int enum members: BLAKE2b of "e" and its fingerprint
+ * encoding, remembered in `recent` (enum keys only: (AF_INET, 1) == (2, 1)). NULL with no
+ * exception set: the encoding needs Python. */
+static PyObject *enum_digest(PyObject *recent, Scratch *text, PyObject *key) {
+    PyObject *digest = PyDict_GetItemWithError(recent, key);
+    if (digest != NULL) return Py_NewRef(digest);
+    if (PyErr_Occurred()) return NULL;
+    text->size = 0;
+    int status = encode(text, key, 0, 1);
+    if (status != ENCODED) return NULL;
+    unsigned char out[ARGS_DIGEST_SIZE];
+    blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"e", 1, text->data,
+                   (size_t)text->size);
+    digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
+    if (digest != NULL) {
+        if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
+        if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
+    }
+    return digest;
+}
+
+/* A key's digest when this module makes it (NULL, no exception: ask Python). */
+static PyObject *known_digest(PyObject *recent, PyObject *recent_enum, Scratch *text,
+                              PyObject *key) {
+    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
+        return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
+    if (!PyTuple_CheckExact(key)) return NULL;
+    switch (key_shape(key, KEY_DEPTH)) {
+    case 0: return repr_digest(recent, text, key);
+    case SHAPE_INEXACT: return repr_digest(NULL, text, key);
+    case SHAPE_ENUM: return enum_digest(recent_enum, text, key);
+    default: return NULL;
+    }
 }
 
 /* -- the per-call path ---------------------------------------------------------------- */
@@ -270,7 +338,8 @@ typedef struct {
     unsigned long main;     /* _main: the thread that installed the recorder */
     PyObject *buf;          /* _buf: the bytearray of records not yet handed over */
     PyObject *heads;        /* _heads: callee name -> its index, encoded */
-    PyObject *recent;       /* plain key -> its digest */
+    PyObject *recent;       /* key of shape 0 -> its digest */
+    PyObject *recent_enum;  /* key of SHAPE_ENUM -> its digest */
     Py_ssize_t events;      /* events */
     double last_flush;      /* _last_flush: time.monotonic() of the last flush */
     double flush_interval;  /* _flush_interval */
@@ -294,7 +363,8 @@ static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     self->buf = PyByteArray_FromStringAndSize(NULL, 0);
     self->heads = PyDict_New();
     self->recent = PyDict_New();
-    if (self->buf == NULL || self->heads == NULL || self->recent == NULL) {
+    self->recent_enum = PyDict_New();
+    if (self->buf == NULL || self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -306,6 +376,7 @@ static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->buf);
     Py_VISIT(self->heads);
     Py_VISIT(self->recent);
+    Py_VISIT(self->recent_enum);
     return 0;
 }
 
@@ -313,6 +384,7 @@ static int callpath_clear(CallPath *self) {
     Py_CLEAR(self->buf);
     Py_CLEAR(self->heads);
     Py_CLEAR(self->recent);
+    Py_CLEAR(self->recent_enum);
     return 0;
 }
 
@@ -328,10 +400,8 @@ static void callpath_dealloc(CallPath *self) {
 
 /* The digest of a call's key: plain keys here, every other key by the Python function. */
 static PyObject *key_digest(CallPath *self, PyObject *key) {
-    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
-        return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
-    if (PyTuple_CheckExact(key) && plain_key(key, KEY_DEPTH))
-        return plain_digest(self->recent, &self->text, key);
+    PyObject *known = known_digest(self->recent, self->recent_enum, &self->text, key);
+    if (known != NULL || PyErr_Occurred()) return known;
     PyObject *fn = PyObject_GetAttr((PyObject *)self, s_args_digest);
     if (fn == NULL) return NULL;
     PyObject *digest = PyObject_CallOneArg(fn, key);
@@ -374,25 +444,48 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
 
 /* Frames the scratch record into the buffer, counts it, and hands the buffer over when full
  * or (every 256 events) when the flush interval has passed. */
-static int append_record(CallPath *self, unsigned char kind) {
+/* Grows the record buffer by `extra` bytes, keeping room for a whole DRAIN_AT more.
+ * PyByteArray_Resize would grow it 12.5 % at a time, copying the buffer some thirty times
+ * on its way to DRAIN_AT, and shrinks the allocation again when the size is under half of
+ * it; so the size is set here directly. Relies on CPython 3.11's bytearray layout
+ * (Include/cpython/bytearrayobject.h), the only Python the recorder runs on. */
+static char *grow_buffer(PyObject *buf, Py_ssize_t extra) {
+    PyByteArrayObject *b = (PyByteArrayObject *)buf;
+    Py_ssize_t size = Py_SIZE(b);
+    if (b->ob_exports > 0 || b->ob_start + size + extra + 1 > b->ob_bytes + b->ob_alloc) {
+        Py_ssize_t room = size + extra + DRAIN_AT + DRAIN_AT / 4;
+        if (PyByteArray_Resize(buf, room) < 0) return NULL; /* alloc is then room + 1 or more */
+    }
+    Py_SET_SIZE(b, size + extra);
+    b->ob_start[size + extra] = '\0';
+    return b->ob_start + size;
+}
+
+/* The record is the scratch buffer with `payload` (the bytes of a long result or output)
+ * inserted at `split`: those are copied once, from the caller's object into the buffer. */
+static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
+                         const char *payload, Py_ssize_t payload_size) {
     if (!PyByteArray_CheckExact(self->buf)) {
         PyErr_SetString(PyExc_TypeError, "the record buffer must be a bytearray");
         return -1;
     }
     unsigned char frame[11];
     Py_ssize_t framed = 0;
-    uint64_t size = (uint64_t)self->scratch.size;
+    uint64_t size = (uint64_t)(self->scratch.size + payload_size);
     frame[framed++] = kind;
     while (size > 0x7F) {
         frame[framed++] = (unsigned char)((size & 0x7F) | 0x80);
         size >>= 7;
     }
     frame[framed++] = (unsigned char)size;
-    Py_ssize_t old = PyByteArray_GET_SIZE(self->buf);
-    if (PyByteArray_Resize(self->buf, old + framed + self->scratch.size) < 0) return -1;
-    char *at = PyByteArray_AS_STRING(self->buf) + old;
+    char *at = grow_buffer(self->buf, framed + self->scratch.size + payload_size);
+    if (at == NULL) return -1;
     memcpy(at, frame, (size_t)framed);
-    memcpy(at + framed, self->scratch.data, (size_t)self->scratch.size);
+    at += framed;
+    memcpy(at, self->scratch.data, (size_t)split);
+    at += split;
+    if (payload_size) memcpy(at, payload, (size_t)payload_size);
+    memcpy(at + payload_size, self->scratch.data + split, (size_t)(self->scratch.size - split));
     self->events += 1;
     int drain = 0, flush = 0;
     if (PyByteArray_GET_SIZE(self->buf) >= DRAIN_AT) {
@@ -498,7 +591,16 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
     }
     if (start_record(self, name, key) < 0) return recording_failed(self, result);
     Py_ssize_t head_size = self->scratch.size;
-    int status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0);
+    if (put_byte(&self->scratch, STATUS_RETURNED) < 0) return recording_failed(self, result);
+    if (PyBytes_CheckExact(result) && PyBytes_GET_SIZE(result) >= LONG_PAYLOAD &&
+        PyBytes_GET_SIZE(result) < BLOB_THRESHOLD) {
+        Py_ssize_t size = PyBytes_GET_SIZE(result);
+        if (put_byte(&self->scratch, TAG_BYTES) < 0 || put_varint(&self->scratch, (uint64_t)size) < 0 ||
+            append_record(self, KIND_CALL, self->scratch.size, PyBytes_AS_STRING(result), size) < 0)
+            return recording_failed(self, result);
+        return result;
+    }
+    int status = encode(&self->scratch, result, 0, 0);
     if (status == FAILED) return recording_failed(self, result);
     if (status == DEFERRED) {
         PyObject *head = PyBytes_FromStringAndSize((const char *)self->scratch.data, head_size);
@@ -509,7 +611,8 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
         Py_DECREF(head);
         return result;
     }
-    if (append_record(self, KIND_CALL) < 0) return recording_failed(self, result);
+    if (append_record(self, KIND_CALL, self->scratch.size, NULL, 0) < 0)
+        return recording_failed(self, result);
     return result;
 }
 
@@ -574,11 +677,23 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
         if (start_record(self, name, key) < 0) return recording_failed(self, result);
         const char *payload = data == Py_None ? "" : PyBytes_AS_STRING(data);
         Py_ssize_t size = data == Py_None ? 0 : PyBytes_GET_SIZE(data);
-        int status = put_raw(&self->scratch, TAG_BYTES, payload, size);
-        if (status == ENCODED) status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0);
+        int status = ENCODED;
+        Py_ssize_t split = 0, inserted = 0;
+        if (size >= LONG_PAYLOAD) { /* copied once, by append_record */
+            if (put_byte(&self->scratch, TAG_BYTES) < 0 || put_varint(&self->scratch, (uint64_t)size) < 0)
+                status = FAILED;
+            split = self->scratch.size;
+            inserted = size;
+        } else {
+            status = put_raw(&self->scratch, TAG_BYTES, payload, size);
+        }
+        if (status == ENCODED)
+            status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0, 0);
         if (status == FAILED) return recording_failed(self, result);
         if (status == ENCODED) {
-            if (append_record(self, KIND_OUTPUT) < 0) return recording_failed(self, result);
+            if (!inserted) split = self->scratch.size;
+            if (append_record(self, KIND_OUTPUT, split, payload, inserted) < 0)
+                return recording_failed(self, result);
             return result;
         }
     }
@@ -631,7 +746,7 @@ static PyType_Spec callpath_spec = {
 static PyObject *fastpath_encode(PyObject *module, PyObject *value) {
     (void)module;
     Scratch s = {NULL, 0, 0};
-    int status = encode(&s, value, 0);
+    int status = encode(&s, value, 0, 0);
     PyObject *out = NULL;
     if (status == ENCODED)
         out = PyBytes_FromStringAndSize((const char *)s.data, s.size);
@@ -643,16 +758,27 @@ static PyObject *fastpath_encode(PyObject *module, PyObject *value) {
 
 static PyObject *fastpath_digest(PyObject *module, PyObject *key) {
     (void)module;
-    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
-        return PyBytes_FromStringAndSize((const char *)empty_digest, ARGS_DIGEST_SIZE);
-    if (!PyTuple_CheckExact(key) || !plain_key(key, KEY_DEPTH)) Py_RETURN_NONE;
-    PyObject *recent = PyDict_New();
-    if (recent == NULL) return NULL;
+    PyObject *recent = PyDict_New(), *recent_enum = PyDict_New();
     Scratch text = {NULL, 0, 0};
-    PyObject *digest = plain_digest(recent, &text, key);
+    PyObject *digest = NULL;
+    if (recent != NULL && recent_enum != NULL) {
+        digest = known_digest(recent, recent_enum, &text, key);
+        if (digest == NULL && !PyErr_Occurred()) digest = Py_NewRef(Py_None);
+    }
     PyMem_Free(text.data);
-    Py_DECREF(recent);
+    Py_XDECREF(recent);
+    Py_XDECREF(recent_enum);
     return digest;
+}
+
+static PyObject *fastpath_configure(PyObject *module, PyObject *enums) {
+    (void)module;
+    if (!PySet_Check(enums)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes the set of int enum classes");
+        return NULL;
+    }
+    Py_XSETREF(int_enums, Py_NewRef(enums));
+    Py_RETURN_NONE;
 }
 
 static PyObject *fastpath_blake2b(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -676,7 +802,9 @@ static PyMethodDef fastpath_functions[] = {
     {"encode", fastpath_encode, METH_O,
      "encode(value): the value's encoding, or None where the Python encoder is needed."},
     {"digest", fastpath_digest, METH_O,
-     "digest(key): the argument digest of a plain key, or None where Python makes it."},
+     "digest(key): the argument digest of a key, or None where Python makes it."},
+    {"configure", fastpath_configure, METH_O,
+     "configure(int_enums): the set of int enum classes that the recorder fills as it meets them."},
     {"blake2b", (PyCFunction)(void (*)(void))fastpath_blake2b, METH_FASTCALL,
      "blake2b(data, size): the BLAKE2b digest of data, size bytes long."},
     {NULL, NULL, 0, NULL},
