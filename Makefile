@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sealtrace-installed
 PACKAGES := -p sealtrace.proxy -p sealtrace.sandbox -p sealtrace.agent -p sealtrace.server -p sealtrace._engine
-NATIVE := $(wildcard native/CMakeLists.txt native/src/* native/_engine.pyi)
+NATIVE := $(wildcard native/CMakeLists.txt native/src/* native/src/*/* native/_engine.pyi)
 
 .PHONY: help setup podman lint typecheck test tier demo up bench clean
 

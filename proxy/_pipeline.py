@@ -80,10 +80,18 @@ class StreamPipeline:
         else:
             self._queue(_PUT, bytes(data), name)
 
-    def send(self, records: bytearray, unhashed: int = 0, *, flush: bool = False) -> None:
+    def send(
+        self,
+        records: bytearray,
+        unhashed: int = 0,
+        *,
+        flush: bool = False,
+        finish: Callable[[bytearray, int], bytes | bytearray] | None = None,
+    ) -> None:
         """Hand over a buffer of whole records (the pipeline owns it from now on); the first
-        `unhashed` bytes are sealed but not part of the stream digest (the stream prefix)."""
-        self._queue(_RECORDS, records, (unhashed, flush))
+        `unhashed` bytes are sealed but not part of the stream digest (the stream prefix).
+        `finish`, if given, makes the final records from it first, on this thread."""
+        self._queue(_RECORDS, records, (unhashed, flush, finish))
 
     def end(self, last: Callable[[bytes], bytes] | None = None) -> None:
         """Seal the end of the stream. `last` makes the final record from the stream digest
@@ -139,7 +147,9 @@ class StreamPipeline:
         writer = self._writer
         assert writer is not None, "records sent before a writer was attached"
         if job == _RECORDS:
-            unhashed, flush = detail
+            unhashed, flush, finish = detail
+            if finish is not None:
+                item = finish(item, unhashed)
             self._hasher.update(memoryview(item)[unhashed:])
             writer.write(item)
             if flush:

@@ -269,10 +269,23 @@ class Runtime(Protocol):
     def note(self, what: str, detail: str) -> None: ...
 
 
+# Turns a buffer of records as the per-call path left them into final records, on the
+# pipeline's thread: (records, unhashed) -> records. The C path leaves plain keys' digests to
+# it (_fastpath.finalize); the Python path needs none.
+Finisher = Callable[[bytearray, int], "bytes | bytearray"]
+
+
 class StreamOut(Protocol):
     """Where RecordRuntime streams its records: a StreamPipeline (see _pipeline.py)."""
 
-    def send(self, records: bytearray, unhashed: int = 0, *, flush: bool = False) -> None: ...
+    def send(
+        self,
+        records: bytearray,
+        unhashed: int = 0,
+        *,
+        flush: bool = False,
+        finish: Finisher | None = None,
+    ) -> None: ...
 
     def end(self, last: Callable[[bytes], bytes] | None = None) -> None: ...
 
@@ -457,12 +470,13 @@ class RecordRuntime:
         self.fail(f"{exc.__class__.__name__}: {exc}")
 
     _args_digest = staticmethod(args_digest)  # for keys the per-call path does not digest
+    _finish_records: Finisher | None = None  # what the pipeline does to each buffer first
 
     def _drain(self, *, flush: bool = False) -> None:
         # The pipeline takes the buffer as it is; a new one collects what follows.
         buf, self._buf = self._buf, bytearray()
         unhashed, self._unhashed = self._unhashed, 0
-        self._out.send(buf, unhashed, flush=flush)
+        self._out.send(buf, unhashed, flush=flush, finish=self._finish_records)
         if flush:
             self._last_flush = _monotonic()
 
@@ -598,14 +612,17 @@ class PythonRecordRuntime(RecordRuntime):
 
 def _native_runtime() -> type[RecordRuntime] | None:
     try:
-        from ._fastpath import CallPath, configure
+        from ._fastpath import CallPath, configure, finalize
     except ImportError:
         return None
     configure(_int_enums)  # shared: the enum classes Python meets, C fingerprints too
 
     class NativeRecordRuntime(CallPath, RecordRuntime):
-        """RecordRuntime with its per-call path (call, output and the state they keep:
-        the gate, the buffer, the callee heads, the event count) in C."""
+        """RecordRuntime with its per-call path (call, invoke, output and the state they
+        keep: the gate, the buffer, the callee heads, the event count) in C. Records of
+        plain keys carry the key's repr until the pipeline's thread digests it."""
+
+        _finish_records = staticmethod(finalize)
 
     return NativeRecordRuntime
 

@@ -229,8 +229,15 @@ class _Out:
         self.data = bytearray()
         self.sends = 0
 
-    def send(self, records: bytearray, unhashed: int = 0, *, flush: bool = False) -> None:
-        self.data += records
+    def send(
+        self,
+        records: bytearray,
+        unhashed: int = 0,
+        *,
+        flush: bool = False,
+        finish: Callable[[bytearray, int], Any] | None = None,
+    ) -> None:
+        self.data += records if finish is None else finish(records, unhashed)
         self.sends += 1
 
     def end(self, last: Callable[[bytes], bytes] | None = None) -> None:
@@ -306,17 +313,36 @@ def test_both_paths_record_the_same_stream_for_any_calls(
     assert parsed.exit is not None and parsed.exit["events"] == len(calls) == len(parsed.events)
 
 
-def test_a_buffer_past_64_kib_is_handed_over_in_the_same_places() -> None:
-    calls = [("call", "socket.recv", (3, 8192, 0), bytes([i % 251]) * 3000) for i in range(100)]
+def test_a_long_stream_is_handed_over_in_buffers_and_finished_alike() -> None:
+    calls = [("call", "socket.recv", (i, 8192, 0), bytes([i % 251]) * 3000) for i in range(100)]
     streams = {}
     for implementation in IMPLEMENTATIONS:
         out = _Out()
         rt = record_runtime(out, implementation=implementation)
         for _, name, key, value in calls:
             rt.call(name, key, lambda value=value: value)
-        streams[implementation] = (out.sends, bytes(out.data))
+        rt.finish(0)
+        assert out.sends >= 100 * 3000 // _DRAIN_AT  # negative control: it did drain
+        streams[implementation] = bytes(out.data)
     assert streams["native"] == streams["python"]
-    assert streams["native"][0] == 100 * 3000 // _DRAIN_AT  # negative control: it did drain
+
+
+def test_pending_digests_are_made_on_the_pipelines_side_only() -> None:
+    out = _Out()
+    rt = record_runtime(out, implementation="native")
+    rt.record_value(META, {"run_id": "pending"})
+    rt.call("socket.recv", (7, 8192, 0), lambda: b"x")
+    raw = bytes(rt._buf)
+    meta_at = len(_stream.stream_prefix())
+    name_at = meta_at + 2 + raw[meta_at + 1]
+    assert raw[name_at] == _stream.NAME and raw[name_at + 1] < 0x80
+    call_at = name_at + 2 + raw[name_at + 1]
+    assert raw[call_at] == _stream.CALL | 0x80  # the record waits for its digest
+    finished = _fastpath.finalize(bytearray(raw), len(_stream.stream_prefix()))
+    assert finished != raw and _fastpath.finalize(finished, 10) is finished  # none pending
+    assert parse_stream(bytes(finished)).events[0].args_digest == args_digest((7, 8192, 0))
+    with pytest.raises(ValueError, match="whole records"):
+        _fastpath.finalize(bytearray(raw[:-1]), len(_stream.stream_prefix()))
 
 
 # -- behaviour ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 /* The recording format's constants (proxy/_stream.py, proxy/_codec.py). The module exports
  * them and tests/proxy/test_fastpath.py checks them against the Python definitions. */
 enum { KIND_CALL = 5, KIND_OUTPUT = 6 };
+#define PENDING 0x80 /* on a record's kind: it carries its key's repr, not yet the digest */
 enum { STATUS_RETURNED = 0, STATUS_RAISED = 1 };
 enum {
     TAG_NONE = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_FLOAT = 5, TAG_STR = 7, TAG_BYTES = 8,
@@ -345,6 +346,8 @@ typedef struct {
     double flush_interval;  /* _flush_interval */
     Scratch scratch;        /* one record being made */
     Scratch text;           /* the repr of a key being digested */
+    Py_ssize_t callee_size; /* bytes of the callee's index at the start of the record */
+    int pending;            /* the record carries its key's repr, not yet its digest */
 } CallPath;
 
 static PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
@@ -414,7 +417,12 @@ static PyObject *key_digest(CallPath *self, PyObject *key) {
     return digest;
 }
 
-/* Starts a record in the scratch buffer: callee index, argument digest. */
+/* Starts a record in the scratch buffer: the callee's index, then the argument digest.
+ *
+ * For a key of ints, strs and Nones whose repr is written here, the record carries the repr
+ * instead (a varint length, then the bytes) and its kind gets PENDING: the pipeline's thread
+ * turns it into the digest (finalize), so the application's thread never runs BLAKE2b for
+ * such keys. Nothing outside this module ever sees a pending record. */
 static int start_record(CallPath *self, PyObject *name, PyObject *key) {
     PyObject *head = PyDict_GetItemWithError(self->heads, name);
     if (head != NULL) {
@@ -429,21 +437,44 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
         PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
         return -1;
     }
-    PyObject *digest = key_digest(self, key);
-    if (digest == NULL) {
-        Py_DECREF(head);
-        return -1;
-    }
     self->scratch.size = 0;
-    int status = put_bytes(&self->scratch, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
-    if (status == 0) status = put_bytes(&self->scratch, PyBytes_AS_STRING(digest), ARGS_DIGEST_SIZE);
+    self->callee_size = PyBytes_GET_SIZE(head);
+    self->pending = 0;
+    int status = put_bytes(&self->scratch, PyBytes_AS_STRING(head), self->callee_size);
     Py_DECREF(head);
+    if (status < 0) return -1;
+    if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0 && key_shape(key, KEY_DEPTH) == 0) {
+        self->text.size = 0;
+        int written = put_repr(&self->text, key);
+        if (written == FAILED) return -1;
+        if (written == ENCODED) {
+            self->pending = 1;
+            if (put_varint(&self->scratch, (uint64_t)self->text.size) < 0) return -1;
+            return put_bytes(&self->scratch, self->text.data, self->text.size);
+        }
+    }
+    PyObject *digest = key_digest(self, key);
+    if (digest == NULL) return -1;
+    status = put_bytes(&self->scratch, PyBytes_AS_STRING(digest), ARGS_DIGEST_SIZE);
     Py_DECREF(digest);
     return status;
 }
 
-/* Frames the scratch record into the buffer, counts it, and hands the buffer over when full
- * or (every 256 events) when the flush interval has passed. */
+/* The callee's index and the argument digest of the record begun, as bytes (for Python's
+ * _event, which finishes the records this module does not encode). */
+static PyObject *record_head(CallPath *self) {
+    if (!self->pending)
+        return PyBytes_FromStringAndSize((const char *)self->scratch.data,
+                                         self->callee_size + ARGS_DIGEST_SIZE);
+    PyObject *head = PyBytes_FromStringAndSize(NULL, self->callee_size + ARGS_DIGEST_SIZE);
+    if (head == NULL) return NULL;
+    char *at = PyBytes_AS_STRING(head);
+    memcpy(at, self->scratch.data, (size_t)self->callee_size);
+    blake2b_digest((unsigned char *)at + self->callee_size, ARGS_DIGEST_SIZE,
+                   (const unsigned char *)"r", 1, self->text.data, (size_t)self->text.size);
+    return head;
+}
+
 /* Grows the record buffer by `extra` bytes, keeping room for a whole DRAIN_AT more.
  * PyByteArray_Resize would grow it 12.5 % at a time, copying the buffer some thirty times
  * on its way to DRAIN_AT, and shrinks the allocation again when the size is under half of
@@ -461,8 +492,10 @@ static char *grow_buffer(PyObject *buf, Py_ssize_t extra) {
     return b->ob_start + size;
 }
 
-/* The record is the scratch buffer with `payload` (the bytes of a long result or output)
- * inserted at `split`: those are copied once, from the caller's object into the buffer. */
+/* Frames a record into the buffer, counts it, and hands the buffer over when full or (every
+ * 256 events) when the flush interval has passed. The record is the scratch buffer with
+ * `payload` (the bytes of a long result or output) inserted at `split`: those are copied
+ * once, from the caller's object into the buffer. */
 static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
                          const char *payload, Py_ssize_t payload_size) {
     if (!PyByteArray_CheckExact(self->buf)) {
@@ -472,7 +505,7 @@ static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
     unsigned char frame[11];
     Py_ssize_t framed = 0;
     uint64_t size = (uint64_t)(self->scratch.size + payload_size);
-    frame[framed++] = kind;
+    frame[framed++] = self->pending ? kind | PENDING : kind;
     while (size > 0x7F) {
         frame[framed++] = (unsigned char)((size & 0x7F) | 0x80);
         size >>= 7;
@@ -590,7 +623,6 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
         return recording_failed(self, result);
     }
     if (start_record(self, name, key) < 0) return recording_failed(self, result);
-    Py_ssize_t head_size = self->scratch.size;
     if (put_byte(&self->scratch, STATUS_RETURNED) < 0) return recording_failed(self, result);
     if (PyBytes_CheckExact(result) && PyBytes_GET_SIZE(result) >= LONG_PAYLOAD &&
         PyBytes_GET_SIZE(result) < BLOB_THRESHOLD) {
@@ -603,7 +635,7 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
     int status = encode(&self->scratch, result, 0, 0);
     if (status == FAILED) return recording_failed(self, result);
     if (status == DEFERRED) {
-        PyObject *head = PyBytes_FromStringAndSize((const char *)self->scratch.data, head_size);
+        PyObject *head = record_head(self);
         if (head == NULL || defer(self, KIND_CALL, name, key, Py_None, result, head) < 0) {
             Py_XDECREF(head);
             return recording_failed(self, result);
@@ -771,6 +803,118 @@ static PyObject *fastpath_digest(PyObject *module, PyObject *key) {
     return digest;
 }
 
+/* -- the pipeline's side ----------------------------------------------------------------- */
+
+static int read_varint(const unsigned char **at, const unsigned char *end, uint64_t *value) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 64 && *at < end; shift += 7) {
+        unsigned char byte = *(*at)++;
+        result |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *value = result;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static unsigned char *write_varint(unsigned char *at, uint64_t value) {
+    while (value > 0x7F) {
+        *at++ = (unsigned char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    *at++ = (unsigned char)value;
+    return at;
+}
+
+/* Counts the pending records of the records in [at, end); -1 if they are not whole records. */
+static Py_ssize_t count_pending(const unsigned char *at, const unsigned char *end) {
+    Py_ssize_t pending = 0;
+    while (at < end) {
+        unsigned char kind = *at++;
+        uint64_t size;
+        if (read_varint(&at, end, &size) < 0 || size > (uint64_t)(end - at)) return -1;
+        pending += (kind & PENDING) != 0;
+        at += size;
+    }
+    return pending;
+}
+
+/* Rewrites the records in [at, end) into out, each pending one with its digest; returns the
+ * end of what it wrote, or NULL if a pending record is malformed. Runs without the GIL. */
+static unsigned char *finalize_records(const unsigned char *at, const unsigned char *end,
+                                       unsigned char *out) {
+    while (at < end) {
+        unsigned char kind = *at++;
+        uint64_t size = 0, callee, repr_size;
+        if (read_varint(&at, end, &size) < 0) return NULL; /* count_pending checked it */
+        const unsigned char *body = at, *body_end = at + size;
+        at = body_end;
+        if (!(kind & PENDING)) {
+            *out++ = kind;
+            out = write_varint(out, size);
+            memcpy(out, body, (size_t)size);
+            out += size;
+            continue;
+        }
+        const unsigned char *p = body;
+        if (read_varint(&p, body_end, &callee) < 0) return NULL;
+        const unsigned char *callee_end = p;
+        if (read_varint(&p, body_end, &repr_size) < 0 || repr_size > (uint64_t)(body_end - p))
+            return NULL;
+        const unsigned char *repr = p, *rest = p + repr_size;
+        size_t callee_bytes = (size_t)(callee_end - body), rest_bytes = (size_t)(body_end - rest);
+        *out++ = kind & (unsigned char)~PENDING;
+        out = write_varint(out, callee_bytes + ARGS_DIGEST_SIZE + rest_bytes);
+        memcpy(out, body, callee_bytes);
+        out += callee_bytes;
+        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, repr, (size_t)repr_size);
+        out += ARGS_DIGEST_SIZE;
+        memcpy(out, rest, rest_bytes);
+        out += rest_bytes;
+    }
+    return out;
+}
+
+/* finalize(records, start): the records after `start` (before it: the stream prefix) with
+ * every pending record's key digest made; `records` itself if it has none pending. The
+ * pipeline's thread calls it on buffers it owns, and BLAKE2b runs without the GIL. */
+static PyObject *fastpath_finalize(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_count(nargs, 2, "finalize") < 0) return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer in;
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    const unsigned char *data = in.buf, *end = data + in.len;
+    Py_ssize_t pending = start < 0 || start > in.len ? -1 : count_pending(data + start, end);
+    if (pending < 0) {
+        PyErr_SetString(PyExc_ValueError, "finalize() needs whole records after the prefix");
+    } else if (pending == 0) {
+        out = Py_NewRef(args[0]);
+    } else {
+        /* A record grows by at most the digest less the one byte of repr length, plus a
+         * byte more of record size. */
+        out = PyByteArray_FromStringAndSize(NULL, in.len + pending * ARGS_DIGEST_SIZE);
+        if (out != NULL) {
+            unsigned char *to = (unsigned char *)PyByteArray_AS_STRING(out), *written;
+            Py_BEGIN_ALLOW_THREADS
+            memcpy(to, data, (size_t)start);
+            written = finalize_records(data + start, end, to + start);
+            Py_END_ALLOW_THREADS
+            if (written == NULL) {
+                PyErr_SetString(PyExc_ValueError, "a pending record is malformed");
+                Py_CLEAR(out);
+            } else if (PyByteArray_Resize(out, (Py_ssize_t)(written - to)) < 0) {
+                Py_CLEAR(out);
+            }
+        }
+    }
+    PyBuffer_Release(&in);
+    return out;
+}
+
 static PyObject *fastpath_configure(PyObject *module, PyObject *enums) {
     (void)module;
     if (!PySet_Check(enums)) {
@@ -803,6 +947,8 @@ static PyMethodDef fastpath_functions[] = {
      "encode(value): the value's encoding, or None where the Python encoder is needed."},
     {"digest", fastpath_digest, METH_O,
      "digest(key): the argument digest of a key, or None where Python makes it."},
+    {"finalize", (PyCFunction)(void (*)(void))fastpath_finalize, METH_FASTCALL,
+     "finalize(records, start): the records with every pending key digest made (pipeline thread)."},
     {"configure", fastpath_configure, METH_O,
      "configure(int_enums): the set of int enum classes that the recorder fills as it meets them."},
     {"blake2b", (PyCFunction)(void (*)(void))fastpath_blake2b, METH_FASTCALL,
