@@ -335,6 +335,7 @@ class RecordRuntime:
     # -- the Runtime interface ---------------------------------------------------------------
 
     if TYPE_CHECKING:  # the per-call path: PythonRecordRuntime, or _fastpath.CallPath in C
+        # (with new_oid, which keeps to the same gate)
 
         def call(self, name: str, key: Any, fn: Callable[[], T]) -> T: ...
 
@@ -342,13 +343,7 @@ class RecordRuntime:
 
         def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T: ...
 
-    def new_oid(self) -> int:
-        # Objects made inside another boundary call (a selector inside communicate()) do
-        # not exist on replay: they must not take an id.
-        if _get_ident() != self._gate:
-            return 0
-        self._oids += 1
-        return self._oids
+        def new_oid(self) -> int: ...
 
     def intercepting(self) -> bool:
         """Whether a call made here goes through the boundary (adapters that build objects
@@ -594,6 +589,14 @@ class PythonRecordRuntime(RecordRuntime):
 
     def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any:
         return self.call(name, key, lambda: getattr(obj, method)(*args))
+
+    def new_oid(self) -> int:
+        # Objects made inside another boundary call (a selector inside communicate()) do
+        # not exist on replay: they must not take an id.
+        if _get_ident() != self._gate:
+            return 0
+        self._oids += 1
+        return self._oids
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
         if _get_ident() != self._gate:

@@ -30,7 +30,8 @@ enum { KIND_CALL = 5, KIND_OUTPUT = 6 };
 #define PENDING 0x80 /* on a record's kind: it carries its key's repr, not yet the digest */
 enum { STATUS_RETURNED = 0, STATUS_RAISED = 1 };
 enum {
-    TAG_NONE = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_FLOAT = 5, TAG_STR = 7, TAG_BYTES = 8,
+    TAG_NONE = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_FLOAT = 5, TAG_STR = 7,
+    TAG_BYTES = 8,
     TAG_TUPLE = 16, TAG_LIST = 17, TAG_DICT = 18
 };
 #define BLOB_THRESHOLD 4096
@@ -150,7 +151,8 @@ static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
     if (PyBytes_CheckExact(value))
         return put_raw(s, TAG_BYTES, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
     if (PyUnicode_CheckExact(value)) return put_str(s, value);
-    if (PyBool_Check(value)) return put_byte(s, value == Py_True ? TAG_TRUE : TAG_FALSE) < 0 ? FAILED : ENCODED;
+    if (PyBool_Check(value))
+        return put_byte(s, value == Py_True ? TAG_TRUE : TAG_FALSE) < 0 ? FAILED : ENCODED;
     if (PyFloat_CheckExact(value)) {
         unsigned char packed[8];
         if (PyFloat_Pack8(PyFloat_AS_DOUBLE(value), (char *)packed, 1) < 0) return FAILED;
@@ -284,7 +286,8 @@ static PyObject *repr_digest(PyObject *recent, Scratch *text, PyObject *key) {
         Py_DECREF(repr);
         if (raw == NULL) return NULL;
         blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1,
-                       (const unsigned char *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
+                       (const unsigned char *)PyBytes_AS_STRING(raw),
+                       (size_t)PyBytes_GET_SIZE(raw));
         Py_DECREF(raw);
     }
     digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
@@ -342,6 +345,7 @@ typedef struct {
     PyObject *recent;       /* key of shape 0 -> its digest */
     PyObject *recent_enum;  /* key of SHAPE_ENUM -> its digest */
     Py_ssize_t events;      /* events */
+    Py_ssize_t oids;        /* _oids: object ids handed out */
     double last_flush;      /* _last_flush: time.monotonic() of the last flush */
     double flush_interval;  /* _flush_interval */
     Scratch scratch;        /* one record being made */
@@ -367,7 +371,8 @@ static PyObject *callpath_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     self->heads = PyDict_New();
     self->recent = PyDict_New();
     self->recent_enum = PyDict_New();
-    if (self->buf == NULL || self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
+    if (self->buf == NULL || self->heads == NULL || self->recent == NULL ||
+        self->recent_enum == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -409,7 +414,8 @@ static PyObject *key_digest(CallPath *self, PyObject *key) {
     if (fn == NULL) return NULL;
     PyObject *digest = PyObject_CallOneArg(fn, key);
     Py_DECREF(fn);
-    if (digest != NULL && (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != ARGS_DIGEST_SIZE)) {
+    if (digest != NULL &&
+        (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != ARGS_DIGEST_SIZE)) {
         Py_DECREF(digest);
         PyErr_SetString(PyExc_ValueError, "args_digest returned no digest");
         return NULL;
@@ -529,8 +535,8 @@ static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
     }
     if (!drain) return 0;
     PyObject *call_args[2] = {(PyObject *)self, flush ? Py_True : Py_False};
-    PyObject *done = PyObject_VectorcallMethod(s_drain, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                               s_flush_names);
+    PyObject *done = PyObject_VectorcallMethod(
+        s_drain, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, s_flush_names);
     if (done == NULL) return -1;
     Py_DECREF(done);
     return 0;
@@ -600,7 +606,8 @@ static int defer(CallPath *self, unsigned char kind, PyObject *name, PyObject *k
     if (kind_obj != NULL && status != NULL) {
         PyObject *args[8] = {(PyObject *)self, kind_obj, name, key, data, status, result, head};
         size_t nargs = head != NULL ? 8 : 7;
-        done = PyObject_VectorcallMethod(s_event, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        done = PyObject_VectorcallMethod(s_event, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                         NULL);
     }
     Py_XDECREF(kind_obj);
     Py_XDECREF(status);
@@ -627,7 +634,8 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
     if (PyBytes_CheckExact(result) && PyBytes_GET_SIZE(result) >= LONG_PAYLOAD &&
         PyBytes_GET_SIZE(result) < BLOB_THRESHOLD) {
         Py_ssize_t size = PyBytes_GET_SIZE(result);
-        if (put_byte(&self->scratch, TAG_BYTES) < 0 || put_varint(&self->scratch, (uint64_t)size) < 0 ||
+        if (put_byte(&self->scratch, TAG_BYTES) < 0 ||
+            put_varint(&self->scratch, (uint64_t)size) < 0 ||
             append_record(self, KIND_CALL, self->scratch.size, PyBytes_AS_STRING(result), size) < 0)
             return recording_failed(self, result);
         return result;
@@ -704,7 +712,9 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
     self->gate = self->live;
     if (result == NULL) return record_raised(self, KIND_OUTPUT, name, key, data);
     if (!self->live) return result;
-    int fast = PyUnicode_CheckExact(name) && (data == Py_None || (PyBytes_CheckExact(data) && PyBytes_GET_SIZE(data) < BLOB_THRESHOLD));
+    int fast = PyUnicode_CheckExact(name) &&
+               (data == Py_None ||
+                (PyBytes_CheckExact(data) && PyBytes_GET_SIZE(data) < BLOB_THRESHOLD));
     if (fast) {
         if (start_record(self, name, key) < 0) return recording_failed(self, result);
         const char *payload = data == Py_None ? "" : PyBytes_AS_STRING(data);
@@ -712,7 +722,8 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
         int status = ENCODED;
         Py_ssize_t split = 0, inserted = 0;
         if (size >= LONG_PAYLOAD) { /* copied once, by append_record */
-            if (put_byte(&self->scratch, TAG_BYTES) < 0 || put_varint(&self->scratch, (uint64_t)size) < 0)
+            if (put_byte(&self->scratch, TAG_BYTES) < 0 ||
+                put_varint(&self->scratch, (uint64_t)size) < 0)
                 status = FAILED;
             split = self->scratch.size;
             inserted = size;
@@ -720,7 +731,9 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
             status = put_raw(&self->scratch, TAG_BYTES, payload, size);
         }
         if (status == ENCODED)
-            status = put_byte(&self->scratch, STATUS_RETURNED) < 0 ? FAILED : encode(&self->scratch, result, 0, 0);
+            status = put_byte(&self->scratch, STATUS_RETURNED) < 0
+                         ? FAILED
+                         : encode(&self->scratch, result, 0, 0);
         if (status == FAILED) return recording_failed(self, result);
         if (status == ENCODED) {
             if (!inserted) split = self->scratch.size;
@@ -729,11 +742,22 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
             return result;
         }
     }
-    if (defer(self, KIND_OUTPUT, name, key, data, result, NULL) < 0) return recording_failed(self, result);
+    if (defer(self, KIND_OUTPUT, name, key, data, result, NULL) < 0)
+        return recording_failed(self, result);
     return result;
 }
 
+/* new_oid(): RecordRuntime.new_oid. Objects made inside another boundary call (a selector
+ * inside communicate()) do not exist on replay: they take no id (0). */
+static PyObject *callpath_new_oid(CallPath *self, PyObject *unused) {
+    (void)unused;
+    if (PyThread_get_thread_ident() != self->gate) return PyLong_FromLong(0);
+    return PyLong_FromSsize_t(++self->oids);
+}
+
 static PyMethodDef callpath_methods[] = {
+    {"new_oid", (PyCFunction)callpath_new_oid, METH_NOARGS,
+     "new_oid(): the next object id, or 0 inside a boundary call (RecordRuntime.new_oid)."},
     {"call", (PyCFunction)(void (*)(void))callpath_call, METH_FASTCALL,
      "call(name, key, fn): run fn and record its result (RecordRuntime.call)."},
     {"invoke", (PyCFunction)(void (*)(void))callpath_invoke, METH_FASTCALL,
@@ -750,6 +774,7 @@ static PyMemberDef callpath_members[] = {
     {"_buf", T_OBJECT_EX, offsetof(CallPath, buf), 0, NULL},
     {"_heads", T_OBJECT_EX, offsetof(CallPath, heads), 0, NULL},
     {"events", T_PYSSIZET, offsetof(CallPath, events), 0, NULL},
+    {"_oids", T_PYSSIZET, offsetof(CallPath, oids), 0, NULL},
     {"_last_flush", T_DOUBLE, offsetof(CallPath, last_flush), 0, NULL},
     {"_flush_interval", T_DOUBLE, offsetof(CallPath, flush_interval), 0, NULL},
     {NULL, 0, 0, 0, NULL},
@@ -868,7 +893,8 @@ static unsigned char *finalize_records(const unsigned char *at, const unsigned c
         out = write_varint(out, callee_bytes + ARGS_DIGEST_SIZE + rest_bytes);
         memcpy(out, body, callee_bytes);
         out += callee_bytes;
-        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, repr, (size_t)repr_size);
+        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, repr,
+                       (size_t)repr_size);
         out += ARGS_DIGEST_SIZE;
         memcpy(out, rest, rest_bytes);
         out += rest_bytes;
@@ -992,7 +1018,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *module = PyModule_Create(&fastpath_module);
     if (module == NULL) return NULL;
     PyObject *type = PyType_FromSpec(&callpath_spec);
-    if (type == NULL || PyModule_AddObject(module, "CallPath", type) < 0 || add_constants(module) < 0) {
+    if (type == NULL || PyModule_AddObject(module, "CallPath", type) < 0 ||
+        add_constants(module) < 0) {
         Py_XDECREF(type);
         Py_DECREF(module);
         return NULL;

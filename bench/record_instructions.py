@@ -1,0 +1,164 @@
+"""What recording costs the application's thread, in instructions: steady, where time is not.
+
+On a shared virtual machine the CPU's speed drifts from one second to the next, so the time
+figures of bench/record_overhead.py move by tens of percent between runs. Instruction counts
+do not. This script runs the I/O-bound workload of bench/record_overhead.py (HTTP GETs to a
+local server, a new connection each, plus an INSERT and a SELECT in a sqlite3 file) under
+valgrind's callgrind, in fresh processes, for:
+
+- **plain**: not recorded;
+- **python**: recorded, with the recorder's per-call path in Python (SEALTRACE_RECORDER=python);
+- **native**: recorded, with the per-call path in C (sealtrace.proxy._fastpath), as shipped.
+
+The recorder is started in-process (the embedding API, `start_recording`), so the process
+callgrind measures is the application itself. A figure is the instructions executed on the
+application's thread, (N requests - 0 requests) / N, so start-up and the end of the
+recording cancel out; the recorder's background thread (hashing, sealing, storing) is
+counted apart. Needs valgrind.
+
+    python bench/record_instructions.py [--requests N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+WORKLOAD = r"""
+import os, sys, tempfile
+mode, n, port, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if mode != "plain":
+    os.environ["SEALTRACE_RECORDER"] = mode
+    from pathlib import Path
+    from sealtrace.proxy import start_recording, write_keypair
+    pub, _ = write_keypair(Path(work) / "keys", "bench")
+    if start_recording(str(pub), os.path.join(work, "recording"), app_roots=[work]) is None:
+        raise SystemExit("the recorder did not start")
+import hashlib, http.client, sqlite3
+conn = sqlite3.connect(os.path.join(work, "hits.db"))
+conn.execute(
+    "CREATE TABLE IF NOT EXISTS hits (id INTEGER PRIMARY KEY, path TEXT, size INT, digest TEXT)"
+)
+total = 0
+for i in range(n):
+    client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    client.request("GET", f"/item/{i}")
+    response = client.getresponse()
+    body = response.read()
+    client.close()
+    assert response.status == 200, response.status
+    cur = conn.execute(
+        "INSERT INTO hits (path, size, digest) VALUES (?, ?, ?)",
+        (f"/item/{i}", len(body), hashlib.sha1(body).hexdigest()),
+    )
+    total += conn.execute("SELECT size FROM hits WHERE id = ?", (cur.lastrowid,)).fetchone()[0]
+    if i % 10 == 9:
+        conn.commit()
+conn.commit()
+"""
+
+MODES = ("plain", "python", "native")
+
+
+def _server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from record_overhead import SERVER
+
+    script = work / "server.py"
+    script.write_text(SERVER)
+    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
+    assert server.stdout is not None
+    return server, server.stdout.readline().decode().strip()
+
+
+def _instructions(out: Path) -> dict[str, int]:
+    """Instructions per thread from callgrind's output files (out-01 is the main thread)."""
+    counts = {}
+    for part in sorted(out.parent.glob(out.name + "-*")):
+        match = re.search(r"^summary: (\d+)", part.read_text(errors="replace"), re.MULTILINE)
+        if match:
+            counts[part.name.rsplit("-", 1)[1]] = int(match.group(1))
+    return counts
+
+
+def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
+    script = work / "workload.py"
+    script.write_text(WORKLOAD)
+    runs = {}
+    for n in (0, requests):
+        run = work / f"{mode}-{n}"
+        run.mkdir()
+        out = run / "callgrind.out"
+        command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
+        command += [f"--callgrind-out-file={out}", sys.executable, str(script)]
+        command += [mode, str(n), port, str(run)]
+        proc = subprocess.run(command, env=env, capture_output=True)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{mode} {n}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}"
+            )
+        runs[n] = _instructions(out)
+    main = (runs[requests]["01"] - runs[0]["01"]) / requests
+    others = sum(v for k, v in runs[requests].items() if k != "01")
+    others -= sum(v for k, v in runs[0].items() if k != "01")
+    return {"app_thread_per_request": main, "other_threads_per_request": others / requests}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--json", default=str(Path(__file__).parent / "results" / "record_instructions.json")
+    )
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("record_instructions: valgrind is not installed")
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    env.pop("SEALTRACE_RECORDER", None)
+    with tempfile.TemporaryDirectory(prefix="sealtrace-instr-") as tmp:
+        work = Path(tmp)
+        server, port = _server(work, env)
+        try:
+            results = {mode: measure(mode, args.requests, port, work, env) for mode in MODES}
+        finally:
+            server.terminate()
+            server.wait()
+    plain = results["plain"]["app_thread_per_request"]
+    print(f"I/O-bound workload, {args.requests} requests; instructions a request")
+    header = ("mode", "application thread", "added", "added %", "background")
+    print(" | ".join(f"{h:>{w}s}" for h, w in zip(header, (8, 18, 8, 7, 10), strict=True)))
+    for mode, figures in results.items():
+        app = figures["app_thread_per_request"]
+        added = app - plain
+        figures["added_per_request"] = added
+        figures["added_fraction"] = added / plain
+        print(
+            f"{mode:8s} | {app:18,.0f} | {added:8,.0f} | {added / plain:7.1%} |"
+            f" {figures['other_threads_per_request']:10,.0f}"
+        )
+    report = {
+        "bench": "record_instructions",
+        "requests": args.requests,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+        "modes": results,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
