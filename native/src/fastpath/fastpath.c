@@ -102,11 +102,11 @@ static int put_raw(Scratch *s, unsigned char tag, const char *raw, Py_ssize_t n)
 }
 
 static int put_str(Scratch *s, PyObject *text) {
-    Py_ssize_t n;
-    const char *raw = PyUnicode_AsUTF8AndSize(text, &n);
-    if (raw != NULL) return put_raw(s, TAG_STR, raw, n);
-    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return FAILED;
-    PyErr_Clear(); /* lone surrogates */
+    if (PyUnicode_IS_ASCII(text)) /* its own bytes are its UTF-8 */
+        return put_raw(s, TAG_STR, (const char *)PyUnicode_1BYTE_DATA(text),
+                       PyUnicode_GET_LENGTH(text));
+    /* As str.encode() makes it (surrogatepass changes nothing but for lone surrogates), and
+     * without PyUnicode_AsUTF8's copy kept in the application's string. */
     PyObject *bytes = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
     if (bytes == NULL) return FAILED;
     int status = put_raw(s, TAG_STR, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
@@ -430,6 +430,10 @@ static PyObject *key_digest(CallPath *self, PyObject *key) {
  * turns it into the digest (finalize), so the application's thread never runs BLAKE2b for
  * such keys. Nothing outside this module ever sees a pending record. */
 static int start_record(CallPath *self, PyObject *name, PyObject *key) {
+    if (self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the recorder has been torn down");
+        return -1;
+    }
     PyObject *head = PyDict_GetItemWithError(self->heads, name);
     if (head != NULL) {
         Py_INCREF(head);
@@ -504,7 +508,7 @@ static char *grow_buffer(PyObject *buf, Py_ssize_t extra) {
  * once, from the caller's object into the buffer. */
 static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
                          const char *payload, Py_ssize_t payload_size) {
-    if (!PyByteArray_CheckExact(self->buf)) {
+    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
         PyErr_SetString(PyExc_TypeError, "the record buffer must be a bytearray");
         return -1;
     }
