@@ -56,6 +56,7 @@ up: setup podman
 bench: setup
 	$(BIN)/python bench/seal.py
 	$(BIN)/python bench/record_overhead.py
+	$(BIN)/python bench/record_instructions.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/session.py
