@@ -33,9 +33,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-WORKLOAD = r"""
-import os, sys, tempfile
-mode, n, port, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+# The recorder started in-process, then bench/record_overhead.py's I/O workload as it is.
+PROLOGUE = r"""
+import os, sys
+mode, n, port, work = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 if mode != "plain":
     os.environ["SEALTRACE_RECORDER"] = mode
     from pathlib import Path
@@ -43,36 +44,17 @@ if mode != "plain":
     pub, _ = write_keypair(Path(work) / "keys", "bench")
     if start_recording(str(pub), os.path.join(work, "recording"), app_roots=[work]) is None:
         raise SystemExit("the recorder did not start")
-import hashlib, http.client, sqlite3
-conn = sqlite3.connect(os.path.join(work, "hits.db"))
-conn.execute(
-    "CREATE TABLE IF NOT EXISTS hits (id INTEGER PRIMARY KEY, path TEXT, size INT, digest TEXT)"
-)
-total = 0
-for i in range(n):
-    client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    client.request("GET", f"/item/{i}")
-    response = client.getresponse()
-    body = response.read()
-    client.close()
-    assert response.status == 200, response.status
-    cur = conn.execute(
-        "INSERT INTO hits (path, size, digest) VALUES (?, ?, ?)",
-        (f"/item/{i}", len(body), hashlib.sha1(body).hexdigest()),
-    )
-    total += conn.execute("SELECT size FROM hits WHERE id = ?", (cur.lastrowid,)).fetchone()[0]
-    if i % 10 == 9:
-        conn.commit()
-conn.commit()
+sys.argv = [sys.argv[0], port, n, os.path.join(work, "hits.db")]
 """
 
 MODES = ("plain", "python", "native")
 
 
-def _server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from record_overhead import SERVER
+sys.path.insert(0, str(Path(__file__).parent))
+from record_overhead import IO_WORKLOAD, SERVER  # noqa: E402
 
+
+def _server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     script = work / "server.py"
     script.write_text(SERVER)
     server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
@@ -92,7 +74,7 @@ def _instructions(out: Path) -> dict[str, int]:
 
 def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
     script = work / "workload.py"
-    script.write_text(WORKLOAD)
+    script.write_text(PROLOGUE + IO_WORKLOAD)
     runs = {}
     for n in (0, requests):
         run = work / f"{mode}-{n}"
@@ -101,7 +83,7 @@ def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]
         command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
         command += [f"--callgrind-out-file={out}", sys.executable, str(script)]
         command += [mode, str(n), port, str(run)]
-        proc = subprocess.run(command, env=env, capture_output=True)
+        proc = subprocess.run(command, env=env, capture_output=True, cwd=run)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"{mode} {n}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}"

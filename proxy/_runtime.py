@@ -86,11 +86,6 @@ _SMALL_INT_BY_STATUS = tuple(
     for status in (STATUS_RETURNED, STATUS_RAISED)
 )
 _FRAME_HEAD = {kind: tuple(bytes((kind, size)) for size in range(0x80)) for kind in (CALL, OUTPUT)}
-_CALL_FRAME = _FRAME_HEAD[CALL]
-_RETURNED_NONE = _NONE_BY_STATUS[STATUS_RETURNED]
-_RETURNED_FLOAT = _FLOAT_BY_STATUS[STATUS_RETURNED]
-_RETURNED_BYTES = _BYTES_BY_STATUS[STATUS_RETURNED]
-_RETURNED_SMALL_INT = _SMALL_INT_BY_STATUS[STATUS_RETURNED]
 
 
 def _own_directories() -> tuple[str, ...]:
@@ -534,58 +529,7 @@ class PythonRecordRuntime(RecordRuntime):
     module is missing or SEALTRACE_RECORDER=python asks for it."""
 
     def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
-        if _get_ident() != self._gate:
-            return fn()
-        self._gate = 0
-        try:
-            result = fn()
-        except BaseException as exc:
-            self._gate = self._live
-            self._event(CALL, name, key, None, STATUS_RAISED, exc)
-            raise
-        self._gate = self._live
-        if not self._live:
-            return result  # the recording ended inside the call (it started a thread, say)
-        # _event's work, in line for the commonest values: this runs for every call.
-        value: Any = result
-        try:
-            head = self._heads.get(name) or self._callee(name)
-            head += _EMPTY_DIGEST if key is None else args_digest(key)
-            cls = type(value)
-            if value is None:
-                record = head + _RETURNED_NONE
-            elif cls is bytes and len(value) < BLOB_THRESHOLD:
-                size = len(value)
-                if size < 0x80:
-                    record = head + _RETURNED_BYTES[size] + value
-                else:
-                    record = head + bytes(
-                        (STATUS_RETURNED, T_BYTES, (size & 0x7F) | 0x80, size >> 7)
-                    )
-                    record += value
-            elif cls is int and -64 <= value < 64:
-                record = head + _RETURNED_SMALL_INT[(value << 1) ^ (value >> 63)]
-            elif cls is float:
-                record = head + _RETURNED_FLOAT + _DOUBLE.pack(value)
-            else:
-                self._event(CALL, name, key, None, STATUS_RETURNED, value, head)
-                return result
-            buf = self._buf
-            size = len(record)
-            if size < 0x80:
-                buf += _CALL_FRAME[size]
-            else:
-                buf.append(CALL)
-                _write_varint(buf, size)
-            buf += record
-            self.events = events = self.events + 1
-            if len(buf) >= _DRAIN_AT:
-                self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
-            elif not events & 255 and _monotonic() - self._last_flush > self._flush_interval:
-                self._drain(flush=True)
-        except Exception as exc:
-            self._failed(exc)
-        return result
+        return self._run(CALL, name, key, None, fn)
 
     def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any:
         return self.call(name, key, lambda: getattr(obj, method)(*args))
@@ -599,6 +543,11 @@ class PythonRecordRuntime(RecordRuntime):
         return self._oids
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
+        return self._run(OUTPUT, name, key, data, fn)
+
+    def _run(
+        self, kind: int, name: str, key: Any, data: BytesLike | None, fn: Callable[[], T]
+    ) -> T:
         if _get_ident() != self._gate:
             return fn()
         self._gate = 0
@@ -606,10 +555,10 @@ class PythonRecordRuntime(RecordRuntime):
             result = fn()
         except BaseException as exc:
             self._gate = self._live
-            self._event(OUTPUT, name, key, data, STATUS_RAISED, exc)
+            self._event(kind, name, key, data, STATUS_RAISED, exc)
             raise
         self._gate = self._live
-        self._event(OUTPUT, name, key, data, STATUS_RETURNED, result)
+        self._event(kind, name, key, data, STATUS_RETURNED, result)
         return result
 
 

@@ -209,6 +209,14 @@ static int key_shape(PyObject *key, int depth) {
     return shape;
 }
 
+/* Remembers a key's digest, starting afresh past RECENT_LIMIT keys; NULL (and the digest
+ * released) if that fails. */
+static PyObject *remember(PyObject *recent, PyObject *key, PyObject *digest) {
+    if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
+    if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
+    return digest;
+}
+
 /* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
  * None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
  * PyObject_Repr then makes (the bytes must be exactly repr's). */
@@ -291,10 +299,8 @@ static PyObject *repr_digest(PyObject *recent, Scratch *text, PyObject *key) {
         Py_DECREF(raw);
     }
     digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
-    if (digest != NULL && recent != NULL && length <= RECENT_REPR_MAX) {
-        if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
-        if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
-    }
+    if (digest != NULL && recent != NULL && length <= RECENT_REPR_MAX)
+        return remember(recent, key, digest);
     return digest;
 }
 
@@ -312,11 +318,7 @@ static PyObject *enum_digest(PyObject *recent, Scratch *text, PyObject *key) {
     blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"e", 1, text->data,
                    (size_t)text->size);
     digest = PyBytes_FromStringAndSize((const char *)out, ARGS_DIGEST_SIZE);
-    if (digest != NULL) {
-        if (PyDict_GET_SIZE(recent) >= RECENT_LIMIT) PyDict_Clear(recent);
-        if (PyDict_SetItem(recent, key, digest) < 0) Py_CLEAR(digest);
-    }
-    return digest;
+    return digest != NULL ? remember(recent, key, digest) : NULL;
 }
 
 /* A key's digest when this module makes it (NULL, no exception: ask Python). */
