@@ -160,9 +160,7 @@ def args_digest(key: Any) -> bytes:
                 text = repr(key)
                 digest = _repr_digest(text)
                 if len(text) <= 256:
-                    if len(_recent_keys) >= _RECENT_LIMIT:
-                        _recent_keys.clear()
-                    _recent_keys[key] = digest
+                    _remember(_recent_keys, key, digest)
             return digest
         if shape == _HAS_INEXACT:
             # Plain keys with floats, bools or bytes: repr is as exact (1, 1.0, True, '1',
@@ -172,21 +170,23 @@ def args_digest(key: Any) -> bytes:
             if digest is None:
                 digest = _repr_digest(text)
                 if len(text) <= 256:
-                    if len(_recent) >= _RECENT_LIMIT:
-                        _recent.clear()
-                    _recent[text] = digest
+                    _remember(_recent, text, digest)
             return digest
         if shape == _HAS_INT_ENUM:
             digest = _recent_enum_keys.get(key)
             if digest is None:
-                digest = _encoding_digest(key)
-                if len(_recent_enum_keys) >= _RECENT_LIMIT:
-                    _recent_enum_keys.clear()
-                _recent_enum_keys[key] = digest
+                digest = _remember(_recent_enum_keys, key, _encoding_digest(key))
             return digest
     elif key is None or key == ():
         return _EMPTY_DIGEST
     return _encoding_digest(key)
+
+
+def _remember(cache: dict[Any, bytes], key: Any, digest: bytes) -> bytes:
+    if len(cache) >= _RECENT_LIMIT:
+        cache.clear()  # start afresh rather than track which keys repeat
+    cache[key] = digest
+    return digest
 
 
 def _repr_digest(text: str) -> bytes:
