@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sealtrace.proxy._boundary import BUILTIN_LIBRARIES
+from sealtrace.proxy._runtime import IMPLEMENTATIONS
 
 from ..conftest import KeyFiles
 from .replaying import PYTHON, assert_bit_exact, record, replay, write_app
@@ -383,9 +384,11 @@ def test_every_entry_has_a_program() -> None:
             assert not missing, f"{lib.name}: no program line calls {sorted(missing)}"
 
 
+@pytest.mark.parametrize("recorder", IMPLEMENTATIONS)  # the C per-call path and its reference
 @pytest.mark.parametrize("library", sorted(CASES))
 def test_record_replay_compare(
     library: str,
+    recorder: str,
     tmp_path: Path,
     keys: KeyFiles,
     server_factory: Callable[..., tuple[int, subprocess.Popen[bytes]]],
@@ -395,7 +398,7 @@ def test_record_replay_compare(
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     args = list(case.args)
-    env = dict(case.env)
+    env = dict(case.env, SEALTRACE_RECORDER=recorder)
     server = None
     if library == "files":
         (inputs / "data").mkdir()
