@@ -63,26 +63,20 @@ class Socket:
         proto: int = -1,
         fileno: int | None = None,
     ) -> None:
-        rt, holder = self._rt, []  # the hot path: _info and _setup in line
+        holder: list[Any] = []
 
         def create() -> tuple[int, int, int, int]:
             real = _BaseSocket(family, type, proto, fileno)
             holder.append(real)
-            return real.fileno(), _family(real), _kind(real), real.proto
+            return _info(real)
 
-        info = rt.call("socket.socket", (family, type, proto, fileno), create)
-        self._real: Any = holder[0] if holder else None
-        self._oid = rt.new_oid()
-        self._fd, self._family, self._type, self.proto = info
-        self._timeout: float | None = socket_module.getdefaulttimeout()
-        self._io_refs = 0
-        self._closed = False
+        self._setup(self._rt.call("socket.socket", (family, type, proto, fileno), create), holder)
 
     def _setup(self, info: tuple[int, int, int, int], holder: list[Any]) -> None:
-        self._real = holder[0] if holder else None
+        self._real: Any = holder[0] if holder else None
         self._oid = self._rt.new_oid()
         self._fd, self._family, self._type, self.proto = info
-        self._timeout = socket_module.getdefaulttimeout()
+        self._timeout: float | None = socket_module.getdefaulttimeout()
         self._io_refs = 0
         self._closed = False
 

@@ -28,13 +28,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ._codec import (
-    _BYTES_HEAD,
-    _DOUBLE,
-    _SMALL_INT,
-    BLOB_THRESHOLD,
-    T_BYTES,
-    T_FLOAT,
-    T_NONE,
     Encoder,
     UnencodableError,
     _write_varint,
@@ -74,18 +67,6 @@ T = TypeVar("T")
 
 _EMPTY_DIGEST = hashlib.blake2b(b"", digest_size=ARGS_DIGEST_SIZE).digest()
 _DRAIN_AT = 64 * 1024
-# Precomputed pieces of the commonest records (see RecordRuntime._event).
-_NONE_BY_STATUS = tuple(bytes((status, T_NONE)) for status in (STATUS_RETURNED, STATUS_RAISED))
-_FLOAT_BY_STATUS = tuple(bytes((status, T_FLOAT)) for status in (STATUS_RETURNED, STATUS_RAISED))
-_BYTES_BY_STATUS = tuple(
-    tuple(bytes((status, T_BYTES, n)) for n in range(0x80))
-    for status in (STATUS_RETURNED, STATUS_RAISED)
-)
-_SMALL_INT_BY_STATUS = tuple(
-    tuple(bytes((status,)) + small for small in _SMALL_INT)
-    for status in (STATUS_RETURNED, STATUS_RAISED)
-)
-_FRAME_HEAD = {kind: tuple(bytes((kind, size)) for size in range(0x80)) for kind in (CALL, OUTPUT)}
 
 
 def _own_directories() -> tuple[str, ...]:
@@ -291,12 +272,12 @@ class RecordRuntime:
     """Records boundary calls into the event stream and hands it, 64 KiB at a time, to the
     pipeline that hashes, seals and stores it on its own thread.
 
-    The per-call path (call and output, which run on the application's thread for every
-    boundary call) comes from a subclass: NativeRecordRuntime has it in C
+    The per-call path (call, invoke, output and new_oid, which run on the application's
+    thread for every boundary call) comes from a subclass: NativeRecordRuntime has it in C
     (sealtrace.proxy._fastpath), PythonRecordRuntime in Python; both write the same bytes.
-    Build one with record_runtime(). Either makes as little work per call as it can: the
-    callee's index is kept as its encoded bytes, the commonest values are encoded in line,
-    and nothing is hashed but the arguments.
+    Build one with record_runtime(). The callee's index is kept as its encoded bytes, and
+    nothing is hashed on the application's thread but the arguments (and, on the C path,
+    not even those of plain keys).
     """
 
     replaying = False
@@ -365,7 +346,7 @@ class RecordRuntime:
             if len(buf) >= _DRAIN_AT:
                 self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
         except Exception as exc:
-            self.fail(f"{exc.__class__.__name__}: {exc}")
+            self._failed(exc)
             return False
         return True
 
@@ -404,57 +385,25 @@ class RecordRuntime:
             if head is None:
                 head = self._heads.get(name) or self._callee(name)
                 head += _EMPTY_DIGEST if key is None else args_digest(key)
+            body = bytearray(head)
             if kind == OUTPUT:
-                payload = b"" if data is None else data if type(data) is bytes else bytes(data)
-                size = len(payload)
-                if size < 0x80:
-                    head += _BYTES_HEAD[size] + payload
-                elif size < BLOB_THRESHOLD:  # two bytes of length, then the bytes
-                    head += bytes((T_BYTES, (size & 0x7F) | 0x80, size >> 7)) + payload
-                else:
-                    encoded = bytearray(head)
-                    self._enc.encode(encoded, payload)  # a blob
-                    head = bytes(encoded)
-            # The commonest results are encoded here, as Encoder.encode would encode them.
-            cls = type(value)
-            record: bytes | bytearray
-            if value is None:
-                record = head + _NONE_BY_STATUS[status]
-            elif cls is bytes and len(value) < BLOB_THRESHOLD:
-                size = len(value)
-                if size < 0x80:
-                    record = head + _BYTES_BY_STATUS[status][size] + value
-                else:
-                    record = head + bytes((status, T_BYTES, (size & 0x7F) | 0x80, size >> 7))
-                    record += value
-            elif cls is int and -64 <= value < 64:
-                record = head + _SMALL_INT_BY_STATUS[status][(value << 1) ^ (value >> 63)]
-            elif cls is float:
-                record = head + _FLOAT_BY_STATUS[status] + _DOUBLE.pack(value)
-            else:
-                body = bytearray(head)
-                body.append(status)
-                try:
-                    self._enc.encode(body, value)
-                except UnencodableError as exc:
-                    self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
-                    return
-                record = body
-            buf = self._buf
-            size = len(record)
-            if size < 0x80:
-                buf += _FRAME_HEAD[kind][size]
-            else:
-                buf.append(kind)
-                _write_varint(buf, size)
-            buf += record
-            self.events = events = self.events + 1
-            if len(buf) >= _DRAIN_AT:
-                self._drain(flush=_monotonic() - self._last_flush > self._flush_interval)
-            elif not events & 255 and _monotonic() - self._last_flush > self._flush_interval:
-                self._drain(flush=True)
+                self._enc.encode(body, b"" if data is None else bytes(data))
+            body.append(status)
+            try:
+                self._enc.encode(body, value)
+            except UnencodableError as exc:
+                self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
+                return
         except Exception as exc:
-            self.fail(f"{exc.__class__.__name__}: {exc}")
+            self._failed(exc)
+            return
+        self.events = events = self.events + 1
+        if (
+            self.record_raw(kind, body)
+            and not events & 255
+            and _monotonic() - self._last_flush > self._flush_interval
+        ):
+            self._drain(flush=True)
 
     def _failed(self, exc: Exception) -> None:
         self.fail(f"{exc.__class__.__name__}: {exc}")

@@ -101,6 +101,17 @@ static int put_raw(Scratch *s, unsigned char tag, const char *raw, Py_ssize_t n)
     return ENCODED;
 }
 
+/* Writes bytes as put_raw does, but leaves a long one's bytes out: *inserted is then their
+ * count, for append_record to copy straight from the caller's object (once), at the
+ * scratch buffer's size when this returns. */
+static int put_payload(Scratch *s, const char *raw, Py_ssize_t n, Py_ssize_t *inserted) {
+    *inserted = 0;
+    if (n < LONG_PAYLOAD || n >= BLOB_THRESHOLD) return put_raw(s, TAG_BYTES, raw, n);
+    if (put_byte(s, TAG_BYTES) < 0 || put_varint(s, (uint64_t)n) < 0) return FAILED;
+    *inserted = n;
+    return ENCODED;
+}
+
 static int put_str(Scratch *s, PyObject *text) {
     if (PyUnicode_IS_ASCII(text)) /* its own bytes are its UTF-8 */
         return put_raw(s, TAG_STR, (const char *)PyUnicode_1BYTE_DATA(text),
@@ -637,16 +648,15 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
     }
     if (start_record(self, name, key) < 0) return recording_failed(self, result);
     if (put_byte(&self->scratch, STATUS_RETURNED) < 0) return recording_failed(self, result);
-    if (PyBytes_CheckExact(result) && PyBytes_GET_SIZE(result) >= LONG_PAYLOAD &&
-        PyBytes_GET_SIZE(result) < BLOB_THRESHOLD) {
-        Py_ssize_t size = PyBytes_GET_SIZE(result);
-        if (put_byte(&self->scratch, TAG_BYTES) < 0 ||
-            put_varint(&self->scratch, (uint64_t)size) < 0 ||
-            append_record(self, KIND_CALL, self->scratch.size, PyBytes_AS_STRING(result), size) < 0)
-            return recording_failed(self, result);
-        return result;
+    const char *payload = NULL;
+    Py_ssize_t inserted = 0;
+    int status;
+    if (PyBytes_CheckExact(result)) {
+        payload = PyBytes_AS_STRING(result);
+        status = put_payload(&self->scratch, payload, PyBytes_GET_SIZE(result), &inserted);
+    } else {
+        status = encode(&self->scratch, result, 0, 0);
     }
-    int status = encode(&self->scratch, result, 0, 0);
     if (status == FAILED) return recording_failed(self, result);
     if (status == DEFERRED) {
         PyObject *head = record_head(self);
@@ -657,7 +667,7 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
         Py_DECREF(head);
         return result;
     }
-    if (append_record(self, KIND_CALL, self->scratch.size, NULL, 0) < 0)
+    if (append_record(self, KIND_CALL, self->scratch.size, payload, inserted) < 0)
         return recording_failed(self, result);
     return result;
 }
@@ -724,25 +734,15 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
     if (fast) {
         if (start_record(self, name, key) < 0) return recording_failed(self, result);
         const char *payload = data == Py_None ? "" : PyBytes_AS_STRING(data);
-        Py_ssize_t size = data == Py_None ? 0 : PyBytes_GET_SIZE(data);
-        int status = ENCODED;
-        Py_ssize_t split = 0, inserted = 0;
-        if (size >= LONG_PAYLOAD) { /* copied once, by append_record */
-            if (put_byte(&self->scratch, TAG_BYTES) < 0 ||
-                put_varint(&self->scratch, (uint64_t)size) < 0)
-                status = FAILED;
-            split = self->scratch.size;
-            inserted = size;
-        } else {
-            status = put_raw(&self->scratch, TAG_BYTES, payload, size);
-        }
+        Py_ssize_t size = data == Py_None ? 0 : PyBytes_GET_SIZE(data), inserted;
+        int status = put_payload(&self->scratch, payload, size, &inserted);
+        Py_ssize_t split = self->scratch.size;
         if (status == ENCODED)
             status = put_byte(&self->scratch, STATUS_RETURNED) < 0
                          ? FAILED
                          : encode(&self->scratch, result, 0, 0);
         if (status == FAILED) return recording_failed(self, result);
         if (status == ENCODED) {
-            if (!inserted) split = self->scratch.size;
             if (append_record(self, KIND_OUTPUT, split, payload, inserted) < 0)
                 return recording_failed(self, result);
             return result;
