@@ -30,7 +30,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ._errors import UsageError
-from ._runtime import Runtime
+from ._runtime import Runtime, native_function
 
 __all__ = ["BUILTIN_LIBRARIES", "Entry", "Library", "Patcher", "install", "libraries", "register"]
 
@@ -330,4 +330,4 @@ def call_wrapper(runtime: Runtime, name: str, original: Callable[..., Any]) -> C
     boundary.__qualname__ = getattr(original, "__qualname__", name)
     boundary.__doc__ = getattr(original, "__doc__", None)
     boundary.__wrapped__ = original  # type: ignore[attr-defined]
-    return boundary
+    return native_function(runtime, name, original, boundary) or boundary

@@ -26,6 +26,12 @@ RECENT_LIMIT: int
 RECENT_REPR_MAX: int
 MAX_DEPTH: int
 KEY_DEPTH: int
+FORM_CALL: int
+FORM_ROW: int
+FORM_STATE: int
+FORM_OUTPUT: int
+FORM_RECV_INTO: int
+FORM_FUNCTION: int
 
 class CallPath:
     _gate: int
@@ -41,6 +47,27 @@ class CallPath:
     def new_oid(self) -> int: ...
     def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any: ...
     def output(self, name: str, key: Any, data: Any, fn: Callable[[], T]) -> T: ...
+
+class BoundaryMethod:
+    """The C twin of a proxy's hot method, or of a call entry's wrapper (FORM_FUNCTION)."""
+
+    name: str
+    __wrapped__: Any
+    def __init__(
+        self,
+        runtime: CallPath,
+        name: str,
+        method: Any,
+        fallback: Callable[..., Any],
+        form: int,
+        required: int,
+        defaults: tuple[Any, ...],
+        variadic: bool,
+        guard: bool,
+        state: tuple[str, ...],
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, obj: Any, owner: Any = None) -> Any: ...
 
 def encode(value: Any) -> bytes | None: ...
 def digest(key: Any) -> bytes | None: ...

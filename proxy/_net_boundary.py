@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._boundary import Patcher
-from ._runtime import Runtime
+from ._runtime import Hot, Runtime, native_methods
 
 __all__ = [
     "Epoll",
@@ -429,8 +429,20 @@ class SSLSocket(Socket):
         return plain
 
 
+# Socket's methods that the C per-call path records itself (see _runtime.native_methods).
+_HOT = {
+    "connect": Hot("socket.connect", "connect", guard=True),
+    "setsockopt": Hot("socket.setsockopt", "setsockopt", guard=True),
+    "recv": Hot("socket.recv", "recv"),
+    "recv_into": Hot("socket.recv_into", "recv", "recv_into"),
+    "send": Hot("socket.send", "send", "output"),
+    "sendall": Hot("socket.sendall", "sendall", "output"),
+}
+
+
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
-    proxy: Any = type("socket", (Socket,), {"_rt": rt, "__module__": "socket"})
+    namespace = {"_rt": rt, "__module__": "socket", **native_methods(rt, Socket, _HOT)}
+    proxy: Any = type("socket", (Socket,), namespace)
     proxy._plain = proxy
     base_socketpair = socket_module.socketpair
 

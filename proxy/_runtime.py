@@ -25,7 +25,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ._codec import (
     Encoder,
@@ -52,6 +53,7 @@ from ._stream import (
 __all__ = [
     "IMPLEMENTATIONS",
     "OWN_DIRECTORIES",
+    "Hot",
     "PythonRecordRuntime",
     "RecordRuntime",
     "Runtime",
@@ -59,6 +61,8 @@ __all__ = [
     "args_digest",
     "caller_location",
     "is_own_code",
+    "native_function",
+    "native_methods",
     "path_under",
     "record_runtime",
 ]
@@ -514,7 +518,7 @@ class PythonRecordRuntime(RecordRuntime):
 def _native_runtime() -> type[RecordRuntime] | None:
     try:
         from ._fastpath import CallPath, configure, finalize
-    except ImportError:
+    except ImportError:  # not built: the Python per-call path records
         return None
     configure(_int_enums)  # shared: the enum classes Python meets, C fingerprints too
 
@@ -526,6 +530,69 @@ def _native_runtime() -> type[RecordRuntime] | None:
         _finish_records = staticmethod(finalize)
 
     return NativeRecordRuntime
+
+
+_CO_VARARGS = 0x04  # inspect.CO_VARARGS, without importing inspect into the host process
+
+
+class Hot(NamedTuple):
+    """One of a proxy class's hot methods, as the C path can record it (a BoundaryMethod in
+    native/src/fastpath/fastpath.c): the callee's name, the real object's method, and what
+    the method does around the call (its form)."""
+
+    name: str
+    method: str
+    form: str = "call"  # call | row | state | output | recv_into: see fastpath.c
+    guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
+    state: tuple[str, ...] = ()  # form "state": the real object's attributes after the call
+
+
+def _c_path(runtime: Runtime) -> ModuleType | None:
+    """sealtrace.proxy._fastpath, when `runtime` records with it."""
+    try:
+        from . import _fastpath
+    except ImportError:
+        return None
+    return _fastpath if isinstance(runtime, _fastpath.CallPath) else None
+
+
+def native_methods(runtime: Runtime, cls: type, hot: dict[str, Hot]) -> dict[str, Any]:
+    """C twins of cls's hot methods, for a proxy class of `runtime`, when it records with the
+    C per-call path; none otherwise (a Python recorder, or replay). Each keeps cls's method as
+    its reference and hands it every call it does not handle itself."""
+    fast = _c_path(runtime)
+    if fast is None:
+        return {}
+    methods = {}
+    for attr, spec in hot.items():
+        fallback = getattr(cls, attr)
+        code = fallback.__code__
+        defaults = fallback.__defaults__ or ()
+        methods[attr] = fast.BoundaryMethod(
+            runtime,
+            spec.name,
+            spec.method,
+            fallback,
+            getattr(fast, f"FORM_{spec.form.upper()}"),
+            code.co_argcount - 1 - len(defaults),  # positional parameters after self
+            defaults,
+            bool(code.co_flags & _CO_VARARGS),
+            spec.guard,
+            spec.state,
+        )
+    return methods
+
+
+def native_function(runtime: Runtime, name: str, function: Any, wrapper: Any) -> Any:
+    """The C twin of `wrapper`, a call entry's Python wrapper of `function` (see
+    _boundary.call_wrapper), when `runtime` records with the C per-call path; None otherwise.
+    It hands calls with keyword arguments, and calls not recorded, to `wrapper`."""
+    fast = _c_path(runtime)
+    if fast is None:
+        return None
+    return fast.BoundaryMethod(
+        runtime, name, function, wrapper, fast.FORM_FUNCTION, 0, (), True, False, ()
+    )
 
 
 # The per-call paths this process has, by name; the first is the one recordings use.

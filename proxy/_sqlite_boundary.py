@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from ._boundary import Patcher
-from ._runtime import Runtime
+from ._runtime import Hot, Runtime, native_methods
 
 __all__ = ["Connection", "Cursor", "install_sqlite3"]
 
@@ -130,6 +130,7 @@ class Cursor:
 
 class Connection:
     _rt: Runtime
+    _cursor: type[Cursor] = Cursor  # the installed proxy class of cursors
 
     def __init__(self, real: Any, database: Any) -> None:
         self._real: Any = real
@@ -142,12 +143,13 @@ class Connection:
 
     def cursor(self, factory: Any = None) -> Any:
         real = self._real
-        cursor = Cursor(self, real.cursor() if real is not None else None)
+        cursor = self._cursor(self, real.cursor() if real is not None else None)
         return factory(cursor) if factory is not None and factory is not sqlite3.Cursor else cursor
 
     def execute(self, sql: str, parameters: Any = ()) -> Any:
         real = self._real
-        return Cursor(self, real.cursor() if real is not None else None).execute(sql, parameters)
+        cursor = self._cursor(self, real.cursor() if real is not None else None)
+        return cursor.execute(sql, parameters)
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
         return self.cursor().executemany(sql, seq_of_parameters)
@@ -220,8 +222,26 @@ class Connection:
         return False
 
 
+# The methods that the C per-call path records itself (see _runtime.native_methods).
+_HOT_CURSOR = {
+    "execute": Hot(
+        "sqlite3.Cursor.execute",
+        "execute",
+        "state",
+        state=("description", "rowcount", "lastrowid"),
+    ),
+    "fetchone": Hot("sqlite3.Cursor.fetchone", "fetchone", "row"),
+}
+_HOT_CONNECTION = {"commit": Hot("sqlite3.Connection.commit", "commit")}
+
+
 def install_sqlite3(rt: Runtime, patcher: Patcher) -> None:
-    proxy = type("Connection", (Connection,), {"_rt": rt, "__module__": "sqlite3"})
+    cursor = type(
+        "Cursor", (Cursor,), {"__module__": "sqlite3", **native_methods(rt, Cursor, _HOT_CURSOR)}
+    )
+    namespace = {"_rt": rt, "_cursor": cursor, "__module__": "sqlite3"}
+    namespace |= native_methods(rt, Connection, _HOT_CONNECTION)
+    proxy = type("Connection", (Connection,), namespace)
 
     def connect(
         database: Any,

@@ -228,16 +228,28 @@ static PyObject *remember(PyObject *recent, PyObject *key, PyObject *digest) {
     return digest;
 }
 
+/* What repr() does with an ASCII character in a str: keeps it, or (REPR_ESCAPED) escapes it;
+ * quotes decide which quote the repr uses. Filled by PyInit__fastpath. */
+enum { REPR_SINGLE = 1, REPR_DOUBLE = 2, REPR_QUOTES = 3, REPR_ESCAPED = 4 };
+static unsigned char repr_class[128];
+
 /* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
  * None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
  * PyObject_Repr then makes (the bytes must be exactly repr's). */
 static int put_repr(Scratch *s, PyObject *value) {
     if (value == Py_None) return put_bytes(s, "None", 4) < 0 ? FAILED : ENCODED;
     if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow || v == LLONG_MIN) return DEFERRED;
-        if (v == -1 && PyErr_Occurred()) return FAILED;
+        long long v;
+        Py_ssize_t ndigits = Py_SIZE(value);
+        if (ndigits >= -1 && ndigits <= 1) { /* one digit or none: most keys' ints */
+            v = (long long)((PyLongObject *)value)->ob_digit[0] * ndigits;
+        } else {
+            int overflow;
+            v = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow || v == LLONG_MIN) return DEFERRED;
+            if (v == -1 && PyErr_Occurred()) return FAILED;
+        }
+        if (scratch_reserve(s, 24) < 0) return FAILED;
         char digits[24];
         int n = 0;
         unsigned long long u = v < 0 ? (unsigned long long)-v : (unsigned long long)v;
@@ -246,21 +258,19 @@ static int put_repr(Scratch *s, PyObject *value) {
             u /= 10;
         } while (u);
         if (v < 0) digits[sizeof digits - 1 - n++] = '-';
-        return put_bytes(s, digits + sizeof digits - n, n) < 0 ? FAILED : ENCODED;
+        memcpy(s->data + s->size, digits + sizeof digits - n, (size_t)n);
+        s->size += n;
+        return ENCODED;
     }
     if (PyUnicode_CheckExact(value)) {
         if (!PyUnicode_IS_ASCII(value)) return DEFERRED;
         const unsigned char *chars = PyUnicode_1BYTE_DATA(value);
         Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-        int single = 0, dbl = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            unsigned char c = chars[i];
-            if (c < 0x20 || c == 0x7F || c == '\\') return DEFERRED;
-            single |= c == '\'';
-            dbl |= c == '"';
-        }
-        if (single && dbl) return DEFERRED; /* repr escapes the quote */
-        char quote = single ? '"' : '\'';
+        unsigned char seen = 0; /* REPR_* bits of the characters, one table load each */
+        for (Py_ssize_t i = 0; i < n; i++) seen |= repr_class[chars[i]];
+        if (seen & REPR_ESCAPED || (seen & REPR_QUOTES) == REPR_QUOTES)
+            return DEFERRED; /* repr escapes them (both quotes: the single one) */
+        char quote = seen & REPR_SINGLE ? '"' : '\'';
         if (put_byte(s, (unsigned char)quote) < 0 || put_bytes(s, chars, n) < 0 ||
             put_byte(s, (unsigned char)quote) < 0)
             return FAILED;
@@ -364,6 +374,7 @@ typedef struct {
     Scratch scratch;        /* one record being made */
     Scratch text;           /* the repr of a key being digested */
     Py_ssize_t callee_size; /* bytes of the callee's index at the start of the record */
+    Py_ssize_t repr_at, repr_size; /* where a pending key's repr is in the record */
     int pending;            /* the record carries its key's repr, not yet its digest */
 } CallPath;
 
@@ -467,14 +478,35 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
     Py_DECREF(head);
     if (status < 0) return -1;
     if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0 && key_shape(key, KEY_DEPTH) == 0) {
-        self->text.size = 0;
-        int written = put_repr(&self->text, key);
+        /* The repr goes after a byte for its length, which takes a second byte (moving the
+         * repr along) only for reprs of 128 bytes or more. */
+        Py_ssize_t at = self->scratch.size;
+        if (put_byte(&self->scratch, 0) < 0) return -1;
+        int written = put_repr(&self->scratch, key);
         if (written == FAILED) return -1;
         if (written == ENCODED) {
+            Py_ssize_t size = self->scratch.size - at - 1;
+            if (size >= 1 << 14) {
+                PyErr_SetString(PyExc_ValueError, "a plain key's repr is too long to carry");
+                return -1; /* unreachable: key_shape and put_repr keep keys short */
+            }
+            unsigned char *data = self->scratch.data;
+            if (size < 0x80) {
+                data[at] = (unsigned char)size;
+            } else {
+                if (scratch_reserve(&self->scratch, 1) < 0) return -1;
+                data = self->scratch.data;
+                memmove(data + at + 2, data + at + 1, (size_t)size);
+                data[at] = (unsigned char)((size & 0x7F) | 0x80);
+                data[at + 1] = (unsigned char)(size >> 7);
+                self->scratch.size += 1;
+            }
             self->pending = 1;
-            if (put_varint(&self->scratch, (uint64_t)self->text.size) < 0) return -1;
-            return put_bytes(&self->scratch, self->text.data, self->text.size);
+            self->repr_at = self->scratch.size - size;
+            self->repr_size = size;
+            return 0;
         }
+        self->scratch.size = at; /* a repr this module does not write: the digest, then */
     }
     PyObject *digest = key_digest(self, key);
     if (digest == NULL) return -1;
@@ -493,8 +525,9 @@ static PyObject *record_head(CallPath *self) {
     if (head == NULL) return NULL;
     char *at = PyBytes_AS_STRING(head);
     memcpy(at, self->scratch.data, (size_t)self->callee_size);
+    const unsigned char *repr = self->scratch.data + self->repr_at;
     blake2b_digest((unsigned char *)at + self->callee_size, ARGS_DIGEST_SIZE,
-                   (const unsigned char *)"r", 1, self->text.data, (size_t)self->text.size);
+                   (const unsigned char *)"r", 1, repr, (size_t)self->repr_size);
     return head;
 }
 
@@ -684,49 +717,9 @@ static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t
     return record_returned(self, name, key, result);
 }
 
-#define INVOKE_STACK 8
-
-/* invoke(name, key, obj, method, *args): RecordRuntime.invoke, call() of obj.method(*args)
- * without a closure to make and a Python frame to run. */
-static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 4) {
-        PyErr_Format(PyExc_TypeError, "invoke() takes at least 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *name = args[0], *key = args[1], *method = args[3];
-    if (!PyUnicode_Check(method)) {
-        PyErr_SetString(PyExc_TypeError, "invoke() needs a method name");
-        return NULL;
-    }
-    /* obj and the method's arguments, after one free slot for the vectorcall offset */
-    Py_ssize_t count = nargs - 3;
-    PyObject *small[1 + INVOKE_STACK], **stack = small;
-    if (count > INVOKE_STACK) {
-        stack = PyMem_New(PyObject *, (size_t)count + 1);
-        if (stack == NULL) return PyErr_NoMemory();
-    }
-    stack[1] = args[2];
-    for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
-    size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
-    PyObject *result;
-    int recording = PyThread_get_thread_ident() == self->gate;
-    if (recording) self->gate = 0;
-    result = PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
-    if (stack != small) PyMem_Free(stack);
-    if (!recording) return result;
-    self->gate = self->live;
-    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
-    return record_returned(self, name, key, result);
-}
-
-static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (check_count(nargs, 4, "output") < 0) return NULL;
-    PyObject *name = args[0], *key = args[1], *data = args[2], *fn = args[3];
-    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
-    self->gate = 0;
-    PyObject *result = PyObject_CallNoArgs(fn);
-    self->gate = self->live;
-    if (result == NULL) return record_raised(self, KIND_OUTPUT, name, key, data);
+/* What output does once the real call has returned `result`. */
+static PyObject *record_output(CallPath *self, PyObject *name, PyObject *key, PyObject *data,
+                               PyObject *result) {
     if (!self->live) return result;
     int fast = PyUnicode_CheckExact(name) &&
                (data == Py_None ||
@@ -751,6 +744,87 @@ static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize
     if (defer(self, KIND_OUTPUT, name, key, data, result, NULL) < 0)
         return recording_failed(self, result);
     return result;
+}
+
+/* The tuple of obj's attributes named in `names`. */
+static PyObject *attributes(PyObject *obj, PyObject *names) {
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    PyObject *values = PyTuple_New(n);
+    for (Py_ssize_t i = 0; values != NULL && i < n; i++) {
+        PyObject *value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+        if (value == NULL) Py_CLEAR(values);
+        else PyTuple_SET_ITEM(values, i, value);
+    }
+    return values;
+}
+
+/* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
+ * when made on the recorded thread. stack[1] is obj and stack[2 ...] its arguments, `count`
+ * of them all; stack[0] is free (the vectorcall offset). With `state` (a tuple of names),
+ * the call's result is the tuple of obj's attributes of those names after the method
+ * returned, read inside the call: sqlite3's cursor state after execute(). With no
+ * `method`, stack[1] is a function, called with the rest. */
+static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
+                            PyObject *data, PyObject *method, PyObject **stack, Py_ssize_t count,
+                            PyObject *state) {
+    int recording = PyThread_get_thread_ident() == self->gate;
+    if (recording) self->gate = 0;
+    PyObject *result;
+    if (method != NULL) {
+        size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
+        result = PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
+    } else { /* stack[1] is a function to call with the rest */
+        size_t nargsf = (size_t)(count - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET;
+        result = PyObject_Vectorcall(stack[1], stack + 2, nargsf, NULL);
+    }
+    if (result != NULL && state != NULL) {
+        Py_SETREF(result, attributes(stack[1], state));
+    }
+    if (!recording) return result;
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, kind, name, key, data);
+    if (kind == KIND_OUTPUT) return record_output(self, name, key, data, result);
+    return record_returned(self, name, key, result);
+}
+
+#define INVOKE_STACK 8
+
+/* invoke(name, key, obj, method, *args): RecordRuntime.invoke, call() of obj.method(*args)
+ * without a closure to make and a Python frame to run. */
+static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 4) {
+        PyErr_Format(PyExc_TypeError, "invoke() takes at least 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *name = args[0], *key = args[1], *method = args[3];
+    if (!PyUnicode_Check(method)) {
+        PyErr_SetString(PyExc_TypeError, "invoke() needs a method name");
+        return NULL;
+    }
+    /* obj and the method's arguments, after one free slot for the vectorcall offset */
+    Py_ssize_t count = nargs - 3;
+    PyObject *small[1 + INVOKE_STACK], **stack = small;
+    if (count > INVOKE_STACK) {
+        stack = PyMem_New(PyObject *, (size_t)count + 1);
+        if (stack == NULL) return PyErr_NoMemory();
+    }
+    stack[1] = args[2];
+    for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
+    PyObject *result =
+        run_method(self, KIND_CALL, name, key, Py_None, method, stack, count, NULL);
+    if (stack != small) PyMem_Free(stack);
+    return result;
+}
+
+static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_count(nargs, 4, "output") < 0) return NULL;
+    PyObject *name = args[0], *key = args[1], *data = args[2], *fn = args[3];
+    if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
+    self->gate = 0;
+    PyObject *result = PyObject_CallNoArgs(fn);
+    self->gate = self->live;
+    if (result == NULL) return record_raised(self, KIND_OUTPUT, name, key, data);
+    return record_output(self, name, key, data, result);
 }
 
 /* new_oid(): RecordRuntime.new_oid. Objects made inside another boundary call (a selector
@@ -802,6 +876,351 @@ static PyType_Spec callpath_spec = {
     .basicsize = sizeof(CallPath),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = callpath_slots,
+};
+
+/* -- proxy methods ------------------------------------------------------------------------
+ *
+ * A BoundaryMethod is the C twin of one of a proxy class's hot methods (socket.connect,
+ * sendall, recv_into, sqlite3's Cursor.execute ...), installed on the proxy class when the
+ * recording uses this path (proxy/_runtime.py's native_methods). The proxy keeps its Python
+ * method as the reference: the BoundaryMethod does exactly what that method does, and calls
+ * it instead for anything but the common case (keyword arguments, a closed socket, a call
+ * made inside another boundary call, a buffer that is not plain bytes). Replay always runs
+ * the Python methods, so every recording made here is checked against them.
+ *
+ * The proxy instance holds `_oid` (the key's first item) and `_real` (the object called);
+ * the key is (_oid, *arguments), defaults included, as the Python method makes it. */
+
+enum {
+    FORM_CALL,      /* real.method(*args) */
+    FORM_ROW,       /* real.method(*args), then self._row(result) if self.row_factory is set */
+    FORM_STATE,     /* real.method(*args); records and sets `state` on self; returns self */
+    FORM_OUTPUT,    /* (data, *rest): real.method(bytes(data), *rest), data an output; key rest */
+    FORM_RECV_INTO, /* (buffer, nbytes=0, flags=0): data = real.method(size, flags), copied in */
+    FORM_FUNCTION,  /* a call entry's wrapper: `method` is the function; the key is the
+                     * arguments (None without any), as _boundary.call_wrapper makes it */
+    FORM_COUNT
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    CallPath *runtime;
+    PyObject *name;     /* the callee's name in events */
+    PyObject *method;   /* the real object's method (FORM_FUNCTION: the function) */
+    PyObject *fallback; /* the Python method: the reference, for every case not handled here */
+    PyObject *defaults; /* of the trailing positional parameters */
+    PyObject *state;    /* FORM_STATE: the attribute names */
+    Py_ssize_t required, maximum; /* positional arguments after self; maximum -1: any number */
+    int form, guard;              /* guard: only while self._fd >= 0 (a socket not closed) */
+} BoundaryMethod;
+
+static PyTypeObject *callpath_type;
+static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row;
+
+static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
+}
+
+/* Whether self._fd is a negative int: the Python method raises OSError then. */
+static int socket_closed(PyObject *self) {
+    PyObject *fd = PyObject_GetAttr(self, s_fd);
+    if (fd == NULL) {
+        PyErr_Clear();
+        return 1; /* the Python method says what is wrong */
+    }
+    int closed = !PyLong_CheckExact(fd) || PyLong_AsLong(fd) < 0;
+    Py_DECREF(fd);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return closed;
+}
+
+/* recv_into(buffer, nbytes=0, flags=0) when the buffer is writable plain bytes and nbytes
+ * fits it; NULL with no exception otherwise (the Python method then). */
+static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
+                           PyObject *const *argv, int *handled) {
+    PyObject *buffer = argv[0], *nbytes = argv[1], *flags = argv[2];
+    *handled = 0;
+    if (!PyLong_CheckExact(nbytes)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_ssize_t wanted = PyLong_AsSsize_t(nbytes);
+    if (wanted < 0 || wanted > view.len) {
+        PyErr_Clear();
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    *handled = 1;
+    PyObject *size = wanted ? Py_NewRef(nbytes) : PyLong_FromSsize_t(view.len);
+    PyObject *key = size != NULL ? PyTuple_Pack(3, key_oid, size, flags) : NULL;
+    PyObject *result = NULL;
+    if (key != NULL) {
+        PyObject *stack[4] = {NULL, real, size, flags};
+        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, m->method, stack, 3,
+                            NULL);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(size);
+    if (result != NULL) {
+        if (PyBytes_Check(result) && PyBytes_GET_SIZE(result) <= view.len) {
+            Py_ssize_t n = PyBytes_GET_SIZE(result);
+            memcpy(view.buf, PyBytes_AS_STRING(result), (size_t)n);
+            Py_SETREF(result, PyLong_FromSsize_t(n));
+        } else {
+            PyErr_SetString(PyExc_ValueError, "recv returned more than the buffer holds");
+            Py_CLEAR(result);
+        }
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* FORM_FUNCTION: function(*args), keyed by args (None without any). */
+static PyObject *call_function(BoundaryMethod *m, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *key = nargs ? PyTuple_New(nargs) : Py_NewRef(Py_None);
+    if (key == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(args[i]));
+    PyObject *small[2 + INVOKE_STACK], **stack = small;
+    if (nargs > INVOKE_STACK) {
+        stack = PyMem_New(PyObject *, (size_t)nargs + 2);
+        if (stack == NULL) {
+            Py_DECREF(key);
+            return PyErr_NoMemory();
+        }
+    }
+    stack[1] = m->method;
+    for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = args[i];
+    PyObject *result =
+        run_method(m->runtime, KIND_CALL, m->name, key, Py_None, NULL, stack, 1 + nargs, NULL);
+    if (stack != small) PyMem_Free(stack);
+    Py_DECREF(key);
+    return result;
+}
+
+static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+    if (m->runtime == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the method has been torn down");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), given = nargs - 1;
+    Py_ssize_t ndefaults = PyTuple_GET_SIZE(m->defaults);
+    int keywords = kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0;
+    if (m->form == FORM_FUNCTION) {
+        if (keywords || PyThread_get_thread_ident() != m->runtime->gate)
+            return method_fallback(m, args, nargsf, kwnames);
+        return call_function(m, args, nargs);
+    }
+    if (keywords || given < m->required ||
+        (m->maximum >= 0 && given > m->maximum) ||
+        PyThread_get_thread_ident() != m->runtime->gate ||
+        (m->guard && socket_closed(args[0])))
+        return method_fallback(m, args, nargsf, kwnames);
+    PyObject *self = args[0];
+    /* The arguments as the Python method sees them: defaults filled in. */
+    Py_ssize_t count = given > m->required + ndefaults ? given : m->required + ndefaults;
+    PyObject *small[2 + INVOKE_STACK], **stack = small;
+    if (count > INVOKE_STACK) {
+        stack = PyMem_New(PyObject *, (size_t)count + 2);
+        if (stack == NULL) return PyErr_NoMemory();
+    }
+    PyObject **argv = stack + 2; /* stack[0]: the vectorcall offset; stack[1]: the real object */
+    for (Py_ssize_t i = 0; i < count; i++)
+        argv[i] = i < given ? args[1 + i] : PyTuple_GET_ITEM(m->defaults, i - m->required);
+    PyObject *oid = PyObject_GetAttr(self, s_oid);
+    PyObject *real = oid != NULL ? PyObject_GetAttr(self, s_real) : NULL;
+    PyObject *key = NULL, *payload = NULL, *result = NULL;
+    if (real == NULL) goto done;
+    stack[1] = real;
+    if (m->form == FORM_RECV_INTO) {
+        int handled;
+        result = recv_into(m, oid, real, argv, &handled);
+        if (!handled) result = method_fallback(m, args, nargsf, kwnames);
+        goto done;
+    }
+    /* The key: (oid, *arguments), less the data of an output. */
+    Py_ssize_t skip = m->form == FORM_OUTPUT;
+    key = PyTuple_New(1 + count - skip);
+    if (key == NULL) goto done;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(oid));
+    for (Py_ssize_t i = skip; i < count; i++)
+        PyTuple_SET_ITEM(key, 1 + i - skip, Py_NewRef(argv[i]));
+    if (m->form == FORM_OUTPUT) {
+        payload = PyBytes_CheckExact(argv[0]) ? Py_NewRef(argv[0])
+                                              : PyObject_CallOneArg((PyObject *)&PyBytes_Type,
+                                                                    argv[0]);
+        if (payload == NULL) goto done;
+        argv[0] = payload;
+        result = run_method(m->runtime, KIND_OUTPUT, m->name, key, payload, m->method, stack,
+                            1 + count, NULL);
+        goto done;
+    }
+    result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, m->method, stack,
+                        1 + count, m->form == FORM_STATE ? m->state : NULL);
+    if (result == NULL) goto done;
+    if (m->form == FORM_ROW) {
+        PyObject *factory = PyObject_GetAttr(self, s_row_factory);
+        if (factory == NULL) {
+            Py_CLEAR(result);
+        } else {
+            if (factory != Py_None) Py_SETREF(result, PyObject_CallMethodOneArg(self, s_row, result));
+            Py_DECREF(factory);
+        }
+    } else if (m->form == FORM_STATE) {
+        /* self.description, self.rowcount, self.lastrowid = result */
+        Py_ssize_t n = PyTuple_GET_SIZE(m->state);
+        if (!PyTuple_CheckExact(result) || PyTuple_GET_SIZE(result) != n) {
+            PyErr_SetString(PyExc_ValueError, "the recorded state does not match");
+            Py_CLEAR(result);
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyObject_SetAttr(self, PyTuple_GET_ITEM(m->state, i),
+                                 PyTuple_GET_ITEM(result, i)) < 0) {
+                Py_CLEAR(result);
+                goto done;
+            }
+        }
+        Py_SETREF(result, Py_NewRef(self));
+    }
+done:
+    Py_XDECREF(payload);
+    Py_XDECREF(key);
+    Py_XDECREF(real);
+    Py_XDECREF(oid);
+    if (stack != small) PyMem_Free(stack);
+    return result;
+}
+
+static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"runtime", "name", "method", "fallback", "form", "required",
+                            "defaults", "variadic", "guard", "state", NULL};
+    PyObject *runtime, *name, *method, *fallback, *defaults, *state;
+    Py_ssize_t required;
+    int form, variadic, guard;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OUOOinO!ppO!:BoundaryMethod", names,
+                                     &runtime, &name, &method, &fallback, &form, &required,
+                                     &PyTuple_Type, &defaults, &variadic, &guard, &PyTuple_Type,
+                                     &state))
+        return NULL;
+    if (!PyObject_TypeCheck(runtime, callpath_type)) {
+        PyErr_SetString(PyExc_TypeError, "a BoundaryMethod needs the C per-call path's runtime");
+        return NULL;
+    }
+    if (form < 0 || form >= FORM_COUNT || required < 0 || !PyCallable_Check(fallback) ||
+        (form == FORM_FUNCTION ? !PyCallable_Check(method) || required || !variadic || guard
+                               : !PyUnicode_Check(method)) ||
+        (form == FORM_STATE) != (PyTuple_GET_SIZE(state) > 0) ||
+        (form == FORM_OUTPUT && required < 1) ||
+        (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2))) {
+        PyErr_SetString(PyExc_ValueError, "this method cannot take that form");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(state); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(state, i))) {
+            PyErr_SetString(PyExc_TypeError, "state names must be strs");
+            return NULL;
+        }
+    }
+    BoundaryMethod *m = (BoundaryMethod *)type->tp_alloc(type, 0);
+    if (m == NULL) return NULL;
+    m->vectorcall = (vectorcallfunc)method_vectorcall;
+    m->runtime = (CallPath *)Py_NewRef(runtime);
+    m->name = Py_NewRef(name);
+    m->method = Py_NewRef(method);
+    if (form != FORM_FUNCTION) PyUnicode_InternInPlace(&m->method);
+    m->fallback = Py_NewRef(fallback);
+    m->defaults = Py_NewRef(defaults);
+    m->state = Py_NewRef(state);
+    m->required = required;
+    m->maximum = variadic ? -1 : required + PyTuple_GET_SIZE(defaults);
+    m->form = form;
+    m->guard = guard;
+    return (PyObject *)m;
+}
+
+static int method_traverse(BoundaryMethod *m, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(m));
+    Py_VISIT(m->runtime);
+    Py_VISIT(m->name);
+    Py_VISIT(m->method);
+    Py_VISIT(m->fallback);
+    Py_VISIT(m->defaults);
+    Py_VISIT(m->state);
+    return 0;
+}
+
+static int method_clear(BoundaryMethod *m) {
+    Py_CLEAR(m->runtime);
+    Py_CLEAR(m->name);
+    Py_CLEAR(m->method);
+    Py_CLEAR(m->fallback);
+    Py_CLEAR(m->defaults);
+    Py_CLEAR(m->state);
+    return 0;
+}
+
+static void method_dealloc(BoundaryMethod *m) {
+    PyTypeObject *type = Py_TYPE(m);
+    PyObject_GC_UnTrack(m);
+    method_clear(m);
+    type->tp_free((PyObject *)m);
+    Py_DECREF(type);
+}
+
+/* Looked up on an instance, it binds to it as a function does. */
+static PyObject *method_get(PyObject *m, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (obj == NULL || obj == Py_None) return Py_NewRef(m);
+    return PyMethod_New(m, obj);
+}
+
+static PyObject *method_getattr_of_fallback(BoundaryMethod *m, void *name) {
+    return PyObject_GetAttrString(m->fallback, (const char *)name);
+}
+
+/* What it wraps: the function (FORM_FUNCTION), or the Python method it stands for. */
+static PyObject *method_wrapped(BoundaryMethod *m, void *unused) {
+    (void)unused;
+    return Py_NewRef(m->form == FORM_FUNCTION ? m->method : m->fallback);
+}
+
+static PyGetSetDef method_getset[] = {
+    {"__wrapped__", (getter)method_wrapped, NULL, NULL, NULL},
+    {"__name__", (getter)method_getattr_of_fallback, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)method_getattr_of_fallback, NULL, NULL, "__qualname__"},
+    {"__doc__", (getter)method_getattr_of_fallback, NULL, NULL, "__doc__"},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef method_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(BoundaryMethod, vectorcall), READONLY, NULL},
+    {"name", T_OBJECT, offsetof(BoundaryMethod, name), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot method_slots[] = {
+    {Py_tp_new, method_new},
+    {Py_tp_dealloc, method_dealloc},
+    {Py_tp_traverse, method_traverse},
+    {Py_tp_clear, method_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, method_get},
+    {Py_tp_getset, method_getset},
+    {Py_tp_members, method_members},
+    {0, NULL},
+};
+
+static PyType_Spec method_spec = {
+    .name = "sealtrace.proxy._fastpath.BoundaryMethod",
+    .basicsize = sizeof(BoundaryMethod),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = method_slots,
 };
 
 /* -- module functions, for the tests that hold this module to the Python reference ------ */
@@ -997,6 +1416,9 @@ static int add_constants(PyObject *module) {
         {"BLOB_THRESHOLD", BLOB_THRESHOLD}, {"ARGS_DIGEST_SIZE", ARGS_DIGEST_SIZE},
         {"DRAIN_AT", DRAIN_AT}, {"RECENT_LIMIT", RECENT_LIMIT},
         {"RECENT_REPR_MAX", RECENT_REPR_MAX}, {"MAX_DEPTH", MAX_DEPTH}, {"KEY_DEPTH", KEY_DEPTH},
+        {"FORM_CALL", FORM_CALL}, {"FORM_ROW", FORM_ROW}, {"FORM_STATE", FORM_STATE},
+        {"FORM_OUTPUT", FORM_OUTPUT}, {"FORM_RECV_INTO", FORM_RECV_INTO},
+        {"FORM_FUNCTION", FORM_FUNCTION},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
@@ -1011,6 +1433,11 @@ static struct PyModuleDef fastpath_module = {
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     blake2b_digest(empty_digest, ARGS_DIGEST_SIZE, NULL, 0, NULL, 0);
+    for (int c = 0; c < 128; c++)
+        repr_class[c] = c < 0x20 || c == 0x7F || c == '\\' ? REPR_ESCAPED
+                        : c == '\''                        ? REPR_SINGLE
+                        : c == '"'                         ? REPR_DOUBLE
+                                                           : 0;
     PyObject *names[] = {
         s_callee = PyUnicode_InternFromString("_callee"),
         s_event = PyUnicode_InternFromString("_event"),
@@ -1018,17 +1445,28 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         s_failed = PyUnicode_InternFromString("_failed"),
         s_args_digest = PyUnicode_InternFromString("_args_digest"),
         s_flush_names = Py_BuildValue("(s)", "flush"),
+        s_oid = PyUnicode_InternFromString("_oid"),
+        s_real = PyUnicode_InternFromString("_real"),
+        s_fd = PyUnicode_InternFromString("_fd"),
+        s_row_factory = PyUnicode_InternFromString("row_factory"),
+        s_row = PyUnicode_InternFromString("_row"),
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i] == NULL) return NULL;
     PyObject *module = PyModule_Create(&fastpath_module);
     if (module == NULL) return NULL;
     PyObject *type = PyType_FromSpec(&callpath_spec);
-    if (type == NULL || PyModule_AddObject(module, "CallPath", type) < 0 ||
+    PyObject *method = PyType_FromSpec(&method_spec);
+    if (type == NULL || method == NULL || PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
+        PyModule_AddObjectRef(module, "BoundaryMethod", method) < 0 ||
         add_constants(module) < 0) {
         Py_XDECREF(type);
+        Py_XDECREF(method);
         Py_DECREF(module);
         return NULL;
     }
+    callpath_type = (PyTypeObject *)type; /* the module keeps it */
+    Py_DECREF(type);
+    Py_DECREF(method);
     return module;
 }

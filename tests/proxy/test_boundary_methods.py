@@ -1,0 +1,214 @@
+"""The C twins of the proxies' hot methods and of call entries' wrappers (BoundaryMethod in
+sealtrace.proxy._fastpath) are held to the Python methods they stand for: a script of socket,
+sqlite3 and plain calls, common cases and the ones the twins hand back (keyword arguments,
+odd buffers, closed sockets, calls inside calls), gives the same results and records the same
+bytes with either per-call path."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace.proxy import _fastpath
+from sealtrace.proxy._boundary import Patcher, call_wrapper
+from sealtrace.proxy._net_boundary import install_socket
+from sealtrace.proxy._runtime import (
+    IMPLEMENTATIONS,
+    Hot,
+    RecordRuntime,
+    native_function,
+    native_methods,
+    record_runtime,
+)
+from sealtrace.proxy._sqlite_boundary import install_sqlite3
+from sealtrace.proxy._stream import META, parse_stream
+
+from .test_fastpath import _Out
+
+_Script = Callable[[RecordRuntime, list[Any]], None]
+_twin = _fastpath.BoundaryMethod
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    try:
+        return ("returned", fn())
+    except Exception as exc:
+        return ("raised", type(exc).__name__, str(exc))
+
+
+def _record(implementation: str, script: _Script) -> tuple[list[Any], bytes, RecordRuntime]:
+    out, seen = _Out(), []
+    rt = record_runtime(out, implementation=implementation, report=lambda message: None)
+    rt.record_value(META, {"run_id": "twins"})
+    script(rt, seen)
+    rt.finish(0)
+    assert rt.outcome == "complete"
+    return seen, bytes(out.data), rt
+
+
+def _both(script: _Script) -> tuple[list[Any], bytes]:
+    """What the script saw and recorded, the same with either path. Its first observation
+    is whether the call it names was a C twin: the negative control that the C path did
+    run its twins (and the Python path did not)."""
+    native, python = _record("native", script), _record("python", script)
+    assert native[0][0] is True and python[0][0] is False
+    assert native[0][1:] == python[0][1:]  # what the program saw
+    assert native[1] == python[1]  # what was recorded
+    return native[0][1:], native[1]
+
+
+def _socket_script(path: Path) -> _Script:
+    def script(rt: RecordRuntime, seen: list[Any]) -> None:
+        path.unlink(missing_ok=True)  # both paths connect to the same address
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not recorded: unpatched
+        server.bind(str(path))
+        server.listen(1)
+        patcher = Patcher()
+        install_socket(rt, patcher)
+        try:
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            seen.append(isinstance(type(client).__dict__.get("connect"), _twin))
+            client.connect(str(path))
+            peer, _ = server.accept()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+            seen.append(client.sendall(b"bytes"))
+            seen.append(client.sendall(bytearray(b"array")))
+            seen.append(client.sendall(memoryview(b"-view-")[1:5]))
+            seen.append(client.send(b"sent", 0))
+            seen.append(client.sendall(data=b"keyword"))  # handed to the Python method
+            seen.append(_outcome(lambda: client.sendall(12)))  # bytes(12): twelve NULs
+            seen.append(_outcome(lambda: client.sendall("text")))  # bytes("text"): TypeError
+            seen.append(peer.recv(4096))
+            peer.sendall(b"0123456789abcdefghijklmnopqrstuvwxyz")
+            seen.append(client.recv(4))
+            seen.append(client.recv(4, flags=0))
+            buffer = bytearray(6)
+            seen.append((client.recv_into(buffer), bytes(buffer)))
+            view = memoryview(bytearray(10))
+            seen.append((client.recv_into(view[2:8], 3), bytes(view)))
+            small = bytearray(2)
+            seen.append(_outcome(lambda: client.recv_into(small, 5)))  # more than it holds
+            seen.append(_outcome(lambda: client.recv_into(b"readonly")))
+            seen.append(_outcome(lambda: client.recv_into(bytearray(4), -1)))
+            seen.append(rt.call("outer", (), lambda: client.send(b"inside")))  # passes through
+            seen.append(peer.recv(4096))
+            client.close()
+            seen.append(_outcome(lambda: client.connect(str(path))))  # closed: OSError 9
+            seen.append(_outcome(lambda: client.setsockopt(socket.SOL_SOCKET, 7, 1)))
+            seen.append(_outcome(lambda: client.recv(4)))  # recorded as raised
+            peer.close()
+        finally:
+            patcher.restore()
+            server.close()
+
+    return script
+
+
+def test_socket_methods_match_the_python_ones(tmp_path: Path) -> None:
+    _, stream = _both(_socket_script(tmp_path / "sock"))
+    events = [e.callee for e in parse_stream(stream).events]
+    assert events.count("socket.sendall") == 6 and "socket.recv_into" in events
+    assert "outer" in events and events.count("socket.send") == 1  # the inner send passed
+
+
+def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:
+    patcher = Patcher()
+    install_sqlite3(rt, patcher)
+    try:
+        conn = sqlite3.connect(":memory:")
+        cursor = conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, size REAL)")
+        seen.append(isinstance(type(cursor).__dict__.get("execute"), _twin))
+        for name in ("a", "it's", 'say "hi"', "é", "x" * 300):
+            cur = conn.execute("INSERT INTO t (name, size) VALUES (?, ?)", (name, len(name) / 3))
+            seen.append((cur.lastrowid, cur.rowcount, cur.description))
+        seen.append(conn.execute("SELECT count(*) FROM t").fetchone())
+        cur = conn.cursor()
+        seen.append(cur.execute("SELECT id, name FROM t ORDER BY id").fetchone())
+        seen.append(cur.description)
+        seen.append(cur.execute(sql="SELECT 1").fetchone())  # keyword: the Python method
+        seen.append(_outcome(lambda: conn.execute("SELECT * FROM nowhere")))
+        conn.row_factory = sqlite3.Row
+        row = conn.execute("SELECT id, name FROM t WHERE id = ?", (2,)).fetchone()
+        seen.append((tuple(row), row.keys()))
+        conn.commit()
+        seen.append(_outcome(lambda: conn.execute("SELECT ?", (1, 2))))  # wrong binding count
+    finally:
+        patcher.restore()
+
+
+def test_sqlite3_methods_match_the_python_ones() -> None:
+    _, stream = _both(_sqlite_script)
+    events = parse_stream(stream).events
+    assert [e.callee for e in events].count("sqlite3.Cursor.execute") == 12
+    assert sum(e.raised for e in events) == 2
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def tick(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self.ticks += 1
+        return (self.ticks, args, sorted(kwargs.items()))
+
+
+def _function_script(rt: RecordRuntime, seen: list[Any]) -> None:
+    clock = _Clock()
+    tick = call_wrapper(rt, "clock.tick", clock.tick)
+    seen.append(isinstance(tick, _twin))
+    seen.append(tick())
+    seen.append(tick(1, "two", None))
+    seen.append(tick(*range(20)))
+    seen.append(tick(1, step=2))  # keywords: the Python wrapper
+    seen.append(rt.call("outer", (), lambda: tick(3)))  # inside a call: passes through
+    # a key whose repr is past a byte's varint, with a result Python encodes (a big int)
+    seen.append(call_wrapper(rt, "big", lambda *args: 1 << 70)("k" * 200, 1))
+    seen.append(_outcome(lambda: call_wrapper(rt, "os.fail", os.stat)("/nonexistent/x")))
+
+    class Owner:
+        method = call_wrapper(rt, "owner.method", lambda *args: len(args))
+
+    seen.append(Owner().method(1, 2))  # it binds to an instance as the Python wrapper does
+    seen.append((tick.__name__, tick.__wrapped__ == clock.tick))
+
+
+def test_call_entries_wrappers_match_the_python_ones() -> None:
+    seen, stream = _both(_function_script)
+    assert seen[-2] == 3 and seen[-1] == ("tick", True)
+    assert [e.callee for e in parse_stream(stream).events] == [
+        "clock.tick", "clock.tick", "clock.tick", "clock.tick", "outer", "big", "os.fail",
+        "owner.method",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("implementation", list(IMPLEMENTATIONS))
+def test_twins_exist_only_for_the_c_path(implementation: str) -> None:
+    rt = record_runtime(_Out(), implementation=implementation)
+    methods = native_methods(rt, socket.socket, {"close": Hot("socket.close", "close")})
+    wrapper = native_function(rt, "os.getpid", os.getpid, os.getpid)
+    assert bool(methods) == (implementation == "native") == (wrapper is not None)
+
+
+def test_a_twin_refuses_what_it_cannot_stand_for() -> None:
+    rt = record_runtime(_Out(), implementation="native")
+
+    def method(self: Any, x: Any) -> Any:
+        return x
+
+    form = _fastpath.FORM_CALL
+    args = ("n", "m", method, form, 1, (), False, False, ())
+    with pytest.raises(TypeError, match="C per-call path"):
+        _fastpath.BoundaryMethod(object(), *args)
+    _fastpath.BoundaryMethod(rt, *args)  # the control: these arguments are fine
+    with pytest.raises(ValueError, match="form"):
+        _fastpath.BoundaryMethod(rt, "n", "m", method, 99, 1, (), False, False, ())
+    with pytest.raises(ValueError, match="form"):  # state names without the state form
+        _fastpath.BoundaryMethod(rt, "n", "m", method, form, 1, (), False, False, ("a",))
+    with pytest.raises(ValueError, match="form"):  # a function form needs a function
+        _fastpath.BoundaryMethod(rt, "n", "m", method, _fastpath.FORM_FUNCTION, 0, (), True, 0, ())
