@@ -14,9 +14,11 @@ The recorder is started in-process (the embedding API, `start_recording`), so th
 callgrind measures is the application itself. A figure is the instructions executed on the
 application's thread, (N requests - 0 requests) / N, so start-up and the end of the
 recording cancel out; the recorder's background thread (hashing, sealing, storing) is
-counted apart. Needs valgrind.
+counted apart. A second table counts single operations (a socket made and closed, a
+sqlite3 INSERT ...), plain and recorded with the C path, to show where a request's added
+instructions go. Needs valgrind.
 
-    python bench/record_instructions.py [--requests N] [--json PATH]
+    python bench/record_instructions.py [--requests N] [--repeats N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -72,32 +74,102 @@ def _instructions(out: Path) -> dict[str, int]:
     return counts
 
 
+def _callgrind(script: Path, args: list[str], run: Path, env: dict[str, str]) -> dict[str, int]:
+    run.mkdir()
+    out = run / "callgrind.out"
+    command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
+    command += [f"--callgrind-out-file={out}", sys.executable, str(script), *args]
+    proc = subprocess.run(command, env=env, capture_output=True, cwd=run)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}")
+    return _instructions(out)
+
+
 def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
     script = work / "workload.py"
     script.write_text(PROLOGUE + IO_WORKLOAD)
     runs = {}
     for n in (0, requests):
         run = work / f"{mode}-{n}"
-        run.mkdir()
-        out = run / "callgrind.out"
-        command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
-        command += [f"--callgrind-out-file={out}", sys.executable, str(script)]
-        command += [mode, str(n), port, str(run)]
-        proc = subprocess.run(command, env=env, capture_output=True, cwd=run)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"{mode} {n}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}"
-            )
-        runs[n] = _instructions(out)
+        runs[n] = _callgrind(script, [mode, str(n), port, str(run)], run, env)
     main = (runs[requests]["01"] - runs[0]["01"]) / requests
     others = sum(v for k, v in runs[requests].items() if k != "01")
     others -= sum(v for k, v in runs[0].items() if k != "01")
     return {"app_thread_per_request": main, "other_threads_per_request": others / requests}
 
 
+# One operation at a time, each repeated, on the application's thread: where the added
+# instructions of a request go. The peer of the socket operations is a bare _socket.socket,
+# which the recorder does not replace, so only the application's side is recorded.
+OPERATIONS_PROLOGUE = r"""
+import os, sys
+mode, operation, n, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode != "plain":
+    os.environ["SEALTRACE_RECORDER"] = mode
+    from pathlib import Path
+    from sealtrace.proxy import start_recording, write_keypair
+    pub, _ = write_keypair(Path(work) / "keys", "bench")
+    if start_recording(str(pub), os.path.join(work, "recording"), app_roots=[work]) is None:
+        raise SystemExit("the recorder did not start")
+import _socket, socket, sqlite3, time
+listener = _socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.bind(("127.0.0.1", 0))
+listener.listen(16)
+client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+client.connect(listener.getsockname())
+peer = _socket.socket(fileno=listener._accept()[0])
+buffer = bytearray(4096)
+db = sqlite3.connect(os.path.join(work, "ops.db"))
+db.execute("CREATE TABLE hits (id INTEGER PRIMARY KEY, path TEXT, size INT)")
+"""
+OPERATIONS = {
+    "time.time()": "time.time()",
+    "socket() + close()": "socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()",
+    "setsockopt()": "client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)",
+    "sendall() + recv_into(), 100 B": (
+        "client.sendall(b'x' * 100); peer.recv(4096); peer.send(b'y' * 100); "
+        "client.recv_into(buffer)"
+    ),
+    "sqlite3 INSERT (execute)": (
+        "db.execute('INSERT INTO hits (path, size) VALUES (?, ?)', ('/item/1', 2048))"
+    ),
+    "sqlite3 SELECT (execute + fetchone)": (
+        "db.execute('SELECT size FROM hits WHERE id = ?', (1,)).fetchone()"
+    ),
+}
+OPERATION_MODES = ("plain", "native")
+
+
+def measure_operations(repeats: int, work: Path, env: dict[str, str]) -> dict[str, Any]:
+    script = work / "operations.py"
+    body = "".join(
+        f"if operation == {name!r}:\n    for _ in range(n):\n        {code}\n"
+        for name, code in OPERATIONS.items()
+    )
+    script.write_text(OPERATIONS_PROLOGUE + body)
+    results: dict[str, Any] = {}
+    for index, name in enumerate(OPERATIONS):
+        figures = {}
+        for mode in OPERATION_MODES:
+            counts = [
+                _callgrind(
+                    script,
+                    [mode, name, str(n), str(work / f"op{index}-{mode}-{n}")],
+                    work / f"op{index}-{mode}-{n}",
+                    env,
+                )["01"]
+                for n in (0, repeats)
+            ]
+            figures[mode] = (counts[1] - counts[0]) / repeats
+        figures["added"] = figures["native"] - figures["plain"]
+        results[name] = figures
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=2000, help="of each single operation")
     parser.add_argument(
         "--json", default=str(Path(__file__).parent / "results" / "record_instructions.json")
     )
@@ -114,6 +186,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait()
+        operations = measure_operations(args.repeats, work, env)
     plain = results["plain"]["app_thread_per_request"]
     print(f"I/O-bound workload, {args.requests} requests; instructions a request")
     header = ("mode", "application thread", "added", "added %", "background")
@@ -127,15 +200,24 @@ def main() -> None:
             f"{mode:8s} | {app:18,.0f} | {added:8,.0f} | {added / plain:7.1%} |"
             f" {figures['other_threads_per_request']:10,.0f}"
         )
+    print(f"\nOne operation, {args.repeats} times; instructions an operation")
+    print(f"{'operation':36s} | {'plain':>8s} | {'recorded':>8s} | {'added':>8s}")
+    for name, figures in operations.items():
+        print(
+            f"{name:36s} | {figures['plain']:8,.0f} | {figures['native']:8,.0f} |"
+            f" {figures['added']:8,.0f}"
+        )
     report = {
         "bench": "record_instructions",
         "requests": args.requests,
+        "repeats": args.repeats,
         "machine": {
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
         },
         "modes": results,
+        "operations": operations,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
