@@ -167,8 +167,10 @@ def _function_script(rt: RecordRuntime, seen: list[Any]) -> None:
     seen.append(tick(*range(20)))
     seen.append(tick(1, step=2))  # keywords: the Python wrapper
     seen.append(rt.call("outer", (), lambda: tick(3)))  # inside a call: passes through
-    # a key whose repr is past a byte's varint, with a result Python encodes (a big int)
+    # keys whose repr is past a byte's varint (and two bytes'), with a result Python
+    # encodes (a big int)
     seen.append(call_wrapper(rt, "big", lambda *args: 1 << 70)("k" * 200, 1))
+    seen.append(tick("z" * 20_000))
     seen.append(_outcome(lambda: call_wrapper(rt, "os.fail", os.stat)("/nonexistent/x")))
 
     class Owner:
@@ -182,8 +184,8 @@ def test_call_entries_wrappers_match_the_python_ones() -> None:
     seen, stream = _both(_function_script)
     assert seen[-2] == 3 and seen[-1] == ("tick", True)
     assert [e.callee for e in parse_stream(stream).events] == [
-        "clock.tick", "clock.tick", "clock.tick", "clock.tick", "outer", "big", "os.fail",
-        "owner.method",
+        "clock.tick", "clock.tick", "clock.tick", "clock.tick", "outer", "big", "clock.tick",
+        "os.fail", "owner.method",
     ]  # fmt: skip
 
 

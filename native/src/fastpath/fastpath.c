@@ -82,13 +82,19 @@ static inline int put_bytes(Scratch *s, const void *bytes, Py_ssize_t n) {
     return 0;
 }
 
-static inline int put_varint(Scratch *s, uint64_t value) {
-    if (scratch_reserve(s, 10) < 0) return -1;
+/* Writes a varint at `at`; returns the end of it. */
+static unsigned char *write_varint(unsigned char *at, uint64_t value) {
     while (value > 0x7F) {
-        s->data[s->size++] = (unsigned char)((value & 0x7F) | 0x80);
+        *at++ = (unsigned char)((value & 0x7F) | 0x80);
         value >>= 7;
     }
-    s->data[s->size++] = (unsigned char)value;
+    *at++ = (unsigned char)value;
+    return at;
+}
+
+static inline int put_varint(Scratch *s, uint64_t value) {
+    if (scratch_reserve(s, 10) < 0) return -1;
+    s->size = write_varint(s->data + s->size, value) - s->data;
     return 0;
 }
 
@@ -478,29 +484,23 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
     Py_DECREF(head);
     if (status < 0) return -1;
     if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0 && key_shape(key, KEY_DEPTH) == 0) {
-        /* The repr goes after a byte for its length, which takes a second byte (moving the
-         * repr along) only for reprs of 128 bytes or more. */
+        /* The repr goes after one byte for its length; a length of 128 or more takes more
+         * bytes, and the repr is moved along to make room. */
         Py_ssize_t at = self->scratch.size;
         if (put_byte(&self->scratch, 0) < 0) return -1;
         int written = put_repr(&self->scratch, key);
         if (written == FAILED) return -1;
         if (written == ENCODED) {
             Py_ssize_t size = self->scratch.size - at - 1;
-            if (size >= 1 << 14) {
-                PyErr_SetString(PyExc_ValueError, "a plain key's repr is too long to carry");
-                return -1; /* unreachable: key_shape and put_repr keep keys short */
+            unsigned char length[10];
+            Py_ssize_t extra = write_varint(length, (uint64_t)size) - length - 1;
+            if (extra > 0) {
+                if (scratch_reserve(&self->scratch, extra) < 0) return -1;
+                unsigned char *data = self->scratch.data;
+                memmove(data + at + 1 + extra, data + at + 1, (size_t)size);
+                self->scratch.size += extra;
             }
-            unsigned char *data = self->scratch.data;
-            if (size < 0x80) {
-                data[at] = (unsigned char)size;
-            } else {
-                if (scratch_reserve(&self->scratch, 1) < 0) return -1;
-                data = self->scratch.data;
-                memmove(data + at + 2, data + at + 1, (size_t)size);
-                data[at] = (unsigned char)((size & 0x7F) | 0x80);
-                data[at + 1] = (unsigned char)(size >> 7);
-                self->scratch.size += 1;
-            }
+            memcpy(self->scratch.data + at, length, (size_t)(1 + extra));
             self->pending = 1;
             self->repr_at = self->scratch.size - size;
             self->repr_size = size;
@@ -1266,15 +1266,6 @@ static int read_varint(const unsigned char **at, const unsigned char *end, uint6
         }
     }
     return -1;
-}
-
-static unsigned char *write_varint(unsigned char *at, uint64_t value) {
-    while (value > 0x7F) {
-        *at++ = (unsigned char)((value & 0x7F) | 0x80);
-        value >>= 7;
-    }
-    *at++ = (unsigned char)value;
-    return at;
 }
 
 /* Counts the pending records of the records in [at, end); -1 if they are not whole records. */
