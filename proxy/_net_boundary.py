@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _socket
 import io
+import operator
 import select
 import selectors
 import socket as socket_module
@@ -38,11 +39,17 @@ _family = _socket.socket.family.__get__
 _kind = _socket.socket.type.__get__
 
 
+# What a Socket proxy is built from: (fd, family, type, proto) of a real socket, each made
+# by a C function (which the C twin of Socket.__init__ calls too).
+_DESCRIBE = (operator.methodcaller("fileno"), _family, _kind, operator.attrgetter("proto"))
+
+
 def _info(sock: Any) -> tuple[int, int, int, int]:
-    """What a Socket proxy is built from: (fd, family, type, proto) of a socket (a proxy,
-    when socket.py made it through the replaced socket.socket: socketpair does)."""
+    """_DESCRIBE of a socket (or of a proxy, when socket.py made it through the replaced
+    socket.socket: socketpair does)."""
     if isinstance(sock, _socket.socket):
-        return sock.fileno(), _family(sock), _kind(sock), sock.proto
+        fd, family, kind, proto = (describe(sock) for describe in _DESCRIBE)
+        return fd, family, kind, proto
     return sock.fileno(), int(sock.family), int(sock.type), sock.proto
 
 
@@ -63,17 +70,20 @@ class Socket:
         proto: int = -1,
         fileno: int | None = None,
     ) -> None:
-        holder: list[Any] = []
+        made: list[Any] = []
 
         def create() -> tuple[int, int, int, int]:
             real = _BaseSocket(family, type, proto, fileno)
-            holder.append(real)
+            made.append(real)
             return _info(real)
 
-        self._setup(self._rt.call("socket.socket", (family, type, proto, fileno), create), holder)
+        info = self._rt.call("socket.socket", (family, type, proto, fileno), create)
+        self._setup(info, made[0] if made else None)
 
-    def _setup(self, info: tuple[int, int, int, int], holder: list[Any]) -> None:
-        self._real: Any = holder[0] if holder else None
+    def _setup(self, info: tuple[int, int, int, int], real: Any) -> None:
+        """Sets the proxy up from the description of its socket (recorded) and the socket
+        itself (None on replay)."""
+        self._real: Any = real
         self._oid = self._rt.new_oid()
         self._fd, self._family, self._type, self.proto = info
         self._timeout: float | None = socket_module.getdefaulttimeout()
@@ -83,7 +93,7 @@ class Socket:
     @classmethod
     def _adopt(cls, info: tuple[int, int, int, int], real: Any) -> Socket:
         sock = cls.__new__(cls)
-        sock._setup(info, [real] if real is not None else [])
+        sock._setup(info, real)
         return sock
 
     def _call(self, op: str, key: tuple[Any, ...], fn: Any) -> Any:
@@ -431,6 +441,7 @@ class SSLSocket(Socket):
 
 # Socket's methods that the C per-call path records itself (see _runtime.native_methods).
 _HOT = {
+    "__init__": Hot("socket.socket", _BaseSocket, "new", state=_DESCRIBE),
     "connect": Hot("socket.connect", "connect", guard=True),
     "setsockopt": Hot("socket.setsockopt", "setsockopt", guard=True),
     "recv": Hot("socket.recv", "recv"),

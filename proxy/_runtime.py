@@ -541,10 +541,12 @@ class Hot(NamedTuple):
     the method does around the call (its form)."""
 
     name: str
-    method: str
-    form: str = "call"  # call | row | state | output | recv_into: see fastpath.c
+    method: Any  # its name; form "new": the real object's class
+    form: str = "call"  # call | row | state | output | recv_into | new: see fastpath.c
     guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
-    state: tuple[str, ...] = ()  # form "state": the real object's attributes after the call
+    # form "state": the real object's attributes after the call; form "new": the functions
+    # of the real object that describe it, in the proxy's recorded description
+    state: tuple[Any, ...] = ()
 
 
 def _c_path(runtime: Runtime) -> ModuleType | None:

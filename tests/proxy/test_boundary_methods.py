@@ -74,6 +74,11 @@ def _socket_script(path: Path) -> _Script:
         try:
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             seen.append(isinstance(type(client).__dict__.get("connect"), _twin))
+            seen.append(sorted((k, v) for k, v in vars(client).items() if k != "_real"))
+            seen.append(_outcome(lambda: socket.socket(999, socket.SOCK_STREAM)))  # refused
+            spare = socket.socket(family=socket.AF_UNIX)  # keyword: the Python method
+            seen.append(sorted((k, v) for k, v in vars(spare).items() if k != "_real"))
+            spare.close()
             client.connect(str(path))
             peer, _ = server.accept()
             client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
@@ -115,6 +120,7 @@ def test_socket_methods_match_the_python_ones(tmp_path: Path) -> None:
     events = [e.callee for e in parse_stream(stream).events]
     assert events.count("socket.sendall") == 6 and "socket.recv_into" in events
     assert "outer" in events and events.count("socket.send") == 1  # the inner send passed
+    assert events.count("socket.socket") == 4  # with the one socket.py makes in accept()
 
 
 def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:

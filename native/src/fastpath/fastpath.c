@@ -899,6 +899,8 @@ enum {
     FORM_RECV_INTO, /* (buffer, nbytes=0, flags=0): data = real.method(size, flags), copied in */
     FORM_FUNCTION,  /* a call entry's wrapper: `method` is the function; the key is the
                      * arguments (None without any), as _boundary.call_wrapper makes it */
+    FORM_NEW,       /* a proxy's __init__: real = method(*args), keyed by args; the recorded
+                     * result is (f(real) for f in state); then self._setup(result, real) */
     FORM_COUNT
 };
 
@@ -910,13 +912,13 @@ typedef struct {
     PyObject *method;   /* the real object's method (FORM_FUNCTION: the function) */
     PyObject *fallback; /* the Python method: the reference, for every case not handled here */
     PyObject *defaults; /* of the trailing positional parameters */
-    PyObject *state;    /* FORM_STATE: the attribute names */
+    PyObject *state;    /* FORM_STATE: the attribute names; FORM_NEW: the describing functions */
     Py_ssize_t required, maximum; /* positional arguments after self; maximum -1: any number */
     int form, guard;              /* guard: only while self._fd >= 0 (a socket not closed) */
 } BoundaryMethod;
 
 static PyTypeObject *callpath_type;
-static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row;
+static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup;
 
 static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
@@ -1001,6 +1003,44 @@ static PyObject *call_function(BoundaryMethod *m, PyObject *const *args, Py_ssiz
     return result;
 }
 
+/* FORM_NEW: self.__init__(*argv): makes the real object, records its description (what
+ * replay builds the proxy from) and sets the proxy up from both. */
+static PyObject *construct(BoundaryMethod *m, PyObject *self, PyObject **stack,
+                           Py_ssize_t count) {
+    PyObject *key = PyTuple_New(count);
+    if (key == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(stack[2 + i]));
+    CallPath *rt = m->runtime;
+    stack[1] = m->method; /* the vectorcall offset's slot, which the callee may borrow */
+    rt->gate = 0;         /* the caller checked that this call is recorded */
+    size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
+    PyObject *real = PyObject_Vectorcall(m->method, stack + 2, nargsf, NULL);
+    Py_ssize_t n = PyTuple_GET_SIZE(m->state);
+    PyObject *info = real != NULL ? PyTuple_New(n) : NULL;
+    for (Py_ssize_t i = 0; info != NULL && i < n; i++) {
+        PyObject *part = PyObject_CallOneArg(PyTuple_GET_ITEM(m->state, i), real);
+        if (part == NULL) Py_CLEAR(info);
+        else PyTuple_SET_ITEM(info, i, part);
+    }
+    rt->gate = rt->live;
+    if (info == NULL) {
+        record_raised(rt, KIND_CALL, m->name, key, Py_None);
+    } else {
+        info = record_returned(rt, m->name, key, info);
+    }
+    Py_DECREF(key);
+    PyObject *done = NULL;
+    if (info != NULL) {
+        PyObject *args[3] = {self, info, real};
+        done = PyObject_VectorcallMethod(s_setup, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(info);
+    }
+    Py_XDECREF(real);
+    if (done == NULL) return NULL;
+    Py_DECREF(done);
+    Py_RETURN_NONE;
+}
+
 static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
     if (m->runtime == NULL) {
@@ -1031,9 +1071,13 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
     PyObject **argv = stack + 2; /* stack[0]: the vectorcall offset; stack[1]: the real object */
     for (Py_ssize_t i = 0; i < count; i++)
         argv[i] = i < given ? args[1 + i] : PyTuple_GET_ITEM(m->defaults, i - m->required);
-    PyObject *oid = PyObject_GetAttr(self, s_oid);
-    PyObject *real = oid != NULL ? PyObject_GetAttr(self, s_real) : NULL;
-    PyObject *key = NULL, *payload = NULL, *result = NULL;
+    PyObject *oid = NULL, *real = NULL, *key = NULL, *payload = NULL, *result = NULL;
+    if (m->form == FORM_NEW) { /* no _oid and no _real yet: the proxy is being made */
+        result = construct(m, self, stack, count);
+        goto done;
+    }
+    oid = PyObject_GetAttr(self, s_oid);
+    real = oid != NULL ? PyObject_GetAttr(self, s_real) : NULL;
     if (real == NULL) goto done;
     stack[1] = real;
     if (m->form == FORM_RECV_INTO) {
@@ -1112,17 +1156,19 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         return NULL;
     }
     if (form < 0 || form >= FORM_COUNT || required < 0 || !PyCallable_Check(fallback) ||
-        (form == FORM_FUNCTION ? !PyCallable_Check(method) || required || !variadic || guard
-                               : !PyUnicode_Check(method)) ||
-        (form == FORM_STATE) != (PyTuple_GET_SIZE(state) > 0) ||
+        (form == FORM_FUNCTION || form == FORM_NEW ? !PyCallable_Check(method)
+                                                   : !PyUnicode_Check(method)) ||
+        (form == FORM_FUNCTION && (required || !variadic || guard)) ||
+        (form == FORM_STATE || form == FORM_NEW) != (PyTuple_GET_SIZE(state) > 0) ||
         (form == FORM_OUTPUT && required < 1) ||
         (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2))) {
         PyErr_SetString(PyExc_ValueError, "this method cannot take that form");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(state); i++) {
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(state, i))) {
-            PyErr_SetString(PyExc_TypeError, "state names must be strs");
+        PyObject *item = PyTuple_GET_ITEM(state, i);
+        if (form == FORM_NEW ? !PyCallable_Check(item) : !PyUnicode_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "state must be names, or functions to describe");
             return NULL;
         }
     }
@@ -1132,7 +1178,7 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     m->runtime = (CallPath *)Py_NewRef(runtime);
     m->name = Py_NewRef(name);
     m->method = Py_NewRef(method);
-    if (form != FORM_FUNCTION) PyUnicode_InternInPlace(&m->method);
+    if (PyUnicode_Check(m->method)) PyUnicode_InternInPlace(&m->method);
     m->fallback = Py_NewRef(fallback);
     m->defaults = Py_NewRef(defaults);
     m->state = Py_NewRef(state);
@@ -1409,7 +1455,7 @@ static int add_constants(PyObject *module) {
         {"RECENT_REPR_MAX", RECENT_REPR_MAX}, {"MAX_DEPTH", MAX_DEPTH}, {"KEY_DEPTH", KEY_DEPTH},
         {"FORM_CALL", FORM_CALL}, {"FORM_ROW", FORM_ROW}, {"FORM_STATE", FORM_STATE},
         {"FORM_OUTPUT", FORM_OUTPUT}, {"FORM_RECV_INTO", FORM_RECV_INTO},
-        {"FORM_FUNCTION", FORM_FUNCTION},
+        {"FORM_FUNCTION", FORM_FUNCTION}, {"FORM_NEW", FORM_NEW},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
@@ -1441,6 +1487,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         s_fd = PyUnicode_InternFromString("_fd"),
         s_row_factory = PyUnicode_InternFromString("row_factory"),
         s_row = PyUnicode_InternFromString("_row"),
+        s_setup = PyUnicode_InternFromString("_setup"),
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i] == NULL) return NULL;
