@@ -32,6 +32,7 @@ FORM_STATE: int
 FORM_OUTPUT: int
 FORM_RECV_INTO: int
 FORM_FUNCTION: int
+FORM_NEW: int
 
 class CallPath:
     _gate: int

@@ -220,3 +220,5 @@ def test_a_twin_refuses_what_it_cannot_stand_for() -> None:
         _fastpath.BoundaryMethod(rt, "n", "m", method, form, 1, (), False, False, ("a",))
     with pytest.raises(ValueError, match="form"):  # a function form needs a function
         _fastpath.BoundaryMethod(rt, "n", "m", method, _fastpath.FORM_FUNCTION, 0, (), True, 0, ())
+    with pytest.raises(TypeError, match="functions to describe"):  # a new form's state
+        _fastpath.BoundaryMethod(rt, "n", object, method, _fastpath.FORM_NEW, 0, (), 0, 0, ("a",))

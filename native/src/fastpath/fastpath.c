@@ -6,7 +6,8 @@
  * for the results and keys that nearly every call has. Anything else (blobs, extension
  * types, exceptions, a key that is not plain) is handed back to the Python implementation in
  * proxy/_runtime.py, which stays the reference: both must write the same bytes, and
- * tests/proxy/test_record_stream.py pins them.
+ * tests/proxy/test_record_stream.py pins them. BoundaryMethod (below) gives proxy classes
+ * and call entries C twins of their hot Python methods, which call this path directly.
  *
  * Like the rest of the recorder it must never crash or block the application: every error
  * after the real call has returned ends the recording (RecordRuntime._failed), and the
