@@ -151,15 +151,10 @@ def measure_operations(repeats: int, work: Path, env: dict[str, str]) -> dict[st
     for index, name in enumerate(OPERATIONS):
         figures = {}
         for mode in OPERATION_MODES:
-            counts = [
-                _callgrind(
-                    script,
-                    [mode, name, str(n), str(work / f"op{index}-{mode}-{n}")],
-                    work / f"op{index}-{mode}-{n}",
-                    env,
-                )["01"]
-                for n in (0, repeats)
-            ]
+            counts = []
+            for n in (0, repeats):
+                run = work / f"op{index}-{mode}-{n}"
+                counts.append(_callgrind(script, [mode, name, str(n), str(run)], run, env)["01"])
             figures[mode] = (counts[1] - counts[0]) / repeats
         figures["added"] = figures["native"] - figures["plain"]
         results[name] = figures

@@ -10,6 +10,7 @@ effects are behind the boundary (see docs/replay.md).
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
@@ -20,6 +21,9 @@ from ._runtime import Hot, Runtime, native_methods
 __all__ = ["Connection", "Cursor", "install_sqlite3"]
 
 _base_connect = sqlite3.connect
+# What a statement leaves in the cursor, recorded after it (Cursor._run and its C twin).
+_CURSOR_STATE = ("description", "rowcount", "lastrowid")
+_cursor_state = operator.attrgetter(*_CURSOR_STATE)
 _row_maker: Any = None
 
 
@@ -54,8 +58,8 @@ class Cursor:
         return self._rt.call(f"sqlite3.Cursor.{op}", (self._oid, *key), fn)
 
     def _state(self) -> tuple[Any, int, int | None]:
-        real = self._real
-        return real.description, real.rowcount, real.lastrowid
+        state: tuple[Any, int, int | None] = _cursor_state(self._real)
+        return state
 
     def _run(self, op: str, key: tuple[Any, ...], fn: Any) -> Cursor:
         def run() -> tuple[Any, int, int | None]:
@@ -66,17 +70,8 @@ class Cursor:
         return self
 
     def execute(self, sql: str, parameters: Any = ()) -> Cursor:
-        real = self._real  # the hot path: one boundary call, no helper layers
-
-        def execute() -> tuple[Any, int, int | None]:
-            real.execute(sql, parameters)
-            return real.description, real.rowcount, real.lastrowid
-
-        key = (self._oid, sql, parameters)
-        self.description, self.rowcount, self.lastrowid = self._rt.call(
-            "sqlite3.Cursor.execute", key, execute
-        )
-        return self
+        real = self._real
+        return self._run("execute", (sql, parameters), lambda: real.execute(sql, parameters))
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Cursor:
         params, real = list(seq_of_parameters), self._real
@@ -224,12 +219,7 @@ class Connection:
 
 # The methods that the C per-call path records itself (see _runtime.native_methods).
 _HOT_CURSOR = {
-    "execute": Hot(
-        "sqlite3.Cursor.execute",
-        "execute",
-        "state",
-        state=("description", "rowcount", "lastrowid"),
-    ),
+    "execute": Hot("sqlite3.Cursor.execute", "execute", "state", state=_CURSOR_STATE),
     "fetchone": Hot("sqlite3.Cursor.fetchone", "fetchone", "row"),
 }
 _HOT_CONNECTION = {"commit": Hot("sqlite3.Connection.commit", "commit")}

@@ -747,16 +747,42 @@ static PyObject *record_output(CallPath *self, PyObject *name, PyObject *key, Py
     return result;
 }
 
-/* The tuple of obj's attributes named in `names`. */
-static PyObject *attributes(PyObject *obj, PyObject *names) {
-    Py_ssize_t n = PyTuple_GET_SIZE(names);
+/* The tuple of obj's parts: for each of `parts`, obj's attribute of that name (a str) or
+ * what that function makes of obj. */
+static PyObject *parts_of(PyObject *obj, PyObject *parts) {
+    Py_ssize_t n = PyTuple_GET_SIZE(parts);
     PyObject *values = PyTuple_New(n);
     for (Py_ssize_t i = 0; values != NULL && i < n; i++) {
-        PyObject *value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        PyObject *value = PyUnicode_Check(part) ? PyObject_GetAttr(obj, part)
+                                                : PyObject_CallOneArg(part, obj);
         if (value == NULL) Py_CLEAR(values);
         else PyTuple_SET_ITEM(values, i, value);
     }
     return values;
+}
+
+/* A tuple of the n objects at items. */
+static PyObject *tuple_of(PyObject *const *items, Py_ssize_t n) {
+    PyObject *tuple = PyTuple_New(n);
+    if (tuple == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(items[i]));
+    return tuple;
+}
+
+#define INVOKE_STACK 8
+
+/* A vectorcall stack of n slots: `small` (2 + INVOKE_STACK of them) when they are enough,
+ * else allocated; NULL with MemoryError set. release_stack gives it back. */
+static PyObject **stack_of(PyObject **small, Py_ssize_t n) {
+    if (n <= 2 + INVOKE_STACK) return small;
+    PyObject **stack = PyMem_New(PyObject *, (size_t)n);
+    if (stack == NULL) PyErr_NoMemory();
+    return stack;
+}
+
+static void release_stack(PyObject **stack, PyObject **small) {
+    if (stack != small) PyMem_Free(stack);
 }
 
 /* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
@@ -779,7 +805,7 @@ static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, 
         result = PyObject_Vectorcall(stack[1], stack + 2, nargsf, NULL);
     }
     if (result != NULL && state != NULL) {
-        Py_SETREF(result, attributes(stack[1], state));
+        Py_SETREF(result, parts_of(stack[1], state));
     }
     if (!recording) return result;
     self->gate = self->live;
@@ -787,8 +813,6 @@ static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, 
     if (kind == KIND_OUTPUT) return record_output(self, name, key, data, result);
     return record_returned(self, name, key, result);
 }
-
-#define INVOKE_STACK 8
 
 /* invoke(name, key, obj, method, *args): RecordRuntime.invoke, call() of obj.method(*args)
  * without a closure to make and a Python frame to run. */
@@ -804,16 +828,13 @@ static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize
     }
     /* obj and the method's arguments, after one free slot for the vectorcall offset */
     Py_ssize_t count = nargs - 3;
-    PyObject *small[1 + INVOKE_STACK], **stack = small;
-    if (count > INVOKE_STACK) {
-        stack = PyMem_New(PyObject *, (size_t)count + 1);
-        if (stack == NULL) return PyErr_NoMemory();
-    }
+    PyObject *small[2 + INVOKE_STACK], **stack = stack_of(small, count + 1);
+    if (stack == NULL) return NULL;
     stack[1] = args[2];
     for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
     PyObject *result =
         run_method(self, KIND_CALL, name, key, Py_None, method, stack, count, NULL);
-    if (stack != small) PyMem_Free(stack);
+    release_stack(stack, small);
     return result;
 }
 
@@ -984,23 +1005,17 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
 
 /* FORM_FUNCTION: function(*args), keyed by args (None without any). */
 static PyObject *call_function(BoundaryMethod *m, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *key = nargs ? PyTuple_New(nargs) : Py_NewRef(Py_None);
-    if (key == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(args[i]));
-    PyObject *small[2 + INVOKE_STACK], **stack = small;
-    if (nargs > INVOKE_STACK) {
-        stack = PyMem_New(PyObject *, (size_t)nargs + 2);
-        if (stack == NULL) {
-            Py_DECREF(key);
-            return PyErr_NoMemory();
-        }
+    PyObject *small[2 + INVOKE_STACK], **stack = stack_of(small, nargs + 2);
+    if (stack == NULL) return NULL;
+    PyObject *key = nargs ? tuple_of(args, nargs) : Py_NewRef(Py_None), *result = NULL;
+    if (key != NULL) {
+        stack[1] = m->method;
+        for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = args[i];
+        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, NULL, stack,
+                            1 + nargs, NULL);
+        Py_DECREF(key);
     }
-    stack[1] = m->method;
-    for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = args[i];
-    PyObject *result =
-        run_method(m->runtime, KIND_CALL, m->name, key, Py_None, NULL, stack, 1 + nargs, NULL);
-    if (stack != small) PyMem_Free(stack);
-    Py_DECREF(key);
+    release_stack(stack, small);
     return result;
 }
 
@@ -1008,21 +1023,14 @@ static PyObject *call_function(BoundaryMethod *m, PyObject *const *args, Py_ssiz
  * replay builds the proxy from) and sets the proxy up from both. */
 static PyObject *construct(BoundaryMethod *m, PyObject *self, PyObject **stack,
                            Py_ssize_t count) {
-    PyObject *key = PyTuple_New(count);
+    PyObject *key = tuple_of(stack + 2, count);
     if (key == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(stack[2 + i]));
     CallPath *rt = m->runtime;
     stack[1] = m->method; /* the vectorcall offset's slot, which the callee may borrow */
     rt->gate = 0;         /* the caller checked that this call is recorded */
     size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
     PyObject *real = PyObject_Vectorcall(m->method, stack + 2, nargsf, NULL);
-    Py_ssize_t n = PyTuple_GET_SIZE(m->state);
-    PyObject *info = real != NULL ? PyTuple_New(n) : NULL;
-    for (Py_ssize_t i = 0; info != NULL && i < n; i++) {
-        PyObject *part = PyObject_CallOneArg(PyTuple_GET_ITEM(m->state, i), real);
-        if (part == NULL) Py_CLEAR(info);
-        else PyTuple_SET_ITEM(info, i, part);
-    }
+    PyObject *info = real != NULL ? parts_of(real, m->state) : NULL;
     rt->gate = rt->live;
     if (info == NULL) {
         record_raised(rt, KIND_CALL, m->name, key, Py_None);
@@ -1064,11 +1072,8 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
     PyObject *self = args[0];
     /* The arguments as the Python method sees them: defaults filled in. */
     Py_ssize_t count = given > m->required + ndefaults ? given : m->required + ndefaults;
-    PyObject *small[2 + INVOKE_STACK], **stack = small;
-    if (count > INVOKE_STACK) {
-        stack = PyMem_New(PyObject *, (size_t)count + 2);
-        if (stack == NULL) return PyErr_NoMemory();
-    }
+    PyObject *small[2 + INVOKE_STACK], **stack = stack_of(small, count + 2);
+    if (stack == NULL) return NULL;
     PyObject **argv = stack + 2; /* stack[0]: the vectorcall offset; stack[1]: the real object */
     for (Py_ssize_t i = 0; i < count; i++)
         argv[i] = i < given ? args[1 + i] : PyTuple_GET_ITEM(m->defaults, i - m->required);
@@ -1137,7 +1142,7 @@ done:
     Py_XDECREF(key);
     Py_XDECREF(real);
     Py_XDECREF(oid);
-    if (stack != small) PyMem_Free(stack);
+    release_stack(stack, small);
     return result;
 }
 
