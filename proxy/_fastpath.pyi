@@ -33,6 +33,8 @@ FORM_OUTPUT: int
 FORM_RECV_INTO: int
 FORM_FUNCTION: int
 FORM_NEW: int
+FORM_CURSOR: int
+FORM_CLOSE: int
 
 class CallPath:
     _gate: int
@@ -48,6 +50,22 @@ class CallPath:
     def new_oid(self) -> int: ...
     def invoke(self, name: str, key: Any, obj: Any, method: str, *args: Any) -> Any: ...
     def output(self, name: str, key: Any, data: Any, fn: Callable[[], T]) -> T: ...
+
+class ProxyState:
+    """The state of a proxy that the C twins read: _oid, _real and _fd."""
+
+    _oid: Any
+    _real: Any
+    _fd: Any
+
+class CursorState(ProxyState):
+    """ProxyState of a sqlite3 cursor: also its connection, row factory and last state."""
+
+    connection: Any
+    row_factory: Any
+    description: Any
+    rowcount: Any
+    lastrowid: Any
 
 class BoundaryMethod:
     """The C twin of a proxy's hot method, or of a call entry's wrapper (FORM_FUNCTION)."""

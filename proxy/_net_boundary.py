@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import _socket
 import io
-import operator
 import select
 import selectors
 import socket as socket_module
@@ -20,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._boundary import Patcher
-from ._runtime import Hot, Runtime, native_methods
+from ._runtime import Hot, Runtime, native_methods, proxy_bases
 
 __all__ = [
     "Epoll",
@@ -33,24 +32,55 @@ __all__ = [
 ]
 
 _BaseSocket = socket_module.socket
-# The C socket's own fields: socket.socket's family and type properties make enum members of
-# them first, which the recorded (int) values would only turn back into ints.
-_family = _socket.socket.family.__get__
-_kind = _socket.socket.type.__get__
+# A proxy's real socket is the C socket itself: socket.socket's Python layer (its __init__,
+# close and file-object count) would run under the proxy's own for every socket, and its
+# accept, dup and socketpair build their new sockets through the module's socket name,
+# which is the installed proxy class.
+_RealSocket = _socket.socket
 
 
-# What a Socket proxy is built from: (fd, family, type, proto) of a real socket, each made
-# by a C function (which the C twin of Socket.__init__ calls too).
-_DESCRIBE = (operator.methodcaller("fileno"), _family, _kind, operator.attrgetter("proto"))
+# What a Socket proxy is built from: (fd, family, type, proto) of a real socket, each read by
+# a method or a field of the C socket type (which the C twin of Socket.__init__ reads
+# straight from the descriptors). The fields, not socket.socket's family and type
+# properties: those make enum members, which the recorded ints would only turn back into.
+_DESCRIBE = (_RealSocket.fileno, _RealSocket.family, _RealSocket.type, _RealSocket.proto)
 
 
 def _info(sock: Any) -> tuple[int, int, int, int]:
-    """_DESCRIBE of a socket (or of a proxy, when socket.py made it through the replaced
-    socket.socket: socketpair does)."""
+    """_DESCRIBE of a socket (or of a proxy, which socket.py's own socket.socket code makes
+    through the replaced socket.socket: accept on a socket made before recording does)."""
     if isinstance(sock, _socket.socket):
-        fd, family, kind, proto = (describe(sock) for describe in _DESCRIBE)
+        fd, family, kind, proto = (
+            describe(sock) if callable(describe) else describe.__get__(sock)
+            for describe in _DESCRIBE
+        )
         return fd, family, kind, proto
     return sock.fileno(), int(sock.family), int(sock.type), sock.proto
+
+
+def _accept(real: Any) -> tuple[Any, Any]:
+    """real.accept(), as socket.socket.accept does it for a C socket."""
+    if type(real) is not _RealSocket:
+        return real.accept()  # type: ignore[no-any-return]  # ssl.SSLSocket wraps its own
+    fd, address = real._accept()  # type: ignore[attr-defined]
+    conn = _RealSocket(real.family, real.type, real.proto, fd)
+    if socket_module.getdefaulttimeout() is None and real.gettimeout():
+        conn.setblocking(True)
+    return conn, address
+
+
+def _dup(real: Any) -> Any:
+    """real.dup(), as socket.socket.dup does it for a C socket."""
+    if type(real) is not _RealSocket:
+        return real.dup()
+    copy = _RealSocket(real.family, real.type, real.proto, _socket.dup(real.fileno()))
+    copy.settimeout(real.gettimeout())
+    return copy
+
+
+def _socketpair(family: int | None = None, type: int = _socket.SOCK_STREAM, proto: int = 0) -> Any:
+    """socket.socketpair, of C sockets."""
+    return _socket.socketpair(_socket.AF_UNIX if family is None else family, type, proto)
 
 
 def _fd_of(obj: Any) -> int:
@@ -73,7 +103,7 @@ class Socket:
         made: list[Any] = []
 
         def create() -> tuple[int, int, int, int]:
-            real = _BaseSocket(family, type, proto, fileno)
+            real = _RealSocket(family, type, proto, fileno)
             made.append(real)
             return _info(real)
 
@@ -186,7 +216,7 @@ class Socket:
         real = self._real
 
         def accept() -> tuple[tuple[int, int, int, int], Any]:
-            conn, address = real.accept()
+            conn, address = _accept(real)
             holder.append(conn)
             return _info(conn), address
 
@@ -201,7 +231,7 @@ class Socket:
         real = self._real
 
         def dup() -> tuple[int, int, int, int]:
-            copy = real.dup()
+            copy = _dup(real)
             holder.append(copy)
             return _info(copy)
 
@@ -441,7 +471,8 @@ class SSLSocket(Socket):
 
 # Socket's methods that the C per-call path records itself (see _runtime.native_methods).
 _HOT = {
-    "__init__": Hot("socket.socket", _BaseSocket, "new", state=_DESCRIBE),
+    "__init__": Hot("socket.socket", _RealSocket, "new", state=_DESCRIBE),
+    "close": Hot("socket.close", "close", "close"),
     "connect": Hot("socket.connect", "connect", guard=True),
     "setsockopt": Hot("socket.setsockopt", "setsockopt", guard=True),
     "recv": Hot("socket.recv", "recv"),
@@ -453,15 +484,14 @@ _HOT = {
 
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
     namespace = {"_rt": rt, "__module__": "socket", **native_methods(rt, Socket, _HOT)}
-    proxy: Any = type("socket", (Socket,), namespace)
+    proxy: Any = type("socket", proxy_bases(rt, Socket), namespace)
     proxy._plain = proxy
-    base_socketpair = socket_module.socketpair
 
     def socketpair(*args: Any) -> tuple[Socket, Socket]:
         holder: list[Any] = []
 
         def pair() -> list[tuple[int, int, int, int]]:
-            socks = base_socketpair(*args)
+            socks = _socketpair(*args)
             holder.extend(socks)
             return [_info(s) for s in socks]
 

@@ -542,10 +542,12 @@ class Hot(NamedTuple):
 
     name: str
     method: Any  # its name; form "new": the real object's class
-    form: str = "call"  # call | row | state | output | recv_into | new: see fastpath.c
+    form: str = "call"  # call | row | state | output | recv_into | new | cursor | close
+    # (see fastpath.c)
     guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
     # form "state": the real object's attributes after the call; form "new": the functions
-    # of the real object that describe it, in the proxy's recorded description
+    # of the real object that describe it, in the proxy's recorded description; form
+    # "cursor": the cursor proxy class and its execute twin
     state: tuple[Any, ...] = ()
 
 
@@ -583,6 +585,15 @@ def native_methods(runtime: Runtime, cls: type, hot: dict[str, Hot]) -> dict[str
             spec.state,
         )
     return methods
+
+
+def proxy_bases(runtime: Runtime, cls: type, state: str = "ProxyState") -> tuple[type, ...]:
+    """The bases of a proxy class of `runtime` made from cls: with a state class of
+    _fastpath first when it records with the C per-call path, which then holds the proxy's
+    `_oid`, `_real` and `_fd` (ProxyState; CursorState holds a sqlite3 cursor's state too)
+    where its twins read and write them without a lookup; cls alone otherwise."""
+    fast = _c_path(runtime)
+    return (getattr(fast, state), cls) if fast is not None else (cls,)
 
 
 def native_function(runtime: Runtime, name: str, function: Any, wrapper: Any) -> Any:

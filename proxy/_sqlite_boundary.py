@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from ._boundary import Patcher
-from ._runtime import Hot, Runtime, native_methods
+from ._runtime import Hot, Runtime, native_methods, proxy_bases
 
 __all__ = ["Connection", "Cursor", "install_sqlite3"]
 
@@ -41,6 +41,7 @@ def _make_row(description: Any, values: tuple[Any, ...]) -> sqlite3.Row:
 
 
 class Cursor:
+    _rt: Runtime  # the connection's, set on the installed class
     # A fresh cursor's state; execute() and the program set their own.
     description: Any = None
     rowcount = -1
@@ -48,8 +49,8 @@ class Cursor:
     arraysize = 1
 
     def __init__(self, connection: Connection, real: Any) -> None:
+        # As the C twin of Connection.execute makes a cursor (fastpath.c, FORM_CURSOR).
         self.connection = connection
-        self._rt = connection._rt
         self._real: Any = real
         self._oid = self._rt.new_oid()
         self.row_factory: Any = connection.row_factory
@@ -226,12 +227,20 @@ _HOT_CONNECTION = {"commit": Hot("sqlite3.Connection.commit", "commit")}
 
 
 def install_sqlite3(rt: Runtime, patcher: Patcher) -> None:
+    cursor_twins = native_methods(rt, Cursor, _HOT_CURSOR)
     cursor = type(
-        "Cursor", (Cursor,), {"__module__": "sqlite3", **native_methods(rt, Cursor, _HOT_CURSOR)}
+        "Cursor",
+        proxy_bases(rt, Cursor, "CursorState"),
+        {"_rt": rt, "__module__": "sqlite3", **cursor_twins},
     )
+    hot = dict(_HOT_CONNECTION)
+    if "execute" in cursor_twins:  # Connection.execute makes its cursor in C and runs that
+        hot["execute"] = Hot(
+            "sqlite3.Cursor.execute", "cursor", "cursor", state=(cursor, cursor_twins["execute"])
+        )
     namespace = {"_rt": rt, "_cursor": cursor, "__module__": "sqlite3"}
-    namespace |= native_methods(rt, Connection, _HOT_CONNECTION)
-    proxy = type("Connection", (Connection,), namespace)
+    namespace |= native_methods(rt, Connection, hot)
+    proxy = type("Connection", proxy_bases(rt, Connection), namespace)
 
     def connect(
         database: Any,

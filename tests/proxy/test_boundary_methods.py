@@ -6,6 +6,7 @@ bytes with either per-call path."""
 
 from __future__ import annotations
 
+import _socket
 import os
 import socket
 import sqlite3
@@ -42,6 +43,18 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return ("raised", type(exc).__name__, str(exc))
 
 
+def _state(proxy: Any) -> list[tuple[str, Any]]:
+    """A proxy's attributes, wherever they are kept (on the C path, in its ProxyState or
+    CursorState base), less its real object."""
+    state = dict(vars(proxy))
+    for base in (_fastpath.ProxyState, _fastpath.CursorState):
+        for name, member in vars(base).items():
+            if type(member).__name__ == "member_descriptor" and hasattr(proxy, name):
+                state[name] = getattr(proxy, name)  # on the Python path: maybe the class's
+    state.pop("_real", None)
+    return sorted(state.items())
+
+
 def _record(implementation: str, script: _Script) -> tuple[list[Any], bytes, RecordRuntime]:
     out, seen = _Out(), []
     rt = record_runtime(out, implementation=implementation, report=lambda message: None)
@@ -74,10 +87,10 @@ def _socket_script(path: Path) -> _Script:
         try:
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             seen.append(isinstance(type(client).__dict__.get("connect"), _twin))
-            seen.append(sorted((k, v) for k, v in vars(client).items() if k != "_real"))
+            seen.append(_state(client))
             seen.append(_outcome(lambda: socket.socket(999, socket.SOCK_STREAM)))  # refused
             spare = socket.socket(family=socket.AF_UNIX)  # keyword: the Python method
-            seen.append(sorted((k, v) for k, v in vars(spare).items() if k != "_real"))
+            seen.append(_state(spare))
             spare.close()
             client.connect(str(path))
             peer, _ = server.accept()
@@ -103,10 +116,37 @@ def _socket_script(path: Path) -> _Script:
             seen.append(_outcome(lambda: client.recv_into(bytearray(4), -1)))
             seen.append(rt.call("outer", (), lambda: client.send(b"inside")))  # passes through
             seen.append(peer.recv(4096))
+            seen.append(isinstance(type(client).__dict__.get("close"), _twin) is seen[0])
+            reader = client.makefile("rb")  # a file object open: close() leaves the socket
             client.close()
+            seen.append(_state(client))
+            reader.close()  # the last file object: the socket is closed now, and recorded
+            seen.append(_state(client))
+            client.close()  # twice: nothing more happens
             seen.append(_outcome(lambda: client.connect(str(path))))  # closed: OSError 9
             seen.append(_outcome(lambda: client.setsockopt(socket.SOL_SOCKET, 7, 1)))
             seen.append(_outcome(lambda: client.recv(4)))  # recorded as raised
+            odd = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            seen.append(odd.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096))
+            plain_real = odd._real  # the twin has met _socket.socket's setsockopt by now
+
+            marked: list[Any] = []
+
+            class Marked(_socket.socket):
+                def setsockopt(self, *args: Any) -> None:
+                    marked.append(args)
+
+            odd._real = Marked(socket.AF_UNIX, socket.SOCK_STREAM)  # another type: its own
+            seen.append(odd.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096))
+            seen.append(marked)
+            odd._real.close()
+            odd._real = plain_real
+            odd._io_refs = 1.0  # not an int: the close twin hands it to the Python method
+            odd.close()
+            seen.append(_state(odd))
+            odd._io_refs = 0
+            odd.close()
+            seen.append(_state(odd))
             peer.close()
         finally:
             patcher.restore()
@@ -120,7 +160,8 @@ def test_socket_methods_match_the_python_ones(tmp_path: Path) -> None:
     events = [e.callee for e in parse_stream(stream).events]
     assert events.count("socket.sendall") == 6 and "socket.recv_into" in events
     assert "outer" in events and events.count("socket.send") == 1  # the inner send passed
-    assert events.count("socket.socket") == 4  # with the one socket.py makes in accept()
+    assert events.count("socket.socket") == 5  # with the one socket.py makes in accept()
+    assert events.count("socket.close") == 4  # spare, client (once), odd, the accepted peer
 
 
 def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:
@@ -129,7 +170,12 @@ def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:
     try:
         conn = sqlite3.connect(":memory:")
         cursor = conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, size REAL)")
-        seen.append(isinstance(type(cursor).__dict__.get("execute"), _twin))
+        seen.append(isinstance(type(conn).__dict__.get("execute"), _twin))
+        seen.append(isinstance(type(cursor).__dict__.get("execute"), _twin) is seen[0])
+        state = [(k, v) for k, v in _state(cursor) if k != "connection"]
+        seen.append((state, cursor.connection is conn, type(cursor) is conn._cursor))
+        fresh = conn.cursor()  # made in Python: the state a new cursor has
+        seen.append([(k, v) for k, v in _state(fresh) if k != "connection"])
         for name in ("a", "it's", 'say "hi"', "é", "x" * 300):
             cur = conn.execute("INSERT INTO t (name, size) VALUES (?, ?)", (name, len(name) / 3))
             seen.append((cur.lastrowid, cur.rowcount, cur.description))
@@ -140,8 +186,11 @@ def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:
         seen.append(cur.execute(sql="SELECT 1").fetchone())  # keyword: the Python method
         seen.append(_outcome(lambda: conn.execute("SELECT * FROM nowhere")))
         conn.row_factory = sqlite3.Row
-        row = conn.execute("SELECT id, name FROM t WHERE id = ?", (2,)).fetchone()
+        cur = conn.execute("SELECT id, name FROM t WHERE id = ?", (2,))
+        seen.append([(k, v) for k, v in _state(cur) if k != "connection"])
+        row = cur.fetchone()
         seen.append((tuple(row), row.keys()))
+        seen.append(conn.execute(sql="SELECT 2").fetchone())  # keyword: the Python method
         conn.commit()
         seen.append(_outcome(lambda: conn.execute("SELECT ?", (1, 2))))  # wrong binding count
     finally:
@@ -151,7 +200,7 @@ def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:
 def test_sqlite3_methods_match_the_python_ones() -> None:
     _, stream = _both(_sqlite_script)
     events = parse_stream(stream).events
-    assert [e.callee for e in events].count("sqlite3.Cursor.execute") == 12
+    assert [e.callee for e in events].count("sqlite3.Cursor.execute") == 13
     assert sum(e.raised for e in events) == 2
 
 
@@ -222,3 +271,14 @@ def test_a_twin_refuses_what_it_cannot_stand_for() -> None:
         _fastpath.BoundaryMethod(rt, "n", "m", method, _fastpath.FORM_FUNCTION, 0, (), True, 0, ())
     with pytest.raises(TypeError, match="functions to describe"):  # a new form's state
         _fastpath.BoundaryMethod(rt, "n", object, method, _fastpath.FORM_NEW, 0, (), 0, 0, ("a",))
+    cursor_form, close_form = _fastpath.FORM_CURSOR, _fastpath.FORM_CLOSE
+    execute = _fastpath.BoundaryMethod(rt, "e", "execute", method, _fastpath.FORM_STATE, 1, (),
+                                       False, False, ("rowcount",))  # fmt: skip
+    proxy = type("P", (_fastpath.ProxyState,), {})
+    _fastpath.BoundaryMethod(rt, "n", "cursor", method, cursor_form, 1, (), 0, 0, (proxy, execute))
+    with pytest.raises(TypeError, match="cursor class"):  # no ProxyState in the cursor class
+        _fastpath.BoundaryMethod(rt, "n", "c", method, cursor_form, 1, (), 0, 0, (dict, execute))
+    with pytest.raises(TypeError, match="cursor class"):  # not a twin of execute's form
+        _fastpath.BoundaryMethod(rt, "n", "c", method, cursor_form, 1, (), 0, 0, (proxy, method))
+    with pytest.raises(ValueError, match="form"):  # close takes no arguments
+        _fastpath.BoundaryMethod(rt, "n", "close", method, close_form, 1, (), 0, 0, ())

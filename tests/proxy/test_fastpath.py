@@ -139,7 +139,14 @@ def test_its_float_encoding_keeps_every_bit() -> None:
     assert _fastpath.encode(signalling) == b"\x05\x01\x00\x00\x00\x00\x00\xf0\x7f"
 
 
-_plain_items = st.one_of(st.none(), st.integers(), st.text(max_size=30))
+_plain_items = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=30),
+    # ASCII with quotes, backslashes and control characters: the pipeline's thread makes
+    # the repr of these (plain_repr), and must make exactly repr()'s
+    st.text(st.characters(max_codepoint=127), max_size=30),
+)
 _keys = st.one_of(
     st.none(),
     st.lists(_plain_items, max_size=6).map(tuple),
@@ -172,6 +179,18 @@ def test_it_digests_plain_inexact_and_int_enum_keys_itself(key: Any) -> None:
     args_digest(key)  # Python meets the enum classes first, as the recorder does
     digest = _fastpath.digest(key)
     assert digest is not None and digest == args_digest(key)
+
+
+@pytest.mark.parametrize("special", ["'", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "'\""])
+def test_it_finds_what_repr_escapes_anywhere_in_a_str(special: str) -> None:
+    """The str scan takes eight characters at a time: a character that changes the repr
+    (a quote, a backslash, a control character) counts at every place in a word and in the
+    tail after the last whole word."""
+    for length in (7, 8, 9, 16, 23):
+        for at in range(length):
+            text = "a" * at + special + "b" * (length - at)
+            key = (text, 1)
+            assert _fastpath.digest(key) == args_digest(key), (length, at)
 
 
 @pytest.mark.parametrize(
@@ -343,6 +362,33 @@ def test_pending_digests_are_made_on_the_pipelines_side_only() -> None:
     assert parse_stream(bytes(finished)).events[0].args_digest == args_digest((7, 8192, 0))
     with pytest.raises(ValueError, match="whole records"):
         _fastpath.finalize(bytearray(raw[:-1]), len(_stream.stream_prefix()))
+
+
+_ASCII = "".join(map(chr, range(128)))
+_PENDING_KEYS = [
+    (1,), (0, -1, None), (2**30, -(2**45), 2**60 - 1), (2**62 - 1, -(2**62)), (2**62,),
+    ("",), ("a",), (("nested", (1,)), ()),
+    *((_ASCII[i : i + 16],) for i in range(0, 128, 16)),  # every ASCII character
+    ("it's",), ('say "hi"',), ("both ' and \"",), ("back\\slash",), ("\t\n\r\x00\x7f",),
+    (7, "x" * 300), ((1, 2), ((3,),)), (socket.AF_INET, "host", 80), (socket.SOCK_STREAM,),
+]  # fmt: skip
+
+
+def test_pending_keys_get_the_digest_that_python_makes() -> None:
+    """A plain key's record carries its encoding and the pipeline's thread makes its repr
+    (plain_repr in fastpath.c), and an enum key's its fingerprint encoding: each must come
+    to the digest that args_digest makes of the key."""
+    expected = [args_digest(key) for key in _PENDING_KEYS]  # Python meets the enum classes
+    out = _Out()
+    rt = record_runtime(out, implementation="native")
+    rt.record_value(META, {"run_id": "pending"})
+    for key in _PENDING_KEYS:
+        rt.call("clock.read", key, lambda: 1)
+    raw = bytes(rt._buf)
+    finished = _fastpath.finalize(bytearray(raw), len(_stream.stream_prefix()))
+    assert [e.args_digest for e in parse_stream(bytes(finished)).events] == expected
+    # all pending but the key with an int past 62 bits (a T_BIGINT: digested here)
+    assert raw.count(bytes([_stream.CALL | 0x80])) >= len(_PENDING_KEYS) - 1
 
 
 # -- behaviour ------------------------------------------------------------------------------

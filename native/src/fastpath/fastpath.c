@@ -20,6 +20,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,7 +29,11 @@
 /* The recording format's constants (proxy/_stream.py, proxy/_codec.py). The module exports
  * them and tests/proxy/test_fastpath.py checks them against the Python definitions. */
 enum { KIND_CALL = 5, KIND_OUTPUT = 6 };
-#define PENDING 0x80 /* on a record's kind: it carries its key's repr, not yet the digest */
+#define PENDING 0x80 /* on a record's kind: it carries its key's material, not yet the digest */
+/* What a pending record's material starts with (start_record); the digest's own domain
+ * bytes ("r" of a repr, "e" of a fingerprint encoding) are args_digest's, _runtime.py. */
+#define MATERIAL_PLAIN 'p'
+#define MATERIAL_ENUM 'e'
 enum { STATUS_RETURNED = 0, STATUS_RAISED = 1 };
 enum {
     TAG_NONE = 0, TAG_FALSE = 1, TAG_TRUE = 2, TAG_INT = 3, TAG_FLOAT = 5, TAG_STR = 7,
@@ -42,6 +47,7 @@ enum {
 #define RECENT_REPR_MAX 256
 #define MAX_DEPTH 200
 #define KEY_DEPTH 3
+#define HEAD_CACHE 64
 /* Bytes this long are copied into the record buffer straight from their object. */
 #define LONG_PAYLOAD 256
 
@@ -76,9 +82,33 @@ static inline int put_byte(Scratch *s, unsigned char byte) {
     return 0;
 }
 
+/* memcpy for the few bytes that most parts of a record are, without a call into the C
+ * library: fixed-size copies that overlap, never reading past either end. */
+static inline void copy_bytes(unsigned char *to, const unsigned char *from, size_t n) {
+    if (n > 16) {
+        memcpy(to, from, n);
+    } else if (n >= 8) {
+        uint64_t head, tail;
+        memcpy(&head, from, 8);
+        memcpy(&tail, from + n - 8, 8);
+        memcpy(to, &head, 8);
+        memcpy(to + n - 8, &tail, 8);
+    } else if (n >= 4) {
+        uint32_t head, tail;
+        memcpy(&head, from, 4);
+        memcpy(&tail, from + n - 4, 4);
+        memcpy(to, &head, 4);
+        memcpy(to + n - 4, &tail, 4);
+    } else if (n > 0) {
+        to[0] = from[0];
+        to[n / 2] = from[n / 2];
+        to[n - 1] = from[n - 1];
+    }
+}
+
 static inline int put_bytes(Scratch *s, const void *bytes, Py_ssize_t n) {
     if (scratch_reserve(s, n) < 0) return -1;
-    memcpy(s->data + s->size, bytes, (size_t)n);
+    copy_bytes(s->data + s->size, bytes, (size_t)n);
     s->size += n;
     return 0;
 }
@@ -136,21 +166,64 @@ static int put_str(Scratch *s, PyObject *text) {
  * in argument fingerprints their members count as their int. */
 static PyObject *int_enums;
 
+/* The last few classes found in int_enums (which only grows): most keys with enum members
+ * hold one of AddressFamily, SocketKind and a few more. */
+#define KNOWN_ENUMS 8
+static PyObject *known_enums[KNOWN_ENUMS];
+static int next_known_enum;
+
+static void forget_enums(void) {
+    for (int i = 0; i < KNOWN_ENUMS; i++) Py_CLEAR(known_enums[i]);
+}
+
 static int is_int_enum(PyObject *value) {
-    return int_enums != NULL && PyLong_Check(value) && !PyLong_CheckExact(value) &&
-           PySet_Contains(int_enums, (PyObject *)Py_TYPE(value)) == 1;
+    if (int_enums == NULL || !PyLong_Check(value) || PyLong_CheckExact(value)) return 0;
+    PyObject *type = (PyObject *)Py_TYPE(value);
+    for (int i = 0; i < KNOWN_ENUMS; i++)
+        if (known_enums[i] == type) return 1;
+    if (PySet_Contains(int_enums, type) != 1) return 0;
+    Py_XSETREF(known_enums[next_known_enum], Py_NewRef(type));
+    next_known_enum = (next_known_enum + 1) % KNOWN_ENUMS;
+    return 1;
+}
+
+/* An exact int's value when it fits in 62 bits (what T_INT carries): 1 and *v set, or 0 (a
+ * T_BIGINT), or -1 with an exception set. Ints of one or two 30-bit digits, nearly all of
+ * them, are read from the digits (CPython 3.11's PyLongObject layout). */
+static inline int small_int(PyObject *value, long long *v) {
+    Py_ssize_t ndigits = Py_SIZE(value);
+    const digit *digits = ((PyLongObject *)value)->ob_digit;
+    if (ndigits >= -1 && ndigits <= 1) {
+        *v = (long long)digits[0] * ndigits;
+        return 1;
+    }
+    if (ndigits == 2 || ndigits == -2) {
+        long long magnitude = (long long)digits[0] | (long long)digits[1] << PyLong_SHIFT;
+        *v = ndigits < 0 ? -magnitude : magnitude; /* under 2**60 */
+        return 1;
+    }
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*v == -1 && PyErr_Occurred()) return -1;
+    return !overflow && *v >= -(1LL << 62) && *v < (1LL << 62);
+}
+
+/* Writes T_INT and the zigzag varint of v, with room for them reserved. */
+static inline unsigned char *write_int(unsigned char *at, long long v) {
+    *at++ = TAG_INT;
+    return write_varint(at, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
 }
 
 /* lenient: the fingerprint encoding of argument keys (Encoder(lenient=True)), where int enum
  * members are their int; the recorder's own encoding otherwise. */
 static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
     if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow || v < -(1LL << 62) || v >= (1LL << 62)) return DEFERRED; /* T_BIGINT */
-        if (v == -1 && PyErr_Occurred()) return FAILED;
-        uint64_t zigzag = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-        return put_byte(s, TAG_INT) < 0 || put_varint(s, zigzag) < 0 ? FAILED : ENCODED;
+        long long v;
+        int fits = small_int(value, &v);
+        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED; /* T_BIGINT: Python's encoder */
+        if (scratch_reserve(s, 11) < 0) return FAILED;
+        s->size = write_int(s->data + s->size, v) - s->data;
+        return ENCODED;
     }
     if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
     if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
@@ -189,14 +262,54 @@ static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
         }
         return ENCODED;
     }
-    if (lenient && is_int_enum(value)) {
-        PyObject *plain = PyNumber_Long(value);
-        if (plain == NULL) return FAILED;
-        int status = encode(s, plain, depth, 0);
-        Py_DECREF(plain);
-        return status;
+    if (lenient && is_int_enum(value)) { /* its int: an int subclass keeps int's digits */
+        long long v;
+        int fits = small_int(value, &v);
+        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
+        if (scratch_reserve(s, 11) < 0) return FAILED;
+        s->size = write_int(s->data + s->size, v) - s->data;
+        return ENCODED;
     }
     return DEFERRED; /* extensions, exceptions, subclasses, sets, ...: Python's encoder */
+}
+
+/* A plain key, encoded as encode() writes it, for the pipeline's thread to make its repr
+ * from (plain_repr): None, ints of 62 bits, ASCII strs and tuples of them to KEY_DEPTH
+ * levels; DEFERRED (with part of it written) for any other key. This is all a plain key's
+ * argument digest costs the application's thread: no decimal digits, and no scan of a str
+ * for the characters its repr escapes. */
+static int put_plain(Scratch *s, PyObject *value, int depth) {
+    if (PyUnicode_CheckExact(value)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+        if (!PyUnicode_IS_ASCII(value) || n >= BLOB_THRESHOLD) return DEFERRED;
+        if (scratch_reserve(s, 11 + n) < 0) return FAILED;
+        unsigned char *at = s->data + s->size;
+        *at++ = TAG_STR;
+        at = write_varint(at, (uint64_t)n);
+        copy_bytes(at, PyUnicode_1BYTE_DATA(value), (size_t)n);
+        s->size = at + n - s->data;
+        return ENCODED;
+    }
+    if (PyLong_CheckExact(value)) {
+        long long v;
+        int fits = small_int(value, &v);
+        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
+        if (scratch_reserve(s, 11) < 0) return FAILED;
+        s->size = write_int(s->data + s->size, v) - s->data;
+        return ENCODED;
+    }
+    if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
+    if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) return DEFERRED;
+    Py_ssize_t n = PyTuple_GET_SIZE(value);
+    if (scratch_reserve(s, 11) < 0) return FAILED;
+    unsigned char *at = s->data + s->size;
+    *at++ = TAG_TUPLE;
+    s->size = write_varint(at, (uint64_t)n) - s->data;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int status = put_plain(s, PyTuple_GET_ITEM(value, i), depth + 1);
+        if (status != ENCODED) return status;
+    }
+    return ENCODED;
 }
 
 /* -- argument digests (args_digest in proxy/_runtime.py) -------------------------------- */
@@ -240,6 +353,29 @@ static PyObject *remember(PyObject *recent, PyObject *key, PyObject *digest) {
 enum { REPR_SINGLE = 1, REPR_DOUBLE = 2, REPR_QUOTES = 3, REPR_ESCAPED = 4 };
 static unsigned char repr_class[128];
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* Whether any byte of word is zero; or (of ASCII bytes, all under 0x80) under n. */
+#define ANY_ZERO(word) (((word) - ONES) & ~(word) & HIGHS)
+#define ANY_UNDER(word, n) (((word) - ONES * (n)) & ~(word) & HIGHS)
+
+/* The REPR_* bits of an ASCII str's characters: eight at a time, then one table load
+ * each for the rest. */
+static unsigned char repr_classes(const unsigned char *chars, Py_ssize_t n) {
+    unsigned char seen = 0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, chars + i, 8);
+        if (ANY_UNDER(word, 0x20) | ANY_ZERO(word ^ (ONES * 0x7F)) | ANY_ZERO(word ^ (ONES * '\\')))
+            return REPR_ESCAPED;
+        if (ANY_ZERO(word ^ (ONES * '\''))) seen |= REPR_SINGLE;
+        if (ANY_ZERO(word ^ (ONES * '"'))) seen |= REPR_DOUBLE;
+    }
+    for (; i < n; i++) seen |= repr_class[chars[i]];
+    return seen;
+}
+
 /* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
  * None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
  * PyObject_Repr then makes (the bytes must be exactly repr's). */
@@ -265,7 +401,7 @@ static int put_repr(Scratch *s, PyObject *value) {
             u /= 10;
         } while (u);
         if (v < 0) digits[sizeof digits - 1 - n++] = '-';
-        memcpy(s->data + s->size, digits + sizeof digits - n, (size_t)n);
+        copy_bytes(s->data + s->size, (unsigned char *)digits + sizeof digits - n, (size_t)n);
         s->size += n;
         return ENCODED;
     }
@@ -273,8 +409,7 @@ static int put_repr(Scratch *s, PyObject *value) {
         if (!PyUnicode_IS_ASCII(value)) return DEFERRED;
         const unsigned char *chars = PyUnicode_1BYTE_DATA(value);
         Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-        unsigned char seen = 0; /* REPR_* bits of the characters, one table load each */
-        for (Py_ssize_t i = 0; i < n; i++) seen |= repr_class[chars[i]];
+        unsigned char seen = repr_classes(chars, n);
         if (seen & REPR_ESCAPED || (seen & REPR_QUOTES) == REPR_QUOTES)
             return DEFERRED; /* repr escapes them (both quotes: the single one) */
         char quote = seen & REPR_SINGLE ? '"' : '\'';
@@ -381,8 +516,12 @@ typedef struct {
     Scratch scratch;        /* one record being made */
     Scratch text;           /* the repr of a key being digested */
     Py_ssize_t callee_size; /* bytes of the callee's index at the start of the record */
-    Py_ssize_t repr_at, repr_size; /* where a pending key's repr is in the record */
+    Py_ssize_t repr_at, repr_size; /* where a pending key's material is in the record */
     int pending;            /* the record carries its key's repr, not yet its digest */
+    /* Callee heads by the identity of the name object (a twin's name is always the same
+     * str), with strong references; filled from `head_of`, the _heads they came from. */
+    PyObject *head_of;
+    PyObject *head_names[HEAD_CACHE], *head_values[HEAD_CACHE];
 } CallPath;
 
 static PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
@@ -416,7 +555,20 @@ static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->heads);
     Py_VISIT(self->recent);
     Py_VISIT(self->recent_enum);
+    Py_VISIT(self->head_of);
+    for (int i = 0; i < HEAD_CACHE; i++) {
+        Py_VISIT(self->head_names[i]);
+        Py_VISIT(self->head_values[i]);
+    }
     return 0;
+}
+
+static void forget_heads(CallPath *self) {
+    Py_CLEAR(self->head_of);
+    for (int i = 0; i < HEAD_CACHE; i++) {
+        Py_CLEAR(self->head_names[i]);
+        Py_CLEAR(self->head_values[i]);
+    }
 }
 
 static int callpath_clear(CallPath *self) {
@@ -424,6 +576,7 @@ static int callpath_clear(CallPath *self) {
     Py_CLEAR(self->heads);
     Py_CLEAR(self->recent);
     Py_CLEAR(self->recent_enum);
+    forget_heads(self);
     return 0;
 }
 
@@ -454,42 +607,74 @@ static PyObject *key_digest(CallPath *self, PyObject *key) {
     return digest;
 }
 
+/* The callee's head (its index, encoded) for `name`, borrowed: from the cache, else from
+ * _heads, else made by _callee (which adds it to _heads). _heads only grows, and a name's
+ * head never changes; the cache starts afresh if _heads is replaced. */
+static PyObject *callee_head(CallPath *self, PyObject *name) {
+    if (self->head_of != self->heads) {
+        forget_heads(self);
+        self->head_of = Py_NewRef(self->heads);
+    }
+    size_t slot = ((uintptr_t)name >> 4) % HEAD_CACHE;
+    if (self->head_names[slot] == name) return self->head_values[slot];
+    PyObject *head = PyDict_GetItemWithError(self->heads, name);
+    if (head != NULL) {
+        Py_INCREF(head);
+    } else {
+        if (PyErr_Occurred()) return NULL;
+        head = PyObject_CallMethodOneArg((PyObject *)self, s_callee, name);
+        if (head == NULL) return NULL;
+    }
+    if (!PyBytes_Check(head)) {
+        Py_DECREF(head);
+        PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
+        return NULL;
+    }
+    Py_XSETREF(self->head_names[slot], Py_NewRef(name));
+    Py_XSETREF(self->head_values[slot], head);
+    return head;
+}
+
+/* Writes the argument digest of a key that goes with no material. */
+static int put_digest(CallPath *self, PyObject *key) {
+    PyObject *digest = key_digest(self, key);
+    if (digest == NULL) return -1;
+    int status = put_bytes(&self->scratch, PyBytes_AS_STRING(digest), ARGS_DIGEST_SIZE);
+    Py_DECREF(digest);
+    return status;
+}
+
 /* Starts a record in the scratch buffer: the callee's index, then the argument digest.
  *
- * For a key of ints, strs and Nones whose repr is written here, the record carries the repr
- * instead (a varint length, then the bytes) and its kind gets PENDING: the pipeline's thread
- * turns it into the digest (finalize), so the application's thread never runs BLAKE2b for
+ * For a plain key (put_plain), or one holding int enum members, the record carries what
+ * the digest is made from instead, its material: a varint length, then MATERIAL_PLAIN and
+ * the key's encoding (whose repr is digested), or MATERIAL_ENUM and its fingerprint
+ * encoding (digested as it is); and its kind gets PENDING. The pipeline's thread turns that
+ * into the digest (finalize), so the application's thread never runs BLAKE2b or repr for
  * such keys. Nothing outside this module ever sees a pending record. */
 static int start_record(CallPath *self, PyObject *name, PyObject *key) {
     if (self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the recorder has been torn down");
         return -1;
     }
-    PyObject *head = PyDict_GetItemWithError(self->heads, name);
-    if (head != NULL) {
-        Py_INCREF(head);
-    } else {
-        if (PyErr_Occurred()) return -1;
-        head = PyObject_CallMethodOneArg((PyObject *)self, s_callee, name);
-        if (head == NULL) return -1;
-    }
-    if (!PyBytes_Check(head)) {
-        Py_DECREF(head);
-        PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
-        return -1;
-    }
+    PyObject *head = callee_head(self, name);
+    if (head == NULL) return -1;
     self->scratch.size = 0;
     self->callee_size = PyBytes_GET_SIZE(head);
     self->pending = 0;
-    int status = put_bytes(&self->scratch, PyBytes_AS_STRING(head), self->callee_size);
-    Py_DECREF(head);
-    if (status < 0) return -1;
-    if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0 && key_shape(key, KEY_DEPTH) == 0) {
-        /* The repr goes after one byte for its length; a length of 128 or more takes more
-         * bytes, and the repr is moved along to make room. */
+    if (put_bytes(&self->scratch, PyBytes_AS_STRING(head), self->callee_size) < 0) return -1;
+    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
+        return put_bytes(&self->scratch, empty_digest, ARGS_DIGEST_SIZE);
+    if (!PyTuple_CheckExact(key)) return put_digest(self, key);
+    for (int plain = 1; plain >= 0; plain--) {
+        /* The material goes after one byte for its length; a length of 128 or more takes
+         * more bytes, and the material is moved along to make room. */
+        if (!plain && key_shape(key, KEY_DEPTH) != SHAPE_ENUM) break;
         Py_ssize_t at = self->scratch.size;
-        if (put_byte(&self->scratch, 0) < 0) return -1;
-        int written = put_repr(&self->scratch, key);
+        if (put_byte(&self->scratch, 0) < 0 ||
+            put_byte(&self->scratch, plain ? MATERIAL_PLAIN : MATERIAL_ENUM) < 0)
+            return -1;
+        int written = plain ? put_plain(&self->scratch, key, 1) : encode(&self->scratch, key, 0, 1);
         if (written == FAILED) return -1;
         if (written == ENCODED) {
             Py_ssize_t size = self->scratch.size - at - 1;
@@ -501,18 +686,120 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
                 memmove(data + at + 1 + extra, data + at + 1, (size_t)size);
                 self->scratch.size += extra;
             }
-            memcpy(self->scratch.data + at, length, (size_t)(1 + extra));
+            if (extra == 0)
+                self->scratch.data[at] = length[0];
+            else
+                memcpy(self->scratch.data + at, length, (size_t)(1 + extra));
             self->pending = 1;
             self->repr_at = self->scratch.size - size;
             self->repr_size = size;
             return 0;
         }
-        self->scratch.size = at; /* a repr this module does not write: the digest, then */
+        self->scratch.size = at; /* not this material: the next, or the digest */
     }
-    PyObject *digest = key_digest(self, key);
-    if (digest == NULL) return -1;
-    status = put_bytes(&self->scratch, PyBytes_AS_STRING(digest), ARGS_DIGEST_SIZE);
-    Py_DECREF(digest);
+    return put_digest(self, key);
+}
+
+static int read_varint(const unsigned char **at, const unsigned char *end, uint64_t *value);
+
+/* Appends repr() of the plain key encoded at *at (put_plain) to `out`, which has room for
+ * it (material_digest's bound); returns the end of what it wrote, or NULL if the encoding
+ * is not one put_plain writes. As repr() writes them: ASCII strs quoted with ' unless they
+ * hold ' and no ", escaping the quote, backslash, \t, \n, \r and other control characters
+ * (\xNN); decimal ints; None; tuples with ", " and the one-item tuple's ",". Runs without
+ * the GIL. */
+static unsigned char *plain_repr(const unsigned char **at, const unsigned char *end,
+                                 unsigned char *out, int depth) {
+    static const char hex[] = "0123456789abcdef";
+    uint64_t n;
+    if (*at >= end || depth > KEY_DEPTH) return NULL;
+    unsigned char tag = *(*at)++;
+    switch (tag) {
+    case TAG_NONE:
+        memcpy(out, "None", 4);
+        return out + 4;
+    case TAG_INT: {
+        if (read_varint(at, end, &n) < 0) return NULL;
+        int64_t v = (int64_t)(n >> 1) ^ -(int64_t)(n & 1);
+        uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        unsigned char digits[20];
+        int count = 0;
+        do {
+            digits[count++] = (unsigned char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0) *out++ = '-';
+        while (count) *out++ = digits[--count];
+        return out;
+    }
+    case TAG_STR: {
+        if (read_varint(at, end, &n) < 0 || n > (uint64_t)(end - *at)) return NULL;
+        const unsigned char *text = *at, *text_end = text + n;
+        *at = text_end;
+        int single = memchr(text, '\'', (size_t)n) != NULL;
+        unsigned char quote = single && memchr(text, '"', (size_t)n) == NULL ? '"' : '\'';
+        *out++ = quote;
+        for (const unsigned char *c = text; c < text_end; c++) {
+            unsigned char ch = *c;
+            if (ch >= 0x80) return NULL; /* put_plain writes ASCII only */
+            if (ch == quote || ch == '\\') {
+                *out++ = '\\';
+                *out++ = ch;
+            } else if (ch == '\t' || ch == '\n' || ch == '\r') {
+                *out++ = '\\';
+                *out++ = ch == '\t' ? 't' : ch == '\n' ? 'n' : 'r';
+            } else if (ch < 0x20 || ch == 0x7F) {
+                *out++ = '\\';
+                *out++ = 'x';
+                *out++ = (unsigned char)hex[ch >> 4];
+                *out++ = (unsigned char)hex[ch & 15];
+            } else {
+                *out++ = ch;
+            }
+        }
+        *out++ = quote;
+        return out;
+    }
+    case TAG_TUPLE: {
+        if (read_varint(at, end, &n) < 0 || n > (uint64_t)(end - *at)) return NULL;
+        *out++ = '(';
+        for (uint64_t i = 0; i < n; i++) {
+            if (i) {
+                *out++ = ',';
+                *out++ = ' ';
+            }
+            out = plain_repr(at, end, out, depth + 1);
+            if (out == NULL) return NULL;
+        }
+        if (n == 1) *out++ = ',';
+        *out++ = ')';
+        return out;
+    }
+    default:
+        return NULL;
+    }
+}
+
+/* The argument digest of a pending record's material (start_record) into out; -1 if the
+ * material is malformed or memory runs out. Runs without the GIL. */
+static int material_digest(unsigned char *out, const unsigned char *material, size_t size) {
+    if (size == 0) return -1;
+    if (material[0] == MATERIAL_ENUM) {
+        blake2b_digest(out, ARGS_DIGEST_SIZE, NULL, 0, material, size);
+        return 0;
+    }
+    if (material[0] != MATERIAL_PLAIN) return -1;
+    /* A byte of the encoding makes at most six of the repr: None (one byte) and ", ". */
+    size_t bound = 6 * size + 16;
+    unsigned char small[1024], *text = bound <= sizeof small ? small : malloc(bound);
+    if (text == NULL) return -1;
+    const unsigned char *at = material + 1, *end = material + size;
+    unsigned char *written = plain_repr(&at, end, text, 0);
+    int status = written != NULL && at == end ? 0 : -1;
+    if (status == 0)
+        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, text,
+                       (size_t)(written - text));
+    if (text != small) free(text);
     return status;
 }
 
@@ -526,9 +813,13 @@ static PyObject *record_head(CallPath *self) {
     if (head == NULL) return NULL;
     char *at = PyBytes_AS_STRING(head);
     memcpy(at, self->scratch.data, (size_t)self->callee_size);
-    const unsigned char *repr = self->scratch.data + self->repr_at;
-    blake2b_digest((unsigned char *)at + self->callee_size, ARGS_DIGEST_SIZE,
-                   (const unsigned char *)"r", 1, repr, (size_t)self->repr_size);
+    const unsigned char *material = self->scratch.data + self->repr_at;
+    if (material_digest((unsigned char *)at + self->callee_size, material,
+                        (size_t)self->repr_size) < 0) {
+        Py_DECREF(head);
+        PyErr_SetString(PyExc_ValueError, "a pending record's material is malformed");
+        return NULL;
+    }
     return head;
 }
 
@@ -747,15 +1038,42 @@ static PyObject *record_output(CallPath *self, PyObject *name, PyObject *key, Py
     return result;
 }
 
-/* The tuple of obj's parts: for each of `parts`, obj's attribute of that name (a str) or
- * what that function makes of obj. */
+/* What a part of obj is (parts_of): its attribute of that name (a str); the value of that
+ * field or property of its C type (a member or getset descriptor, read straight from the
+ * descriptor as its __get__ would); or what that function makes of it. */
+static PyObject *part_of(PyObject *obj, PyObject *part) {
+    if (PyUnicode_Check(part)) {
+        /* A field of an immutable C type whose instances have no dictionary (the real
+         * sqlite3 cursor's description ...): its descriptor, read as below. */
+        PyTypeObject *type = Py_TYPE(obj);
+        PyObject *found = NULL;
+        if (PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) && type->tp_dictoffset == 0 &&
+            type->tp_getattro == PyObject_GenericGetAttr)
+            found = _PyType_Lookup(type, part); /* borrowed */
+        if (found == NULL ||
+            !(Py_IS_TYPE(found, &PyGetSetDescr_Type) || Py_IS_TYPE(found, &PyMemberDescr_Type)))
+            return PyObject_GetAttr(obj, part);
+        part = found;
+    }
+    if (Py_IS_TYPE(part, &PyGetSetDescr_Type) || Py_IS_TYPE(part, &PyMemberDescr_Type)) {
+        PyDescrObject *descr = (PyDescrObject *)part;
+        if (!PyObject_TypeCheck(obj, descr->d_type))
+            return Py_TYPE(part)->tp_descr_get(part, obj, (PyObject *)Py_TYPE(obj)); /* raises */
+        if (Py_IS_TYPE(part, &PyMemberDescr_Type))
+            return PyMember_GetOne((const char *)obj, ((PyMemberDescrObject *)part)->d_member);
+        PyGetSetDef *getset = ((PyGetSetDescrObject *)part)->d_getset;
+        if (getset->get != NULL) return getset->get(obj, getset->closure);
+        return Py_TYPE(part)->tp_descr_get(part, obj, (PyObject *)Py_TYPE(obj));
+    }
+    return PyObject_CallOneArg(part, obj);
+}
+
+/* The tuple of obj's parts: part_of(obj, part) for each of `parts`. */
 static PyObject *parts_of(PyObject *obj, PyObject *parts) {
     Py_ssize_t n = PyTuple_GET_SIZE(parts);
     PyObject *values = PyTuple_New(n);
     for (Py_ssize_t i = 0; values != NULL && i < n; i++) {
-        PyObject *part = PyTuple_GET_ITEM(parts, i);
-        PyObject *value = PyUnicode_Check(part) ? PyObject_GetAttr(obj, part)
-                                                : PyObject_CallOneArg(part, obj);
+        PyObject *value = part_of(obj, PyTuple_GET_ITEM(parts, i));
         if (value == NULL) Py_CLEAR(values);
         else PyTuple_SET_ITEM(values, i, value);
     }
@@ -787,7 +1105,8 @@ static void release_stack(PyObject **stack, PyObject **small) {
 
 /* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
  * when made on the recorded thread. stack[1] is obj and stack[2 ...] its arguments, `count`
- * of them all; stack[0] is free (the vectorcall offset). With `state` (a tuple of names),
+ * of them all; stack[0] is free (the vectorcall offset). `method` is its name, or the
+ * method itself (a descriptor of obj's type, see method_of). With `state` (a tuple of names),
  * the call's result is the tuple of obj's attributes of those names after the method
  * returned, read inside the call: sqlite3's cursor state after execute(). With no
  * `method`, stack[1] is a function, called with the rest. */
@@ -797,9 +1116,11 @@ static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, 
     int recording = PyThread_get_thread_ident() == self->gate;
     if (recording) self->gate = 0;
     PyObject *result;
-    if (method != NULL) {
+    if (method != NULL && PyUnicode_CheckExact(method)) {
         size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
         result = PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
+    } else if (method != NULL) { /* the method itself, unbound: called with obj first */
+        result = PyObject_Vectorcall(method, stack + 1, (size_t)count, NULL);
     } else { /* stack[1] is a function to call with the rest */
         size_t nargsf = (size_t)(count - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET;
         result = PyObject_Vectorcall(stack[1], stack + 2, nargsf, NULL);
@@ -923,6 +1244,11 @@ enum {
                      * arguments (None without any), as _boundary.call_wrapper makes it */
     FORM_NEW,       /* a proxy's __init__: real = method(*args), keyed by args; the recorded
                      * result is (f(real) for f in state); then self._setup(result, real) */
+    FORM_CURSOR,    /* sqlite3's Connection.execute(*args): a cursor proxy of class state[0]
+                     * on real.method(), as Cursor.__init__ makes it, then state[1] (the
+                     * cursor's execute twin) with args */
+    FORM_CLOSE,     /* Socket.close(): self._closed = True, then, with no file object left
+                     * (self._io_refs <= 0) and self._fd >= 0, real.method() and self._fd = -1 */
     FORM_COUNT
 };
 
@@ -937,27 +1263,239 @@ typedef struct {
     PyObject *state;    /* FORM_STATE: the attribute names; FORM_NEW: the describing functions */
     Py_ssize_t required, maximum; /* positional arguments after self; maximum -1: any number */
     int form, guard;              /* guard: only while self._fd >= 0 (a socket not closed) */
+    PyObject *real_type, *real_method; /* `method` as looked up on the real object's type */
+    int cursor_state;                  /* FORM_STATE: `state` is CursorState's three */
 } BoundaryMethod;
 
-static PyTypeObject *callpath_type;
-static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup;
+static PyTypeObject *callpath_type, *method_type, *proxy_type;
+static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
+    *s_closed, *s_io_refs, *empty_tuple;
+
+/* -- proxy state ----------------------------------------------------------------------------
+ *
+ * ProxyState is a base of the proxy classes that the C path records with (proxy/_runtime.py's
+ * proxy_bases): it holds the three attributes that every twin reads, `_oid`, `_real` and
+ * `_fd`, in its struct rather than in the instance's dictionary. Python code reads and
+ * writes them as before (through member descriptors); the twins read them with no lookup.
+ * Replay and the Python per-call path build the same proxy classes without it. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *oid;  /* _oid */
+    PyObject *real; /* _real */
+    PyObject *fd;   /* _fd (sockets) */
+} ProxyState;
+
+static int proxy_traverse(ProxyState *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->oid);
+    Py_VISIT(self->real);
+    Py_VISIT(self->fd);
+    return 0;
+}
+
+static int proxy_clear(ProxyState *self) {
+    Py_CLEAR(self->oid);
+    Py_CLEAR(self->real);
+    Py_CLEAR(self->fd);
+    return 0;
+}
+
+static void proxy_dealloc(ProxyState *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    proxy_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef proxy_members[] = {
+    {"_oid", T_OBJECT_EX, offsetof(ProxyState, oid), 0, NULL},
+    {"_real", T_OBJECT_EX, offsetof(ProxyState, real), 0, NULL},
+    {"_fd", T_OBJECT_EX, offsetof(ProxyState, fd), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot proxy_slots[] = {
+    {Py_tp_doc, "The state of a proxy that the C twins read: _oid, _real and _fd."},
+    /* tp_new is object's: it also sets up the subclass instance's attribute values in
+     * place (CPython 3.11's managed dict), which PyType_GenericNew does not */
+    {Py_tp_dealloc, proxy_dealloc},
+    {Py_tp_traverse, proxy_traverse},
+    {Py_tp_clear, proxy_clear},
+    {Py_tp_members, proxy_members},
+    {0, NULL},
+};
+
+static PyType_Spec proxy_spec = {
+    .name = "sealtrace.proxy._fastpath.ProxyState",
+    .basicsize = sizeof(ProxyState),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = proxy_slots,
+};
+
+/* Whether self's type is `type` or a subtype: the proxy classes have their state class as
+ * their first base (proxy_bases in _runtime.py), which is checked before the MRO is. */
+static inline int is_a(PyObject *self, PyTypeObject *type) {
+    PyTypeObject *own = Py_TYPE(self);
+    return own == type || own->tp_base == type || PyType_IsSubtype(own, type);
+}
+
+/* CursorState is ProxyState and what sqlite3's Cursor proxy keeps that its twins read and
+ * write: its connection and row factory, and the state a statement leaves (description,
+ * rowcount, lastrowid: _CURSOR_STATE in _sqlite_boundary.py). A new one has the state that
+ * Cursor's class attributes give a fresh cursor. */
+typedef struct {
+    ProxyState proxy;
+    PyObject *connection, *row_factory;
+    PyObject *state[3];
+} CursorState;
+
+static PyTypeObject *cursor_state_type;
+static PyObject *cursor_state_names; /* ("description", "rowcount", "lastrowid") */
+
+static PyObject *cursor_state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    (void)args;
+    (void)kwargs; /* Cursor.__init__ takes them */
+    PyObject *self = PyBaseObject_Type.tp_new(type, empty_tuple, NULL);
+    if (self == NULL) return NULL;
+    CursorState *cursor = (CursorState *)self;
+    cursor->state[0] = Py_NewRef(Py_None);
+    cursor->state[1] = PyLong_FromLong(-1);
+    cursor->state[2] = Py_NewRef(Py_None);
+    if (cursor->state[1] == NULL) Py_CLEAR(self);
+    return self;
+}
+
+static int cursor_state_traverse(CursorState *self, visitproc visit, void *arg) {
+    Py_VISIT(self->connection);
+    Py_VISIT(self->row_factory);
+    for (int i = 0; i < 3; i++) Py_VISIT(self->state[i]);
+    return proxy_traverse(&self->proxy, visit, arg);
+}
+
+static int cursor_state_clear(CursorState *self) {
+    Py_CLEAR(self->connection);
+    Py_CLEAR(self->row_factory);
+    for (int i = 0; i < 3; i++) Py_CLEAR(self->state[i]);
+    return proxy_clear(&self->proxy);
+}
+
+static void cursor_state_dealloc(CursorState *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    cursor_state_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef cursor_state_members[] = {
+    {"connection", T_OBJECT_EX, offsetof(CursorState, connection), 0, NULL},
+    {"row_factory", T_OBJECT_EX, offsetof(CursorState, row_factory), 0, NULL},
+    {"description", T_OBJECT_EX, offsetof(CursorState, state[0]), 0, NULL},
+    {"rowcount", T_OBJECT_EX, offsetof(CursorState, state[1]), 0, NULL},
+    {"lastrowid", T_OBJECT_EX, offsetof(CursorState, state[2]), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot cursor_state_slots[] = {
+    {Py_tp_doc, "ProxyState of a sqlite3 cursor: also its connection, row factory and the "
+                "state its last statement left."},
+    {Py_tp_new, cursor_state_new},
+    {Py_tp_dealloc, cursor_state_dealloc},
+    {Py_tp_traverse, cursor_state_traverse},
+    {Py_tp_clear, cursor_state_clear},
+    {Py_tp_members, cursor_state_members},
+    {0, NULL},
+};
+
+static PyType_Spec cursor_state_spec = {
+    .name = "sealtrace.proxy._fastpath.CursorState",
+    .basicsize = sizeof(CursorState),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = cursor_state_slots,
+};
+
+/* The field of a CursorState at `offset` (borrowed), or NULL if self is not one or the
+ * field is not set. */
+static inline PyObject *cursor_field(PyObject *self, size_t offset) {
+    if (!is_a(self, cursor_state_type)) return NULL;
+    return *(PyObject **)((char *)self + offset);
+}
+
+/* self.<name> = value, in a CursorState's field at `offset` when self is one. */
+static int set_cursor_field(PyObject *self, size_t offset, PyObject *name, PyObject *value) {
+    if (!is_a(self, cursor_state_type)) return PyObject_SetAttr(self, name, value);
+    Py_XSETREF(*(PyObject **)((char *)self + offset), Py_NewRef(value));
+    return 0;
+}
+
+/* self's attribute held at `offset` of a ProxyState (a new reference), or looked up by
+ * name when self has no ProxyState or the attribute is not set (which raises as Python
+ * would). */
+static PyObject *proxy_field(PyObject *self, size_t offset, PyObject *name) {
+    if (is_a(self, proxy_type)) {
+        PyObject *value = *(PyObject **)((char *)self + offset);
+        if (value != NULL) return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(self, name);
+}
+
+#define PROXY_OID(self) proxy_field(self, offsetof(ProxyState, oid), s_oid)
+#define PROXY_REAL(self) proxy_field(self, offsetof(ProxyState, real), s_real)
+
+/* self._fd = value, in the struct when it has one. */
+static int set_fd(PyObject *self, PyObject *value) {
+    if (is_a(self, proxy_type)) {
+        Py_XSETREF(((ProxyState *)self)->fd, Py_NewRef(value));
+        return 0;
+    }
+    return PyObject_SetAttr(self, s_fd, value);
+}
+
+/* An int attribute's value as a long: 0 and *ok unset if it is not an exact int that fits. */
+static long int_attribute(PyObject *self, size_t offset, PyObject *name, int *ok) {
+    PyObject *value = offset ? proxy_field(self, offset, name) : PyObject_GetAttr(self, name);
+    long n = 0;
+    *ok = 0;
+    if (value != NULL && PyLong_CheckExact(value)) {
+        n = PyLong_AsLong(value);
+        *ok = !(n == -1 && PyErr_Occurred());
+    }
+    Py_XDECREF(value);
+    if (PyErr_Occurred()) PyErr_Clear(); /* the Python method says what is wrong */
+    return n;
+}
+
+/* What to call for real.<m->method>: the method descriptor found on real's type, kept for
+ * the next call on an object of the same type; or the name, looked up on each call. Only
+ * for a type that cannot change (an immutable type, such as _socket.socket and
+ * sqlite3.Cursor) that looks attributes up the generic way, and whose instances have no
+ * dictionary to shadow the method: the same lookup always finds the same descriptor. */
+static PyObject *method_of(BoundaryMethod *m, PyObject *real) {
+    PyTypeObject *type = Py_TYPE(real);
+    if ((PyObject *)type == m->real_type) return m->real_method;
+    if (!PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) || type->tp_dictoffset != 0 ||
+        type->tp_getattro != PyObject_GenericGetAttr)
+        return m->method;
+    PyObject *found = _PyType_Lookup(type, m->method); /* borrowed */
+    if (found == NULL || !PyType_HasFeature(Py_TYPE(found), Py_TPFLAGS_METHOD_DESCRIPTOR))
+        return m->method;
+    Py_XSETREF(m->real_type, Py_NewRef((PyObject *)type));
+    Py_XSETREF(m->real_method, Py_NewRef(found));
+    return found;
+}
 
 static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
 }
 
-/* Whether self._fd is a negative int: the Python method raises OSError then. */
+/* Whether self._fd is not a non-negative int: the Python method raises OSError then. */
 static int socket_closed(PyObject *self) {
-    PyObject *fd = PyObject_GetAttr(self, s_fd);
-    if (fd == NULL) {
-        PyErr_Clear();
-        return 1; /* the Python method says what is wrong */
-    }
-    int closed = !PyLong_CheckExact(fd) || PyLong_AsLong(fd) < 0;
-    Py_DECREF(fd);
-    if (PyErr_Occurred()) PyErr_Clear();
-    return closed;
+    int ok;
+    long fd = int_attribute(self, offsetof(ProxyState, fd), s_fd, &ok);
+    return !ok || fd < 0;
 }
 
 /* recv_into(buffer, nbytes=0, flags=0) when the buffer is writable plain bytes and nbytes
@@ -984,8 +1522,8 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
     PyObject *result = NULL;
     if (key != NULL) {
         PyObject *stack[4] = {NULL, real, size, flags};
-        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, m->method, stack, 3,
-                            NULL);
+        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real),
+                            stack, 3, NULL);
     }
     Py_XDECREF(key);
     Py_XDECREF(size);
@@ -1050,6 +1588,68 @@ static PyObject *construct(BoundaryMethod *m, PyObject *self, PyObject **stack,
     Py_RETURN_NONE;
 }
 
+/* FORM_CURSOR: Connection.execute(*argv): the cursor proxy that Connection.execute makes
+ * (Cursor.__init__: its connection, the real connection's new cursor, the next object id,
+ * the connection's row factory), then the cursor's execute twin with argv. stack[2 ...]
+ * holds argv, `count` of them. */
+static PyObject *cursor_execute(BoundaryMethod *m, PyObject *self, PyObject **stack,
+                                Py_ssize_t count) {
+    PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(m->state, 0);
+    PyObject *execute = PyTuple_GET_ITEM(m->state, 1), *cursor = NULL, *result = NULL;
+    PyObject *real = PROXY_REAL(self);
+    PyObject *factory = real != NULL ? PyObject_GetAttr(self, s_row_factory) : NULL;
+    PyObject *real_cursor = factory == NULL ? NULL
+                            : real == Py_None ? Py_NewRef(Py_None)
+                                              : PyObject_CallMethodNoArgs(real, m->method);
+    if (real_cursor != NULL) cursor = cls->tp_new(cls, empty_tuple, NULL);
+    if (cursor != NULL) {
+        ProxyState *state = (ProxyState *)cursor;
+        Py_XSETREF(state->real, Py_NewRef(real_cursor));
+        Py_XSETREF(state->oid, PyLong_FromSsize_t(++m->runtime->oids)); /* new_oid() */
+        if (state->oid != NULL &&
+            set_cursor_field(cursor, offsetof(CursorState, connection), s_connection, self) == 0 &&
+            set_cursor_field(cursor, offsetof(CursorState, row_factory), s_row_factory,
+                             factory) == 0) {
+            stack[1] = cursor;
+            size_t nargsf = (size_t)(1 + count) | PY_VECTORCALL_ARGUMENTS_OFFSET;
+            result = PyObject_Vectorcall(execute, stack + 1, nargsf, NULL);
+        }
+    }
+    Py_XDECREF(cursor);
+    Py_XDECREF(real_cursor);
+    Py_XDECREF(factory);
+    Py_XDECREF(real);
+    return result;
+}
+
+/* FORM_CLOSE: Socket.close(); NULL with no exception set when self's state is not plain
+ * ints (the Python method then). */
+static PyObject *close_socket(BoundaryMethod *m, PyObject *self, PyObject **stack) {
+    int refs_ok, fd_ok;
+    long refs = int_attribute(self, 0, s_io_refs, &refs_ok);
+    long fd = int_attribute(self, offsetof(ProxyState, fd), s_fd, &fd_ok);
+    if (!refs_ok || !fd_ok) return NULL;
+    if (PyObject_SetAttr(self, s_closed, Py_True) < 0) return NULL;
+    if (refs > 0 || fd < 0) Py_RETURN_NONE;
+    PyObject *oid = PROXY_OID(self), *result = NULL;
+    PyObject *real = oid != NULL ? PROXY_REAL(self) : NULL;
+    PyObject *key = real != NULL ? PyTuple_Pack(1, oid) : NULL;
+    if (key != NULL) {
+        stack[1] = real;
+        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real),
+                            stack, 1, NULL);
+    }
+    if (result != NULL) {
+        PyObject *closed = PyLong_FromLong(-1);
+        if (closed == NULL || set_fd(self, closed) < 0) Py_CLEAR(result);
+        Py_XDECREF(closed);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(real);
+    Py_XDECREF(oid);
+    return result;
+}
+
 static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
     if (m->runtime == NULL) {
@@ -1082,8 +1682,17 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
         result = construct(m, self, stack, count);
         goto done;
     }
-    oid = PyObject_GetAttr(self, s_oid);
-    real = oid != NULL ? PyObject_GetAttr(self, s_real) : NULL;
+    if (m->form == FORM_CURSOR) {
+        result = cursor_execute(m, self, stack, count);
+        goto done;
+    }
+    if (m->form == FORM_CLOSE) {
+        result = close_socket(m, self, stack);
+        if (result == NULL && !PyErr_Occurred()) result = method_fallback(m, args, nargsf, kwnames);
+        goto done;
+    }
+    oid = PROXY_OID(self);
+    real = oid != NULL ? PROXY_REAL(self) : NULL;
     if (real == NULL) goto done;
     stack[1] = real;
     if (m->form == FORM_RECV_INTO) {
@@ -1105,15 +1714,16 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
                                                                     argv[0]);
         if (payload == NULL) goto done;
         argv[0] = payload;
-        result = run_method(m->runtime, KIND_OUTPUT, m->name, key, payload, m->method, stack,
-                            1 + count, NULL);
+        result = run_method(m->runtime, KIND_OUTPUT, m->name, key, payload, method_of(m, real),
+                            stack, 1 + count, NULL);
         goto done;
     }
-    result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, m->method, stack,
+    result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real), stack,
                         1 + count, m->form == FORM_STATE ? m->state : NULL);
     if (result == NULL) goto done;
     if (m->form == FORM_ROW) {
-        PyObject *factory = PyObject_GetAttr(self, s_row_factory);
+        PyObject *factory = cursor_field(self, offsetof(CursorState, row_factory));
+        factory = factory != NULL ? Py_NewRef(factory) : PyObject_GetAttr(self, s_row_factory);
         if (factory == NULL) {
             Py_CLEAR(result);
         } else {
@@ -1129,8 +1739,11 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
             goto done;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (PyObject_SetAttr(self, PyTuple_GET_ITEM(m->state, i),
-                                 PyTuple_GET_ITEM(result, i)) < 0) {
+            PyObject *name = PyTuple_GET_ITEM(m->state, i), *value = PyTuple_GET_ITEM(result, i);
+            size_t offset = offsetof(CursorState, state) + (size_t)i * sizeof(PyObject *);
+            int status = m->cursor_state ? set_cursor_field(self, offset, name, value)
+                                         : PyObject_SetAttr(self, name, value);
+            if (status < 0) {
                 Py_CLEAR(result);
                 goto done;
             }
@@ -1165,15 +1778,31 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         (form == FORM_FUNCTION || form == FORM_NEW ? !PyCallable_Check(method)
                                                    : !PyUnicode_Check(method)) ||
         (form == FORM_FUNCTION && (required || !variadic || guard)) ||
-        (form == FORM_STATE || form == FORM_NEW) != (PyTuple_GET_SIZE(state) > 0) ||
+        (form == FORM_STATE || form == FORM_NEW || form == FORM_CURSOR) !=
+            (PyTuple_GET_SIZE(state) > 0) ||
         (form == FORM_OUTPUT && required < 1) ||
-        (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2))) {
+        (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2)) ||
+        (form == FORM_CLOSE && (required || PyTuple_GET_SIZE(defaults) || variadic))) {
         PyErr_SetString(PyExc_ValueError, "this method cannot take that form");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(state); i++) {
+    if (form == FORM_CURSOR) {
+        PyObject *cls = PyTuple_GET_ITEM(state, 0);
+        PyObject *execute = PyTuple_GET_SIZE(state) == 2 ? PyTuple_GET_ITEM(state, 1) : NULL;
+        if (execute == NULL || !PyType_Check(cls) ||
+            !PyType_IsSubtype((PyTypeObject *)cls, proxy_type) ||
+            Py_TYPE(execute) != method_type ||
+            ((BoundaryMethod *)execute)->form != FORM_STATE) {
+            PyErr_SetString(PyExc_TypeError,
+                            "state must be a cursor class with ProxyState and its execute twin");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; form != FORM_CURSOR && i < PyTuple_GET_SIZE(state); i++) {
         PyObject *item = PyTuple_GET_ITEM(state, i);
-        if (form == FORM_NEW ? !PyCallable_Check(item) : !PyUnicode_Check(item)) {
+        int describes = PyCallable_Check(item) || Py_IS_TYPE(item, &PyGetSetDescr_Type) ||
+                        Py_IS_TYPE(item, &PyMemberDescr_Type);
+        if (form == FORM_NEW ? !describes : !PyUnicode_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "state must be names, or functions to describe");
             return NULL;
         }
@@ -1192,6 +1821,10 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     m->maximum = variadic ? -1 : required + PyTuple_GET_SIZE(defaults);
     m->form = form;
     m->guard = guard;
+    if (form == FORM_STATE) {
+        m->cursor_state = PyObject_RichCompareBool(state, cursor_state_names, Py_EQ);
+        if (m->cursor_state < 0) Py_CLEAR(m);
+    }
     return (PyObject *)m;
 }
 
@@ -1203,6 +1836,8 @@ static int method_traverse(BoundaryMethod *m, visitproc visit, void *arg) {
     Py_VISIT(m->fallback);
     Py_VISIT(m->defaults);
     Py_VISIT(m->state);
+    Py_VISIT(m->real_type);
+    Py_VISIT(m->real_method);
     return 0;
 }
 
@@ -1213,6 +1848,8 @@ static int method_clear(BoundaryMethod *m) {
     Py_CLEAR(m->fallback);
     Py_CLEAR(m->defaults);
     Py_CLEAR(m->state);
+    Py_CLEAR(m->real_type);
+    Py_CLEAR(m->real_method);
     return 0;
 }
 
@@ -1339,7 +1976,7 @@ static unsigned char *finalize_records(const unsigned char *at, const unsigned c
                                        unsigned char *out) {
     while (at < end) {
         unsigned char kind = *at++;
-        uint64_t size = 0, callee, repr_size;
+        uint64_t size = 0, callee, material_size;
         if (read_varint(&at, end, &size) < 0) return NULL; /* count_pending checked it */
         const unsigned char *body = at, *body_end = at + size;
         at = body_end;
@@ -1353,16 +1990,16 @@ static unsigned char *finalize_records(const unsigned char *at, const unsigned c
         const unsigned char *p = body;
         if (read_varint(&p, body_end, &callee) < 0) return NULL;
         const unsigned char *callee_end = p;
-        if (read_varint(&p, body_end, &repr_size) < 0 || repr_size > (uint64_t)(body_end - p))
+        if (read_varint(&p, body_end, &material_size) < 0 ||
+            material_size > (uint64_t)(body_end - p))
             return NULL;
-        const unsigned char *repr = p, *rest = p + repr_size;
+        const unsigned char *material = p, *rest = p + material_size;
         size_t callee_bytes = (size_t)(callee_end - body), rest_bytes = (size_t)(body_end - rest);
         *out++ = kind & (unsigned char)~PENDING;
         out = write_varint(out, callee_bytes + ARGS_DIGEST_SIZE + rest_bytes);
         memcpy(out, body, callee_bytes);
         out += callee_bytes;
-        blake2b_digest(out, ARGS_DIGEST_SIZE, (const unsigned char *)"r", 1, repr,
-                       (size_t)repr_size);
+        if (material_digest(out, material, (size_t)material_size) < 0) return NULL;
         out += ARGS_DIGEST_SIZE;
         memcpy(out, rest, rest_bytes);
         out += rest_bytes;
@@ -1416,6 +2053,7 @@ static PyObject *fastpath_configure(PyObject *module, PyObject *enums) {
         return NULL;
     }
     Py_XSETREF(int_enums, Py_NewRef(enums));
+    forget_enums();
     Py_RETURN_NONE;
 }
 
@@ -1461,7 +2099,8 @@ static int add_constants(PyObject *module) {
         {"RECENT_REPR_MAX", RECENT_REPR_MAX}, {"MAX_DEPTH", MAX_DEPTH}, {"KEY_DEPTH", KEY_DEPTH},
         {"FORM_CALL", FORM_CALL}, {"FORM_ROW", FORM_ROW}, {"FORM_STATE", FORM_STATE},
         {"FORM_OUTPUT", FORM_OUTPUT}, {"FORM_RECV_INTO", FORM_RECV_INTO},
-        {"FORM_FUNCTION", FORM_FUNCTION}, {"FORM_NEW", FORM_NEW},
+        {"FORM_FUNCTION", FORM_FUNCTION}, {"FORM_NEW", FORM_NEW}, {"FORM_CURSOR", FORM_CURSOR},
+        {"FORM_CLOSE", FORM_CLOSE},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
@@ -1494,6 +2133,11 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         s_row_factory = PyUnicode_InternFromString("row_factory"),
         s_row = PyUnicode_InternFromString("_row"),
         s_setup = PyUnicode_InternFromString("_setup"),
+        s_connection = PyUnicode_InternFromString("connection"),
+        s_closed = PyUnicode_InternFromString("_closed"),
+        s_io_refs = PyUnicode_InternFromString("_io_refs"),
+        empty_tuple = PyTuple_New(0),
+        cursor_state_names = Py_BuildValue("(sss)", "description", "rowcount", "lastrowid"),
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i] == NULL) return NULL;
@@ -1501,16 +2145,28 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     if (module == NULL) return NULL;
     PyObject *type = PyType_FromSpec(&callpath_spec);
     PyObject *method = PyType_FromSpec(&method_spec);
-    if (type == NULL || method == NULL || PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
+    PyObject *proxy = PyType_FromSpec(&proxy_spec);
+    PyObject *cursor = proxy != NULL ? PyType_FromSpecWithBases(&cursor_state_spec, proxy) : NULL;
+    if (type == NULL || method == NULL || proxy == NULL || cursor == NULL ||
+        PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
         PyModule_AddObjectRef(module, "BoundaryMethod", method) < 0 ||
-        add_constants(module) < 0) {
+        PyModule_AddObjectRef(module, "ProxyState", proxy) < 0 ||
+        PyModule_AddObjectRef(module, "CursorState", cursor) < 0 || add_constants(module) < 0) {
         Py_XDECREF(type);
         Py_XDECREF(method);
+        Py_XDECREF(proxy);
+        Py_XDECREF(cursor);
         Py_DECREF(module);
         return NULL;
     }
-    callpath_type = (PyTypeObject *)type; /* the module keeps it */
+    /* the module keeps them */
+    callpath_type = (PyTypeObject *)type;
+    method_type = (PyTypeObject *)method;
+    proxy_type = (PyTypeObject *)proxy;
+    cursor_state_type = (PyTypeObject *)cursor;
     Py_DECREF(type);
     Py_DECREF(method);
+    Py_DECREF(proxy);
+    Py_DECREF(cursor);
     return module;
 }
