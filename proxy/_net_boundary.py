@@ -476,7 +476,7 @@ _HOT = {
     "connect": Hot("socket.connect", "connect", guard=True),
     "setsockopt": Hot("socket.setsockopt", "setsockopt", guard=True),
     "recv": Hot("socket.recv", "recv"),
-    "recv_into": Hot("socket.recv_into", "recv", "recv_into"),
+    "recv_into": Hot("socket.recv_into", "recv_into", "recv_into"),
     "send": Hot("socket.send", "send", "output"),
     "sendall": Hot("socket.sendall", "sendall", "output"),
 }

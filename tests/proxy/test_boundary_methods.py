@@ -7,6 +7,7 @@ bytes with either per-call path."""
 from __future__ import annotations
 
 import _socket
+import hashlib
 import os
 import socket
 import sqlite3
@@ -114,6 +115,15 @@ def _socket_script(path: Path) -> _Script:
             seen.append(_outcome(lambda: client.recv_into(small, 5)))  # more than it holds
             seen.append(_outcome(lambda: client.recv_into(b"readonly")))
             seen.append(_outcome(lambda: client.recv_into(bytearray(4), -1)))
+            # the 6 bytes left of the 36, then 5120 more: one read of them is a blob
+            peer.sendall(bytes(range(256)) * 20)
+            large, got = bytearray(8192), 0
+            while got < 6 + 5120:
+                got += client.recv_into(memoryview(large)[got:])
+            seen.append((got, hashlib.sha256(large).hexdigest()))
+            client.setblocking(False)
+            seen.append(_outcome(lambda: client.recv_into(bytearray(8))))  # nothing: raises
+            client.setblocking(True)
             seen.append(rt.call("outer", (), lambda: client.send(b"inside")))  # passes through
             seen.append(peer.recv(4096))
             seen.append(isinstance(type(client).__dict__.get("close"), _twin) is seen[0])
@@ -157,8 +167,10 @@ def _socket_script(path: Path) -> _Script:
 
 def test_socket_methods_match_the_python_ones(tmp_path: Path) -> None:
     _, stream = _both(_socket_script(tmp_path / "sock"))
-    events = [e.callee for e in parse_stream(stream).events]
-    assert events.count("socket.sendall") == 6 and "socket.recv_into" in events
+    parsed = parse_stream(stream)
+    assert parsed.blobs  # a recv_into of 4 KiB or more: its bytes went as a blob
+    events = [e.callee for e in parsed.events]
+    assert events.count("socket.sendall") == 7 and "socket.recv_into" in events  # 1 by the peer
     assert "outer" in events and events.count("socket.send") == 1  # the inner send passed
     assert events.count("socket.socket") == 5  # with the one socket.py makes in accept()
     assert events.count("socket.close") == 4  # spare, client (once), odd, the accepted peer

@@ -7,7 +7,8 @@
  * types, exceptions, a key that is not plain) is handed back to the Python implementation in
  * proxy/_runtime.py, which stays the reference: both must write the same bytes, and
  * tests/proxy/test_record_stream.py pins them. BoundaryMethod (below) gives proxy classes
- * and call entries C twins of their hot Python methods, which call this path directly.
+ * and call entries C twins of their hot Python methods, which call this path directly, and
+ * ProxyState and CursorState hold the proxy state those twins read and write.
  *
  * Like the rest of the recorder it must never crash or block the application: every error
  * after the real call has returned ends the recording (RecordRuntime._failed), and the
@@ -1231,15 +1232,17 @@ static PyType_Spec callpath_spec = {
  * made inside another boundary call, a buffer that is not plain bytes). Replay always runs
  * the Python methods, so every recording made here is checked against them.
  *
- * The proxy instance holds `_oid` (the key's first item) and `_real` (the object called);
- * the key is (_oid, *arguments), defaults included, as the Python method makes it. */
+ * The proxy instance holds `_oid` (the key's first item) and `_real` (the object called),
+ * in its ProxyState when it has one; the key is (_oid, *arguments), defaults included, as
+ * the Python method makes it. */
 
 enum {
     FORM_CALL,      /* real.method(*args) */
     FORM_ROW,       /* real.method(*args), then self._row(result) if self.row_factory is set */
     FORM_STATE,     /* real.method(*args); records and sets `state` on self; returns self */
     FORM_OUTPUT,    /* (data, *rest): real.method(bytes(data), *rest), data an output; key rest */
-    FORM_RECV_INTO, /* (buffer, nbytes=0, flags=0): data = real.method(size, flags), copied in */
+    FORM_RECV_INTO, /* (buffer, nbytes=0, flags=0): n = real.method(buffer, size, flags) (its
+                     * recv_into), recorded as the bytes recv(size, flags) would return */
     FORM_FUNCTION,  /* a call entry's wrapper: `method` is the function; the key is the
                      * arguments (None without any), as _boundary.call_wrapper makes it */
     FORM_NEW,       /* a proxy's __init__: real = method(*args), keyed by args; the recorded
@@ -1498,8 +1501,34 @@ static int socket_closed(PyObject *self) {
     return !ok || fd < 0;
 }
 
+/* What record_returned does for a bytes result given as its data: recv_into's twin reads
+ * straight into the caller's buffer, and records what recv would have returned. 0, or -1
+ * with an exception set that goes on to the application. */
+static int record_data(CallPath *self, PyObject *name, PyObject *key, const char *data,
+                       Py_ssize_t n) {
+    PyObject *done;
+    if (self->live && PyUnicode_CheckExact(name) && n < BLOB_THRESHOLD) {
+        Py_ssize_t inserted;
+        if (start_record(self, name, key) == 0 &&
+            put_byte(&self->scratch, STATUS_RETURNED) == 0 &&
+            put_payload(&self->scratch, data, n, &inserted) == ENCODED &&
+            append_record(self, KIND_CALL, self->scratch.size, data, inserted) == 0)
+            return 0;
+        done = recording_failed(self, Py_NewRef(Py_None));
+    } else { /* a blob, or no recording: as bytes, the way every other result goes */
+        PyObject *bytes = PyBytes_FromStringAndSize(data, n);
+        done = bytes != NULL ? record_returned(self, name, key, bytes)
+                             : recording_failed(self, Py_NewRef(Py_None));
+    }
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
 /* recv_into(buffer, nbytes=0, flags=0) when the buffer is writable plain bytes and nbytes
- * fits it; NULL with no exception otherwise (the Python method then). */
+ * fits it; NULL with no exception otherwise (the Python method then). The Python method
+ * records real.recv(size, flags) and copies its bytes in; this reads with the real
+ * socket's recv_into, straight into the buffer, and records the same bytes from there. */
 static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
                            PyObject *const *argv, int *handled) {
     PyObject *buffer = argv[0], *nbytes = argv[1], *flags = argv[2];
@@ -1521,22 +1550,27 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
     PyObject *key = size != NULL ? PyTuple_Pack(3, key_oid, size, flags) : NULL;
     PyObject *result = NULL;
     if (key != NULL) {
-        PyObject *stack[4] = {NULL, real, size, flags};
-        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real),
-                            stack, 3, NULL);
-    }
-    Py_XDECREF(key);
-    Py_XDECREF(size);
-    if (result != NULL) {
-        if (PyBytes_Check(result) && PyBytes_GET_SIZE(result) <= view.len) {
-            Py_ssize_t n = PyBytes_GET_SIZE(result);
-            memcpy(view.buf, PyBytes_AS_STRING(result), (size_t)n);
-            Py_SETREF(result, PyLong_FromSsize_t(n));
-        } else {
-            PyErr_SetString(PyExc_ValueError, "recv returned more than the buffer holds");
+        CallPath *rt = m->runtime;
+        PyObject *method = method_of(m, real), *stack[5] = {NULL, real, buffer, size, flags};
+        rt->gate = 0; /* the caller checked that this call is recorded */
+        result = PyUnicode_CheckExact(method)
+                     ? PyObject_VectorcallMethod(method, stack + 1,
+                                                 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+                     : PyObject_Vectorcall(method, stack + 1, 4, NULL);
+        rt->gate = rt->live;
+        Py_ssize_t n = result != NULL ? PyLong_AsSsize_t(result) : -1;
+        if (result == NULL) {
+            record_raised(rt, KIND_CALL, m->name, key, Py_None);
+        } else if (n < 0 || n > view.len) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "recv_into read more than the buffer holds");
+            Py_CLEAR(result);
+        } else if (record_data(rt, m->name, key, view.buf, n) < 0) {
             Py_CLEAR(result);
         }
     }
+    Py_XDECREF(key);
+    Py_XDECREF(size);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1907,8 +1941,11 @@ static PyType_Slot method_slots[] = {
 static PyType_Spec method_spec = {
     .name = "sealtrace.proxy._fastpath.BoundaryMethod",
     .basicsize = sizeof(BoundaryMethod),
+    /* Immutable as a method descriptor type must be for the interpreter to specialise
+     * `proxy.method(...)` on it (LOAD_METHOD_WITH_VALUES): a mutable descriptor type sends
+     * every such load down the generic lookup. */
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-             Py_TPFLAGS_METHOD_DESCRIPTOR,
+             Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = method_slots,
 };
 
