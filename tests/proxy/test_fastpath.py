@@ -183,9 +183,8 @@ def test_it_digests_plain_inexact_and_int_enum_keys_itself(key: Any) -> None:
 
 @pytest.mark.parametrize("special", ["'", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "'\""])
 def test_it_finds_what_repr_escapes_anywhere_in_a_str(special: str) -> None:
-    """The str scan takes eight characters at a time: a character that changes the repr
-    (a quote, a backslash, a control character) counts at every place in a word and in the
-    tail after the last whole word."""
+    """A character that changes a str's repr (a quote, a backslash, a control character)
+    counts wherever it is in the str, in the repr C writes for a key it digests itself."""
     for length in (7, 8, 9, 16, 23):
         for at in range(length):
             text = "a" * at + special + "b" * (length - at)

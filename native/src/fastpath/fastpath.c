@@ -19,7 +19,6 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,23 +208,24 @@ static inline int small_int(PyObject *value, long long *v) {
     return !overflow && *v >= -(1LL << 62) && *v < (1LL << 62);
 }
 
-/* Writes T_INT and the zigzag varint of v, with room for them reserved. */
-static inline unsigned char *write_int(unsigned char *at, long long v) {
+/* Writes an int (an exact one, or an int enum member: an int subclass keeps int's digits)
+ * as T_INT and the zigzag varint of its value; DEFERRED past 62 bits (a T_BIGINT, Python's
+ * encoder). */
+static inline int put_int(Scratch *s, PyObject *value) {
+    long long v;
+    int fits = small_int(value, &v);
+    if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
+    if (scratch_reserve(s, 11) < 0) return FAILED;
+    unsigned char *at = s->data + s->size;
     *at++ = TAG_INT;
-    return write_varint(at, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    s->size = write_varint(at, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63)) - s->data;
+    return ENCODED;
 }
 
 /* lenient: the fingerprint encoding of argument keys (Encoder(lenient=True)), where int enum
  * members are their int; the recorder's own encoding otherwise. */
 static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
-    if (PyLong_CheckExact(value)) {
-        long long v;
-        int fits = small_int(value, &v);
-        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED; /* T_BIGINT: Python's encoder */
-        if (scratch_reserve(s, 11) < 0) return FAILED;
-        s->size = write_int(s->data + s->size, v) - s->data;
-        return ENCODED;
-    }
+    if (PyLong_CheckExact(value)) return put_int(s, value);
     if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
     if (PyTuple_CheckExact(value) || PyList_CheckExact(value)) {
         if (depth > MAX_DEPTH) return DEFERRED;
@@ -263,14 +263,7 @@ static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
         }
         return ENCODED;
     }
-    if (lenient && is_int_enum(value)) { /* its int: an int subclass keeps int's digits */
-        long long v;
-        int fits = small_int(value, &v);
-        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
-        if (scratch_reserve(s, 11) < 0) return FAILED;
-        s->size = write_int(s->data + s->size, v) - s->data;
-        return ENCODED;
-    }
+    if (lenient && is_int_enum(value)) return put_int(s, value); /* counts as its int */
     return DEFERRED; /* extensions, exceptions, subclasses, sets, ...: Python's encoder */
 }
 
@@ -291,14 +284,7 @@ static int put_plain(Scratch *s, PyObject *value, int depth) {
         s->size = at + n - s->data;
         return ENCODED;
     }
-    if (PyLong_CheckExact(value)) {
-        long long v;
-        int fits = small_int(value, &v);
-        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
-        if (scratch_reserve(s, 11) < 0) return FAILED;
-        s->size = write_int(s->data + s->size, v) - s->data;
-        return ENCODED;
-    }
+    if (PyLong_CheckExact(value)) return put_int(s, value);
     if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
     if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) return DEFERRED;
     Py_ssize_t n = PyTuple_GET_SIZE(value);
@@ -354,45 +340,17 @@ static PyObject *remember(PyObject *recent, PyObject *key, PyObject *digest) {
 enum { REPR_SINGLE = 1, REPR_DOUBLE = 2, REPR_QUOTES = 3, REPR_ESCAPED = 4 };
 static unsigned char repr_class[128];
 
-#define ONES 0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-/* Whether any byte of word is zero; or (of ASCII bytes, all under 0x80) under n. */
-#define ANY_ZERO(word) (((word) - ONES) & ~(word) & HIGHS)
-#define ANY_UNDER(word, n) (((word) - ONES * (n)) & ~(word) & HIGHS)
-
-/* The REPR_* bits of an ASCII str's characters: eight at a time, then one table load
- * each for the rest. */
-static unsigned char repr_classes(const unsigned char *chars, Py_ssize_t n) {
-    unsigned char seen = 0;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t word;
-        memcpy(&word, chars + i, 8);
-        if (ANY_UNDER(word, 0x20) | ANY_ZERO(word ^ (ONES * 0x7F)) | ANY_ZERO(word ^ (ONES * '\\')))
-            return REPR_ESCAPED;
-        if (ANY_ZERO(word ^ (ONES * '\''))) seen |= REPR_SINGLE;
-        if (ANY_ZERO(word ^ (ONES * '"'))) seen |= REPR_DOUBLE;
-    }
-    for (; i < n; i++) seen |= repr_class[chars[i]];
-    return seen;
-}
-
-/* repr() of a plain key's parts, written as UTF-8, for the commonest ones: small ints,
- * None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
- * PyObject_Repr then makes (the bytes must be exactly repr's). */
+/* repr() of a plain key's parts, written as UTF-8, for the commonest ones: ints of 62
+ * bits, None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which
+ * PyObject_Repr then makes (the bytes must be exactly repr's). The digest of a key with
+ * floats, bytes or bools is made from it on the application's thread (plain keys go to
+ * the pipeline's thread as their encoding instead, see plain_repr). */
 static int put_repr(Scratch *s, PyObject *value) {
     if (value == Py_None) return put_bytes(s, "None", 4) < 0 ? FAILED : ENCODED;
     if (PyLong_CheckExact(value)) {
         long long v;
-        Py_ssize_t ndigits = Py_SIZE(value);
-        if (ndigits >= -1 && ndigits <= 1) { /* one digit or none: most keys' ints */
-            v = (long long)((PyLongObject *)value)->ob_digit[0] * ndigits;
-        } else {
-            int overflow;
-            v = PyLong_AsLongLongAndOverflow(value, &overflow);
-            if (overflow || v == LLONG_MIN) return DEFERRED;
-            if (v == -1 && PyErr_Occurred()) return FAILED;
-        }
+        int fits = small_int(value, &v);
+        if (fits <= 0) return fits < 0 ? FAILED : DEFERRED;
         if (scratch_reserve(s, 24) < 0) return FAILED;
         char digits[24];
         int n = 0;
@@ -410,7 +368,8 @@ static int put_repr(Scratch *s, PyObject *value) {
         if (!PyUnicode_IS_ASCII(value)) return DEFERRED;
         const unsigned char *chars = PyUnicode_1BYTE_DATA(value);
         Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-        unsigned char seen = repr_classes(chars, n);
+        unsigned char seen = 0; /* REPR_* bits of the characters, one table load each */
+        for (Py_ssize_t i = 0; i < n; i++) seen |= repr_class[chars[i]];
         if (seen & REPR_ESCAPED || (seen & REPR_QUOTES) == REPR_QUOTES)
             return DEFERRED; /* repr escapes them (both quotes: the single one) */
         char quote = seen & REPR_SINGLE ? '"' : '\'';
@@ -965,8 +924,17 @@ static int check_count(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
     return -1;
 }
 
-/* What call and invoke do once the real call has returned `result`. */
-static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, PyObject *result) {
+/* What call and invoke do once the real call has returned `result`; returns it. Or, with
+ * no result, what they do for the bytes data[0:size] returned (recv_into's twin reads into
+ * the caller's buffer, and records what recv would have returned); returns None then. */
+static PyObject *record_result(CallPath *self, PyObject *name, PyObject *key, PyObject *result,
+                               const char *data, Py_ssize_t size) {
+    if (result == NULL) {
+        result = Py_NewRef(Py_None);
+    } else if (PyBytes_CheckExact(result)) {
+        data = PyBytes_AS_STRING(result);
+        size = PyBytes_GET_SIZE(result);
+    }
     if (!self->live) return result; /* the recording ended inside the call */
     if (!PyUnicode_CheckExact(name)) {
         PyErr_SetString(PyExc_TypeError, "a callee's name must be a str");
@@ -974,28 +942,27 @@ static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, 
     }
     if (start_record(self, name, key) < 0) return recording_failed(self, result);
     if (put_byte(&self->scratch, STATUS_RETURNED) < 0) return recording_failed(self, result);
-    const char *payload = NULL;
     Py_ssize_t inserted = 0;
-    int status;
-    if (PyBytes_CheckExact(result)) {
-        payload = PyBytes_AS_STRING(result);
-        status = put_payload(&self->scratch, payload, PyBytes_GET_SIZE(result), &inserted);
-    } else {
-        status = encode(&self->scratch, result, 0, 0);
-    }
+    int status = data != NULL ? put_payload(&self->scratch, data, size, &inserted)
+                              : encode(&self->scratch, result, 0, 0);
     if (status == FAILED) return recording_failed(self, result);
-    if (status == DEFERRED) {
-        PyObject *head = record_head(self);
-        if (head == NULL || defer(self, KIND_CALL, name, key, Py_None, result, head) < 0) {
-            Py_XDECREF(head);
-            return recording_failed(self, result);
-        }
-        Py_DECREF(head);
-        return result;
+    if (status == DEFERRED) { /* Python's _event encodes it (as bytes, for data) */
+        PyObject *value = PyBytes_CheckExact(result) || data == NULL
+                              ? Py_NewRef(result)
+                              : PyBytes_FromStringAndSize(data, size);
+        PyObject *head = value != NULL ? record_head(self) : NULL;
+        int deferred = head != NULL ? defer(self, KIND_CALL, name, key, Py_None, value, head) : -1;
+        Py_XDECREF(head);
+        Py_XDECREF(value);
+        return deferred < 0 ? recording_failed(self, result) : result;
     }
-    if (append_record(self, KIND_CALL, self->scratch.size, payload, inserted) < 0)
+    if (append_record(self, KIND_CALL, self->scratch.size, data, inserted) < 0)
         return recording_failed(self, result);
     return result;
+}
+
+static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, PyObject *result) {
+    return record_result(self, name, key, result, NULL, 0);
 }
 
 /* call(name, key, fn): RecordRuntime.call. */
@@ -1304,13 +1271,18 @@ static int proxy_clear(ProxyState *self) {
     return 0;
 }
 
-static void proxy_dealloc(ProxyState *self) {
+/* The tp_dealloc of this module's GC types whose `clear` (their own tp_clear, not a
+ * subclass's) releases all they hold. They are heap types: the instance holds a reference
+ * to its type, which a heap subclass leaves to its base to release. */
+static void free_cleared(PyObject *self, inquiry clear) {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    proxy_clear(self);
-    type->tp_free((PyObject *)self);
+    clear(self);
+    type->tp_free(self);
     Py_DECREF(type);
 }
+
+static void proxy_dealloc(PyObject *self) { free_cleared(self, (inquiry)proxy_clear); }
 
 static PyMemberDef proxy_members[] = {
     {"_oid", T_OBJECT_EX, offsetof(ProxyState, oid), 0, NULL},
@@ -1384,12 +1356,8 @@ static int cursor_state_clear(CursorState *self) {
     return proxy_clear(&self->proxy);
 }
 
-static void cursor_state_dealloc(CursorState *self) {
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    cursor_state_clear(self);
-    type->tp_free((PyObject *)self);
-    Py_DECREF(type);
+static void cursor_state_dealloc(PyObject *self) {
+    free_cleared(self, (inquiry)cursor_state_clear);
 }
 
 static PyMemberDef cursor_state_members[] = {
@@ -1419,46 +1387,33 @@ static PyType_Spec cursor_state_spec = {
     .slots = cursor_state_slots,
 };
 
-/* The field of a CursorState at `offset` (borrowed), or NULL if self is not one or the
- * field is not set. */
-static inline PyObject *cursor_field(PyObject *self, size_t offset) {
-    if (!is_a(self, cursor_state_type)) return NULL;
-    return *(PyObject **)((char *)self + offset);
-}
-
-/* self.<name> = value, in a CursorState's field at `offset` when self is one. */
-static int set_cursor_field(PyObject *self, size_t offset, PyObject *name, PyObject *value) {
-    if (!is_a(self, cursor_state_type)) return PyObject_SetAttr(self, name, value);
-    Py_XSETREF(*(PyObject **)((char *)self + offset), Py_NewRef(value));
-    return 0;
-}
-
-/* self's attribute held at `offset` of a ProxyState (a new reference), or looked up by
- * name when self has no ProxyState or the attribute is not set (which raises as Python
- * would). */
-static PyObject *proxy_field(PyObject *self, size_t offset, PyObject *name) {
-    if (is_a(self, proxy_type)) {
+/* self.<name> (a new reference): the field at `offset` of `state` (ProxyState or
+ * CursorState) when self is one and it is set, else looked up by name (which raises as
+ * Python would). */
+static inline PyObject *state_field(PyObject *self, PyTypeObject *state, size_t offset,
+                                    PyObject *name) {
+    if (is_a(self, state)) {
         PyObject *value = *(PyObject **)((char *)self + offset);
         if (value != NULL) return Py_NewRef(value);
     }
     return PyObject_GetAttr(self, name);
 }
 
-#define PROXY_OID(self) proxy_field(self, offsetof(ProxyState, oid), s_oid)
-#define PROXY_REAL(self) proxy_field(self, offsetof(ProxyState, real), s_real)
-
-/* self._fd = value, in the struct when it has one. */
-static int set_fd(PyObject *self, PyObject *value) {
-    if (is_a(self, proxy_type)) {
-        Py_XSETREF(((ProxyState *)self)->fd, Py_NewRef(value));
-        return 0;
-    }
-    return PyObject_SetAttr(self, s_fd, value);
+/* self.<name> = value: in the field at `offset` of `state` when self is one. */
+static inline int set_state_field(PyObject *self, PyTypeObject *state, size_t offset,
+                                  PyObject *name, PyObject *value) {
+    if (!is_a(self, state)) return PyObject_SetAttr(self, name, value);
+    Py_XSETREF(*(PyObject **)((char *)self + offset), Py_NewRef(value));
+    return 0;
 }
+
+#define PROXY_OID(self) state_field(self, proxy_type, offsetof(ProxyState, oid), s_oid)
+#define PROXY_REAL(self) state_field(self, proxy_type, offsetof(ProxyState, real), s_real)
 
 /* An int attribute's value as a long: 0 and *ok unset if it is not an exact int that fits. */
 static long int_attribute(PyObject *self, size_t offset, PyObject *name, int *ok) {
-    PyObject *value = offset ? proxy_field(self, offset, name) : PyObject_GetAttr(self, name);
+    PyObject *value =
+        offset ? state_field(self, proxy_type, offset, name) : PyObject_GetAttr(self, name);
     long n = 0;
     *ok = 0;
     if (value != NULL && PyLong_CheckExact(value)) {
@@ -1501,30 +1456,6 @@ static int socket_closed(PyObject *self) {
     return !ok || fd < 0;
 }
 
-/* What record_returned does for a bytes result given as its data: recv_into's twin reads
- * straight into the caller's buffer, and records what recv would have returned. 0, or -1
- * with an exception set that goes on to the application. */
-static int record_data(CallPath *self, PyObject *name, PyObject *key, const char *data,
-                       Py_ssize_t n) {
-    PyObject *done;
-    if (self->live && PyUnicode_CheckExact(name) && n < BLOB_THRESHOLD) {
-        Py_ssize_t inserted;
-        if (start_record(self, name, key) == 0 &&
-            put_byte(&self->scratch, STATUS_RETURNED) == 0 &&
-            put_payload(&self->scratch, data, n, &inserted) == ENCODED &&
-            append_record(self, KIND_CALL, self->scratch.size, data, inserted) == 0)
-            return 0;
-        done = recording_failed(self, Py_NewRef(Py_None));
-    } else { /* a blob, or no recording: as bytes, the way every other result goes */
-        PyObject *bytes = PyBytes_FromStringAndSize(data, n);
-        done = bytes != NULL ? record_returned(self, name, key, bytes)
-                             : recording_failed(self, Py_NewRef(Py_None));
-    }
-    if (done == NULL) return -1;
-    Py_DECREF(done);
-    return 0;
-}
-
 /* recv_into(buffer, nbytes=0, flags=0) when the buffer is writable plain bytes and nbytes
  * fits it; NULL with no exception otherwise (the Python method then). The Python method
  * records real.recv(size, flags) and copies its bytes in; this reads with the real
@@ -1565,8 +1496,10 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "recv_into read more than the buffer holds");
             Py_CLEAR(result);
-        } else if (record_data(rt, m->name, key, view.buf, n) < 0) {
-            Py_CLEAR(result);
+        } else {
+            PyObject *done = record_result(rt, m->name, key, NULL, view.buf, n);
+            if (done == NULL) Py_CLEAR(result);
+            Py_XDECREF(done);
         }
     }
     Py_XDECREF(key);
@@ -1641,9 +1574,10 @@ static PyObject *cursor_execute(BoundaryMethod *m, PyObject *self, PyObject **st
         Py_XSETREF(state->real, Py_NewRef(real_cursor));
         Py_XSETREF(state->oid, PyLong_FromSsize_t(++m->runtime->oids)); /* new_oid() */
         if (state->oid != NULL &&
-            set_cursor_field(cursor, offsetof(CursorState, connection), s_connection, self) == 0 &&
-            set_cursor_field(cursor, offsetof(CursorState, row_factory), s_row_factory,
-                             factory) == 0) {
+            set_state_field(cursor, cursor_state_type, offsetof(CursorState, connection),
+                            s_connection, self) == 0 &&
+            set_state_field(cursor, cursor_state_type, offsetof(CursorState, row_factory),
+                            s_row_factory, factory) == 0) {
             stack[1] = cursor;
             size_t nargsf = (size_t)(1 + count) | PY_VECTORCALL_ARGUMENTS_OFFSET;
             result = PyObject_Vectorcall(execute, stack + 1, nargsf, NULL);
@@ -1675,7 +1609,9 @@ static PyObject *close_socket(BoundaryMethod *m, PyObject *self, PyObject **stac
     }
     if (result != NULL) {
         PyObject *closed = PyLong_FromLong(-1);
-        if (closed == NULL || set_fd(self, closed) < 0) Py_CLEAR(result);
+        if (closed == NULL ||
+            set_state_field(self, proxy_type, offsetof(ProxyState, fd), s_fd, closed) < 0)
+            Py_CLEAR(result);
         Py_XDECREF(closed);
     }
     Py_XDECREF(key);
@@ -1756,8 +1692,8 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
                         1 + count, m->form == FORM_STATE ? m->state : NULL);
     if (result == NULL) goto done;
     if (m->form == FORM_ROW) {
-        PyObject *factory = cursor_field(self, offsetof(CursorState, row_factory));
-        factory = factory != NULL ? Py_NewRef(factory) : PyObject_GetAttr(self, s_row_factory);
+        PyObject *factory = state_field(self, cursor_state_type,
+                                        offsetof(CursorState, row_factory), s_row_factory);
         if (factory == NULL) {
             Py_CLEAR(result);
         } else {
@@ -1775,8 +1711,9 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *name = PyTuple_GET_ITEM(m->state, i), *value = PyTuple_GET_ITEM(result, i);
             size_t offset = offsetof(CursorState, state) + (size_t)i * sizeof(PyObject *);
-            int status = m->cursor_state ? set_cursor_field(self, offset, name, value)
-                                         : PyObject_SetAttr(self, name, value);
+            int status = m->cursor_state
+                             ? set_state_field(self, cursor_state_type, offset, name, value)
+                             : PyObject_SetAttr(self, name, value);
             if (status < 0) {
                 Py_CLEAR(result);
                 goto done;
@@ -1887,13 +1824,7 @@ static int method_clear(BoundaryMethod *m) {
     return 0;
 }
 
-static void method_dealloc(BoundaryMethod *m) {
-    PyTypeObject *type = Py_TYPE(m);
-    PyObject_GC_UnTrack(m);
-    method_clear(m);
-    type->tp_free((PyObject *)m);
-    Py_DECREF(type);
-}
+static void method_dealloc(PyObject *self) { free_cleared(self, (inquiry)method_clear); }
 
 /* Looked up on an instance, it binds to it as a function does. */
 static PyObject *method_get(PyObject *m, PyObject *obj, PyObject *type) {
