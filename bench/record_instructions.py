@@ -53,7 +53,7 @@ MODES = ("plain", "python", "native")
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from record_overhead import IO_WORKLOAD, SERVER  # noqa: E402
+from record_overhead import IO_WORKLOAD, SERVER, TURNS  # noqa: E402
 
 
 def _server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -87,7 +87,7 @@ def _callgrind(script: Path, args: list[str], run: Path, env: dict[str, str]) ->
 
 def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
     script = work / "workload.py"
-    script.write_text(PROLOGUE + IO_WORKLOAD)
+    script.write_text(PROLOGUE + TURNS + IO_WORKLOAD)
     runs = {}
     for n in (0, requests):
         run = work / f"{mode}-{n}"

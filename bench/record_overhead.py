@@ -51,9 +51,11 @@ Python.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -61,6 +63,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,23 +127,48 @@ for _ in range(PIECES if n else 0):
 print(json.dumps({"loop_ns": sum(pieces), "piece_ns": pieces, "per_piece": n // PIECES}))
 """
 
+# Put before a workload: taking turns with the other run of a lock-step pair (Bench.lockstep),
+# when the bench passes a conductor's socket, this run's mode and a CPU. The run's main thread
+# keeps to that CPU, the same for both runs of a pair: on a shared virtual machine one vCPU can
+# run at two thirds of the other's speed for seconds at a time. The recorder's own thread,
+# started before, may still run on any CPU. Turns are taken on a bare _socket, which the
+# recorder does not replace, so they are not recorded, and outside the timed pieces; a run
+# ends (and a recording is sealed) only when both runs have done their last piece.
+TURNS = r"""
+import _socket, os
+
+class Turns:
+    def __init__(self, argv):
+        self.sock = None
+        if len(argv) == 3:
+            os.sched_setaffinity(0, {int(argv[2])})
+            self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            self.sock.connect(argv[0])
+            self.sock.sendall(argv[1].encode()[:1])
+
+    def wait(self):
+        if self.sock is not None and self.sock.recv(1) != b"g":
+            raise SystemExit("the bench's conductor went away")
+
+    def done(self, last):
+        if self.sock is not None:
+            self.sock.sendall(b"e" if last else b"d")
+            if last and self.sock.recv(1) != b"x":
+                raise SystemExit("the bench's conductor went away")
+"""
+
 IO_WORKLOAD = r"""
 import hashlib, http.client, json, sqlite3, sys, time
 
 port, n, db = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+turns = Turns(sys.argv[4:])
+PIECE = 50
 conn = sqlite3.connect(db)
 conn.execute(
     "CREATE TABLE IF NOT EXISTS hits (id INTEGER PRIMARY KEY, path TEXT, size INT, digest TEXT)"
 )
-clock = time.perf_counter_ns
-pieces, total = [], 0
-cpu = time.thread_time_ns()
-start = piece = clock()
-for i in range(n):
-    if i and i % 50 == 0:
-        now = clock()
-        pieces.append(now - piece)
-        piece = now
+
+def request(i):
     client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     client.request("GET", f"/item/{i}")
     response = client.getresponse()
@@ -151,15 +179,27 @@ for i in range(n):
         "INSERT INTO hits (path, size, digest) VALUES (?, ?, ?)",
         (f"/item/{i}", len(body), hashlib.sha1(body).hexdigest()),
     )
-    total += conn.execute("SELECT size FROM hits WHERE id = ?", (cur.lastrowid,)).fetchone()[0]
+    size = conn.execute("SELECT size FROM hits WHERE id = ?", (cur.lastrowid,)).fetchone()[0]
     if i % 10 == 9:
         conn.commit()
+    return size
+
+clock, thread_clock, process_clock = time.perf_counter_ns, time.thread_time_ns, time.process_time_ns
+pieces, thread_pieces, total = [], [], 0
+process = process_clock()
+for first in range(0, n, PIECE):
+    turns.wait()
+    start, cpu = clock(), thread_clock()
+    for i in range(first, min(first + PIECE, n)):
+        total += request(i)
+    pieces.append(clock() - start)
+    thread_pieces.append(thread_clock() - cpu)
+    turns.done(first + PIECE >= n)
 conn.commit()
-end = clock()
-cpu = time.thread_time_ns() - cpu
-pieces.append(end - piece)
-print(json.dumps({"loop_ns": end - start, "piece_ns": pieces, "per_piece": 50, "bytes": total,
-                  "thread_ns": cpu}))
+process = process_clock() - process
+print(json.dumps({"loop_ns": sum(pieces), "piece_ns": pieces, "per_piece": PIECE, "bytes": total,
+                  "thread_ns": sum(thread_pieces), "thread_piece_ns": thread_pieces,
+                  "process_ns": process}))
 """
 
 SERVER = r"""
@@ -190,6 +230,7 @@ CPU_WORKLOAD = r"""
 import json, sys, time
 
 n = int(sys.argv[1])
+turns = Turns(sys.argv[2:])
 
 def nbody(steps):
     bodies = [
@@ -223,20 +264,33 @@ def words(rounds):
 
 clock = time.perf_counter_ns
 pieces, x = [], 0.0
-for _ in range(n):
+for i in range(n):
+    turns.wait()
     start = clock()
     x += nbody(2000)
     words(20000)
     pieces.append(clock() - start)
+    turns.done(i == n - 1)
 print(json.dumps({"loop_ns": sum(pieces), "piece_ns": pieces, "per_piece": 1, "x": x}))
 """
 
 # Iterations at the large size of the calls workload (the small size is 0).
 CALL_SIZES = {"time.time": 200_000, "os.urandom": 100_000, "socket": 40_000, "sqlite3": 40_000}
 IO_SIZES = (200, 1000)  # requests
+IO_PIECE = 50  # requests a piece (PIECE in IO_WORKLOAD)
 CPU_SIZES = (0, 24)  # units of about 20 ms of pure Python
 
 Runs = dict[int, dict[str, list[dict[str, Any]]]]  # size -> "plain"/"recorded" -> results
+MODES = ("plain", "recorded")
+TURN_TIMEOUT = 120.0  # seconds a lock-step run may take to start or to run one piece
+
+
+@dataclass
+class Child:
+    proc: subprocess.Popen[bytes]
+    command: list[str]
+    out_dir: Path | None  # the recording, for a recorded run
+    started: int  # perf_counter_ns
 
 
 class Bench:
@@ -256,30 +310,85 @@ class Bench:
             self.env.pop(name, None)
         self.runs = 0
 
-    def run(self, script: Path, args: list[str], recorded: bool, count: bool) -> dict[str, Any]:
-        """One fresh process: its wall time, the workload's own figures, and for a recorded
-        run the size of the recording and (when count) its number of events."""
+    def start(self, script: Path, args: list[str], recorded: bool) -> Child:
         self.runs += 1
         out_dir = self.work / f"rec-{self.runs}"
         command = [sys.executable, str(script), *args]
         if recorded:
             command = [*self.sealtrace, "record", "--recipient", str(self.pub)]
             command += ["--output", str(out_dir), "--", sys.executable, str(script), *args]
-        start = time.perf_counter_ns()
-        proc = subprocess.run(command, env=self.env, cwd=self.work, capture_output=True)
-        wall = time.perf_counter_ns() - start
-        if proc.returncode != 0 or (recorded and b"sealtrace:" in proc.stderr):
+        proc = subprocess.Popen(
+            command, env=self.env, cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        return Child(proc, command, out_dir if recorded else None, time.perf_counter_ns())
+
+    def finish(self, child: Child, count: bool) -> dict[str, Any]:
+        """A child's wall time, the workload's own figures, and for a recorded run the size
+        of the recording and (when count) its number of events."""
+        stdout, stderr = child.proc.communicate()
+        wall = time.perf_counter_ns() - child.started
+        recorded = child.out_dir is not None
+        if child.proc.returncode != 0 or (recorded and b"sealtrace:" in stderr):
             raise RuntimeError(
-                f"{' '.join(command)} exited {proc.returncode}:\n{proc.stderr.decode()[-2000:]}"
+                f"{' '.join(child.command)} exited {child.proc.returncode}:\n"
+                f"{stderr.decode()[-2000:]}"
             )
-        result: dict[str, Any] = {"wall_ns": wall, **json.loads(proc.stdout.splitlines()[-1])}
-        if recorded:
-            result["bytes"] = sum(p.stat().st_size for p in out_dir.iterdir())
+        result: dict[str, Any] = {"wall_ns": wall, **json.loads(stdout.splitlines()[-1])}
+        if child.out_dir is not None:
+            result["bytes"] = sum(p.stat().st_size for p in child.out_dir.iterdir())
             if count:
-                _, parsed = load_recording(str(out_dir), self.identity)
+                _, parsed = load_recording(str(child.out_dir), self.identity)
                 result["events"] = len(parsed.events)
-            shutil.rmtree(out_dir)
+            shutil.rmtree(child.out_dir)
         return result
+
+    def run(self, script: Path, args: list[str], recorded: bool, count: bool) -> dict[str, Any]:
+        """One fresh process, alone."""
+        return self.finish(self.start(script, args, recorded), count)
+
+    def lockstep(self, script: Path, make_args: Callable[[], list[str]]) -> dict[str, Any]:
+        """A plain and a recorded run of the same workload at the same time, taking turns
+        piece by piece on one CPU (TURNS): a piece of one, then a piece of the other (which
+        goes first changes every pair), each started by this conductor when the other's has
+        ended. So the two pieces of a pair run a few milliseconds apart, at the same speed,
+        where two whole runs one after the other are seconds apart, maybe on different vCPUs.
+        Returns both runs' results by mode."""
+        cpu = str(max(os.sched_getaffinity(0)))
+        path = self.work / f"turns-{self.runs}.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            listener.listen(2)
+            listener.settimeout(TURN_TIMEOUT)
+            children = {
+                mode: self.start(script, [*make_args(), str(path), mode, cpu], mode == "recorded")
+                for mode in MODES
+            }
+            try:
+                peers = {}
+                for _ in MODES:
+                    peer, _ = listener.accept()
+                    peer.settimeout(TURN_TIMEOUT)
+                    peers[{b"p": "plain", b"r": "recorded"}[peer.recv(1)]] = peer
+                for pair in itertools.count():
+                    said = []
+                    for mode in MODES if pair % 2 == 0 else MODES[::-1]:
+                        peers[mode].sendall(b"g")
+                        said.append(peers[mode].recv(1))
+                    if said == [b"e", b"e"]:
+                        for peer in peers.values():
+                            peer.sendall(b"x")
+                        break
+                    if said != [b"d", b"d"]:
+                        raise RuntimeError(f"the lock-step runs said {said} at pair {pair}")
+                for peer in peers.values():
+                    peer.close()
+                return {mode: self.finish(child, False) for mode, child in children.items()}
+            finally:
+                for child in children.values():
+                    if child.proc.poll() is None:
+                        child.proc.kill()
+                        child.proc.communicate()
+                path.unlink(missing_ok=True)
 
     def pairs(self, script: Path, sizes: dict[int, Callable[[], list[str]]]) -> Runs:
         """Every size, plain and recorded, `repeats` times, interleaved; `sizes` gives the
@@ -407,11 +516,55 @@ def overheads(runs: Runs, small: int, large: int) -> dict[str, Any]:
     }
 
 
+def lockstep_figures(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Figures of lock-step runs (Bench.lockstep), over every pair of pieces but each run's
+    first (start-up: first connections, cold caches). The overhead is the recorded pieces'
+    total time against the plain pieces' total, so the recorder's periodic work (sealing
+    every 64 KiB) counts in full; the median over pairs and each run's own figure are given
+    too, to show the spread."""
+    unit = int(runs[0]["plain"]["per_piece"])
+
+    def pieces(run: dict[str, dict[str, Any]], field: str) -> list[tuple[int, int]]:
+        return list(zip(run["recorded"][field], run["plain"][field], strict=True))[1:]
+
+    pairs = [pair for run in runs for pair in pieces(run, "piece_ns")]
+    recorded, plain = sum(r for r, _ in pairs), sum(p for _, p in pairs)
+    figures: dict[str, Any] = {
+        "runs": len(runs),
+        "pairs": len(pairs),
+        "plain_us_per_unit": plain / len(pairs) / unit / 1e3,
+        "recorded_us_per_unit": recorded / len(pairs) / unit / 1e3,
+        "overhead": recorded / plain - 1,
+        "added_us_per_unit": (recorded - plain) / len(pairs) / unit / 1e3,
+        "median_pair_overhead": statistics.median(r / p for r, p in pairs) - 1,
+        "run_overheads": [
+            sum(r for r, _ in ps) / sum(p for _, p in ps) - 1
+            for ps in (pieces(run, "piece_ns") for run in runs)
+        ],
+    }
+    if "thread_piece_ns" in runs[0]["plain"]:
+        cpu = [pair for run in runs for pair in pieces(run, "thread_piece_ns")]
+        units = len(cpu) * unit
+        figures["thread_cpu_plain_us_per_unit"] = sum(p for _, p in cpu) / units / 1e3
+        figures["thread_cpu_added_us_per_unit"] = sum(r - p for r, p in cpu) / units / 1e3
+
+        def other_threads(result: dict[str, Any]) -> float:
+            return float(result["process_ns"] - result["thread_ns"])
+
+        all_units = sum(len(run["plain"]["piece_ns"]) for run in runs) * unit
+        figures["other_threads_cpu_added_us_per_unit"] = (
+            sum(other_threads(run["recorded"]) - other_threads(run["plain"]) for run in runs)
+            / all_units
+            / 1e3
+        )
+    return figures
+
+
 def io_workload(bench: Bench) -> dict[str, Any]:
     server_script = bench.work / "server.py"
     server_script.write_text(SERVER)
     script = bench.work / "io.py"
-    script.write_text(IO_WORKLOAD)
+    script.write_text(TURNS + IO_WORKLOAD)
     dbs = bench.work / "io-dbs"
     dbs.mkdir()
     fresh = iter(range(1_000_000))  # a new database file for every run, so runs do equal work
@@ -426,6 +579,7 @@ def io_workload(bench: Bench) -> dict[str, Any]:
             return lambda: [port, str(n), str(dbs / f"{next(fresh)}.db")]
 
         runs = bench.pairs(script, {n: args(n) for n in IO_SIZES})
+        lockstep = [bench.lockstep(script, args(IO_SIZES[1])) for _ in range(bench.repeats)]
     finally:
         server.terminate()
         server.wait()
@@ -447,17 +601,20 @@ def io_workload(bench: Bench) -> dict[str, Any]:
         "events_per_request": (evn - ev0) / (large - small),
         "bytes_per_event": size / (evn - ev0),
         "recording_bytes": med(runs[large]["recorded"], "bytes"),
+        "lockstep": lockstep_figures(lockstep),
     }
 
 
 def cpu_workload(bench: Bench) -> dict[str, Any]:
     script = bench.work / "cpu.py"
-    script.write_text(CPU_WORKLOAD)
+    script.write_text(TURNS + CPU_WORKLOAD)
 
     def args(n: int) -> Callable[[], list[str]]:
         return lambda: [str(n)]
 
-    return overheads(bench.pairs(script, {n: args(n) for n in CPU_SIZES}), *CPU_SIZES)
+    runs = bench.pairs(script, {n: args(n) for n in CPU_SIZES})
+    lockstep = [bench.lockstep(script, args(CPU_SIZES[1])) for _ in range(bench.repeats)]
+    return overheads(runs, *CPU_SIZES) | {"lockstep": lockstep_figures(lockstep)}
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -523,26 +680,32 @@ def main() -> None:
         )
     print()
     print(
-        "workload           | plain ms | recorded ms | whole process | in-process | by difference"
-        " | target"
+        "workload           | plain ms | recorded ms | whole process | by difference"
+        " | lock-step | median pair | runs from .. to | target"
     )
     for name, w, target in (
         (f"I/O, {IO_SIZES[1]} requests", io, TARGET_IO),
         ("pure Python", cpu, TARGET_CPU),
     ):
+        step = w["lockstep"]
         print(
             f"{name:<18} | {w['plain_ms']:>8.0f} | {w['recorded_ms']:>11.0f}"
-            f" | {w['whole_process_overhead']:>13.1%} | {w['in_process_overhead']:>10.1%}"
-            f" | {w['difference_overhead']:>13.1%}"
-            f" | <= {target:.0%} {verdict(w['in_process_overhead'] <= target)}"
+            f" | {w['whole_process_overhead']:>13.1%} | {w['difference_overhead']:>13.1%}"
+            f" | {step['overhead']:>9.1%} | {step['median_pair_overhead']:>11.1%}"
+            f" | {min(step['run_overheads']):>6.1%} .. {max(step['run_overheads']):.1%}"
+            f" | <= {target:.0%} {verdict(step['overhead'] <= target)}"
         )
+    step = io["lockstep"]
     print(
-        f"\nI/O: recording adds {io['in_process_added_us_per_unit']:.0f} us per request"
-        f" ({io['plain_us_per_unit']:.0f} us plain), {io['events_per_request']:.1f} events and"
+        f"\nI/O, lock-step ({step['pairs']} pairs of {IO_PIECE} requests):"
+        f" recording adds {step['added_us_per_unit']:.1f} us a request"
+        f" ({step['plain_us_per_unit']:.0f} us plain); CPU time on the application's thread"
+        f" {step['thread_cpu_added_us_per_unit']:.1f} us more"
+        f" ({step['thread_cpu_plain_us_per_unit']:.0f} us plain), on the recorder's own thread"
+        f" {step['other_threads_cpu_added_us_per_unit']:.1f} us."
+        f" {io['events_per_request']:.1f} events and"
         f" {io['events_per_request'] * io['bytes_per_event']:.0f} recorded bytes per request"
-        f" ({io['bytes_per_event']:.0f} per event);"
-        f" {io['thread_cpu_added_us_per_unit']:.0f} us more CPU time on the application's"
-        f" thread ({io['thread_cpu_plain_us_per_unit']:.0f} us plain)."
+        f" ({io['bytes_per_event']:.0f} per event)."
         f" Recorder startup (recorded - plain wall time of an empty run): {startup:.0f} ms;"
         f" an empty recording is {empty / 1024:.0f} KiB."
         f" Took {elapsed:.0f} s; load average {load_before:.2f} before, {load_after:.2f} after;"
