@@ -67,6 +67,17 @@ class CursorState(ProxyState):
     rowcount: Any
     lastrowid: Any
 
+class SocketState(ProxyState):
+    """ProxyState of a socket: also its family, type, protocol, timeout, open file objects
+    and whether it was closed."""
+
+    _family: Any
+    _type: Any
+    proto: Any
+    _timeout: Any
+    _io_refs: Any
+    _closed: Any
+
 class BoundaryMethod:
     """The C twin of a proxy's hot method, or of a call entry's wrapper (FORM_FUNCTION)."""
 

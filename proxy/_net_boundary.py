@@ -484,7 +484,7 @@ _HOT = {
 
 def install_socket(rt: Runtime, patcher: Patcher) -> None:
     namespace = {"_rt": rt, "__module__": "socket", **native_methods(rt, Socket, _HOT)}
-    proxy: Any = type("socket", proxy_bases(rt, Socket), namespace)
+    proxy: Any = type("socket", proxy_bases(rt, Socket, "SocketState"), namespace)
     proxy._plain = proxy
 
     def socketpair(*args: Any) -> tuple[Socket, Socket]:

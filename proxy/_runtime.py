@@ -590,8 +590,9 @@ def native_methods(runtime: Runtime, cls: type, hot: dict[str, Hot]) -> dict[str
 def proxy_bases(runtime: Runtime, cls: type, state: str = "ProxyState") -> tuple[type, ...]:
     """The bases of a proxy class of `runtime` made from cls: with a state class of
     _fastpath first when it records with the C per-call path, which then holds the proxy's
-    `_oid`, `_real` and `_fd` (ProxyState; CursorState holds a sqlite3 cursor's state too)
-    where its twins read and write them without a lookup; cls alone otherwise."""
+    `_oid`, `_real` and `_fd` (ProxyState; CursorState holds a sqlite3 cursor's state too,
+    SocketState a socket's) where its twins read and write them without a lookup; cls alone
+    otherwise."""
     fast = _c_path(runtime)
     return (getattr(fast, state), cls) if fast is not None else (cls,)
 

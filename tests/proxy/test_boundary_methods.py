@@ -45,10 +45,10 @@ def _outcome(fn: Callable[[], Any]) -> Any:
 
 
 def _state(proxy: Any) -> list[tuple[str, Any]]:
-    """A proxy's attributes, wherever they are kept (on the C path, in its ProxyState or
-    CursorState base), less its real object."""
+    """A proxy's attributes, wherever they are kept (on the C path, in its ProxyState,
+    CursorState or SocketState base), less its real object."""
     state = dict(vars(proxy))
-    for base in (_fastpath.ProxyState, _fastpath.CursorState):
+    for base in (_fastpath.ProxyState, _fastpath.CursorState, _fastpath.SocketState):
         for name, member in vars(base).items():
             if type(member).__name__ == "member_descriptor" and hasattr(proxy, name):
                 state[name] = getattr(proxy, name)  # on the Python path: maybe the class's
@@ -93,6 +93,17 @@ def _socket_script(path: Path) -> _Script:
             spare = socket.socket(family=socket.AF_UNIX)  # keyword: the Python method
             seen.append(_state(spare))
             spare.close()
+            socket.setdefaulttimeout(2.5)  # a new socket's _timeout, read as it is set up
+            try:
+                timed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            finally:
+                socket.setdefaulttimeout(None)
+            seen.append(_state(timed))
+            del timed._io_refs  # what close() then raises, with either path
+            seen.append(_outcome(timed.close))
+            timed._io_refs = 0
+            timed.close()
+            seen.append(_state(timed))
             client.connect(str(path))
             peer, _ = server.accept()
             client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
@@ -172,8 +183,8 @@ def test_socket_methods_match_the_python_ones(tmp_path: Path) -> None:
     events = [e.callee for e in parsed.events]
     assert events.count("socket.sendall") == 7 and "socket.recv_into" in events  # 1 by the peer
     assert "outer" in events and events.count("socket.send") == 1  # the inner send passed
-    assert events.count("socket.socket") == 5  # with the one socket.py makes in accept()
-    assert events.count("socket.close") == 4  # spare, client (once), odd, the accepted peer
+    assert events.count("socket.socket") == 6  # with the one socket.py makes in accept()
+    assert events.count("socket.close") == 5  # spare, timed, client (once), odd, accepted peer
 
 
 def _sqlite_script(rt: RecordRuntime, seen: list[Any]) -> None:

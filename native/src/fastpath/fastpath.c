@@ -327,6 +327,54 @@ static int key_shape(PyObject *key, int depth) {
     return shape;
 }
 
+/* A call's key. A twin holds it in parts, (head, *items) (with no head: the items), and the
+ * tuple is made only when something needs the object (key_object): a plain key is encoded
+ * straight from its parts (put_plain_parts). Python's call, invoke and output pass the key
+ * itself (KEY_OF). */
+typedef struct {
+    PyObject *object; /* the key; NULL until made from the parts, then owned here */
+    int owned;
+    PyObject *head; /* NULL: none */
+    PyObject *const *items;
+    Py_ssize_t n;
+} Key;
+
+#define KEY_OF(obj) ((Key){(obj), 0, NULL, NULL, 0})
+#define KEY_PARTS(head, items, n) ((Key){NULL, 0, (head), (items), (n)})
+
+/* The key as an object (borrowed; the Key holds it until key_release); NULL with an
+ * exception set if it cannot be made. */
+static PyObject *key_object(Key *key) {
+    if (key->object != NULL) return key->object;
+    Py_ssize_t first = key->head != NULL;
+    PyObject *tuple = PyTuple_New(first + key->n);
+    if (tuple == NULL) return NULL;
+    if (first) PyTuple_SET_ITEM(tuple, 0, Py_NewRef(key->head));
+    for (Py_ssize_t i = 0; i < key->n; i++)
+        PyTuple_SET_ITEM(tuple, first + i, Py_NewRef(key->items[i]));
+    key->object = tuple;
+    key->owned = 1;
+    return tuple;
+}
+
+static void key_release(Key *key) {
+    if (key->owned) Py_CLEAR(key->object);
+    key->owned = 0;
+}
+
+/* put_plain of the tuple that a key's parts make, without making it. */
+static int put_plain_parts(Scratch *s, const Key *key) {
+    Py_ssize_t first = key->head != NULL;
+    if (scratch_reserve(s, 11) < 0) return FAILED;
+    unsigned char *at = s->data + s->size;
+    *at++ = TAG_TUPLE;
+    s->size = write_varint(at, (uint64_t)(first + key->n)) - s->data;
+    int status = first ? put_plain(s, key->head, 2) : ENCODED;
+    for (Py_ssize_t i = 0; status == ENCODED && i < key->n; i++)
+        status = put_plain(s, key->items[i], 2);
+    return status;
+}
+
 /* Remembers a key's digest, starting afresh past RECENT_LIMIT keys; NULL (and the digest
  * released) if that fails. */
 static PyObject *remember(PyObject *recent, PyObject *key, PyObject *digest) {
@@ -612,7 +660,28 @@ static int put_digest(CallPath *self, PyObject *key) {
  * encoding (digested as it is); and its kind gets PENDING. The pipeline's thread turns that
  * into the digest (finalize), so the application's thread never runs BLAKE2b or repr for
  * such keys. Nothing outside this module ever sees a pending record. */
-static int start_record(CallPath *self, PyObject *name, PyObject *key) {
+/* Ends the material begun at `at` (start_record): writes its length in the byte kept for it,
+ * moving the material along when the length takes more, and marks the record pending. */
+static int end_material(CallPath *self, Py_ssize_t at) {
+    Py_ssize_t size = self->scratch.size - at - 1;
+    unsigned char length[10];
+    Py_ssize_t extra = write_varint(length, (uint64_t)size) - length - 1;
+    if (extra > 0) {
+        if (scratch_reserve(&self->scratch, extra) < 0) return -1;
+        unsigned char *data = self->scratch.data;
+        memmove(data + at + 1 + extra, data + at + 1, (size_t)size);
+        self->scratch.size += extra;
+        memcpy(self->scratch.data + at, length, (size_t)(1 + extra));
+    } else {
+        self->scratch.data[at] = length[0];
+    }
+    self->pending = 1;
+    self->repr_at = self->scratch.size - size;
+    self->repr_size = size;
+    return 0;
+}
+
+static int start_record(CallPath *self, PyObject *name, Key *key) {
     if (self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the recorder has been torn down");
         return -1;
@@ -623,41 +692,29 @@ static int start_record(CallPath *self, PyObject *name, PyObject *key) {
     self->callee_size = PyBytes_GET_SIZE(head);
     self->pending = 0;
     if (put_bytes(&self->scratch, PyBytes_AS_STRING(head), self->callee_size) < 0) return -1;
-    if (key == Py_None || (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 0))
+    PyObject *obj = key->object;
+    int parts = obj == NULL;
+    if ((parts && key->head == NULL && key->n == 0) || obj == Py_None ||
+        (!parts && PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 0))
         return put_bytes(&self->scratch, empty_digest, ARGS_DIGEST_SIZE);
-    if (!PyTuple_CheckExact(key)) return put_digest(self, key);
-    for (int plain = 1; plain >= 0; plain--) {
-        /* The material goes after one byte for its length; a length of 128 or more takes
-         * more bytes, and the material is moved along to make room. */
-        if (!plain && key_shape(key, KEY_DEPTH) != SHAPE_ENUM) break;
-        Py_ssize_t at = self->scratch.size;
-        if (put_byte(&self->scratch, 0) < 0 ||
-            put_byte(&self->scratch, plain ? MATERIAL_PLAIN : MATERIAL_ENUM) < 0)
+    if (!parts && !PyTuple_CheckExact(obj)) return put_digest(self, obj);
+    /* The material goes after one byte for its length (end_material). */
+    Py_ssize_t at = self->scratch.size;
+    if (put_byte(&self->scratch, 0) < 0 || put_byte(&self->scratch, MATERIAL_PLAIN) < 0)
+        return -1;
+    int written = parts ? put_plain_parts(&self->scratch, key) : put_plain(&self->scratch, obj, 1);
+    if (written == ENCODED) return end_material(self, at);
+    if (written == FAILED || (obj = key_object(key)) == NULL) return -1;
+    self->scratch.size = at; /* not plain: an enum key's material, or the digest */
+    if (key_shape(obj, KEY_DEPTH) == SHAPE_ENUM) {
+        if (put_byte(&self->scratch, 0) < 0 || put_byte(&self->scratch, MATERIAL_ENUM) < 0)
             return -1;
-        int written = plain ? put_plain(&self->scratch, key, 1) : encode(&self->scratch, key, 0, 1);
+        written = encode(&self->scratch, obj, 0, 1);
+        if (written == ENCODED) return end_material(self, at);
         if (written == FAILED) return -1;
-        if (written == ENCODED) {
-            Py_ssize_t size = self->scratch.size - at - 1;
-            unsigned char length[10];
-            Py_ssize_t extra = write_varint(length, (uint64_t)size) - length - 1;
-            if (extra > 0) {
-                if (scratch_reserve(&self->scratch, extra) < 0) return -1;
-                unsigned char *data = self->scratch.data;
-                memmove(data + at + 1 + extra, data + at + 1, (size_t)size);
-                self->scratch.size += extra;
-            }
-            if (extra == 0)
-                self->scratch.data[at] = length[0];
-            else
-                memcpy(self->scratch.data + at, length, (size_t)(1 + extra));
-            self->pending = 1;
-            self->repr_at = self->scratch.size - size;
-            self->repr_size = size;
-            return 0;
-        }
-        self->scratch.size = at; /* not this material: the next, or the digest */
+        self->scratch.size = at;
     }
-    return put_digest(self, key);
+    return put_digest(self, obj);
 }
 
 static int read_varint(const unsigned char **at, const unsigned char *end, uint64_t *value);
@@ -821,12 +878,13 @@ static int append_record(CallPath *self, unsigned char kind, Py_ssize_t split,
     frame[framed++] = (unsigned char)size;
     char *at = grow_buffer(self->buf, framed + self->scratch.size + payload_size);
     if (at == NULL) return -1;
-    memcpy(at, frame, (size_t)framed);
+    copy_bytes((unsigned char *)at, frame, (size_t)framed);
     at += framed;
-    memcpy(at, self->scratch.data, (size_t)split);
+    copy_bytes((unsigned char *)at, self->scratch.data, (size_t)split);
     at += split;
-    if (payload_size) memcpy(at, payload, (size_t)payload_size);
-    memcpy(at + payload_size, self->scratch.data + split, (size_t)(self->scratch.size - split));
+    copy_bytes((unsigned char *)at, (const unsigned char *)payload, (size_t)payload_size);
+    copy_bytes((unsigned char *)at + payload_size, self->scratch.data + split,
+               (size_t)(self->scratch.size - split));
     self->events += 1;
     int drain = 0, flush = 0;
     if (PyByteArray_GET_SIZE(self->buf) >= DRAIN_AT) {
@@ -866,7 +924,7 @@ static PyObject *recording_failed(CallPath *self, PyObject *result) {
 }
 
 /* The call raised: record the exception (Python's _event) and raise it again. */
-static PyObject *record_raised(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
+static PyObject *record_raised(CallPath *self, unsigned char kind, PyObject *name, Key *key,
                                PyObject *data) {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
@@ -875,8 +933,9 @@ static PyObject *record_raised(CallPath *self, unsigned char kind, PyObject *nam
     PyObject *kind_obj = PyLong_FromLong(kind);
     PyObject *status = PyLong_FromLong(STATUS_RAISED);
     PyObject *done = NULL;
-    if (kind_obj != NULL && status != NULL) {
-        PyObject *args[7] = {(PyObject *)self, kind_obj, name, key, data, status, exc};
+    PyObject *key_obj = kind_obj != NULL && status != NULL ? key_object(key) : NULL;
+    if (key_obj != NULL) {
+        PyObject *args[7] = {(PyObject *)self, kind_obj, name, key_obj, data, status, exc};
         done = PyObject_VectorcallMethod(s_event, args, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
     Py_XDECREF(kind_obj);
@@ -900,13 +959,14 @@ static PyObject *record_raised(CallPath *self, unsigned char kind, PyObject *nam
 }
 
 /* Hands a record this module does not encode to Python's _event. */
-static int defer(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
-                 PyObject *data, PyObject *result, PyObject *head) {
+static int defer(CallPath *self, unsigned char kind, PyObject *name, Key *key, PyObject *data,
+                 PyObject *result, PyObject *head) {
     PyObject *kind_obj = PyLong_FromLong(kind);
     PyObject *status = PyLong_FromLong(STATUS_RETURNED);
     PyObject *done = NULL;
-    if (kind_obj != NULL && status != NULL) {
-        PyObject *args[8] = {(PyObject *)self, kind_obj, name, key, data, status, result, head};
+    PyObject *key_obj = kind_obj != NULL && status != NULL ? key_object(key) : NULL;
+    if (key_obj != NULL) {
+        PyObject *args[8] = {(PyObject *)self, kind_obj, name, key_obj, data, status, result, head};
         size_t nargs = head != NULL ? 8 : 7;
         done = PyObject_VectorcallMethod(s_event, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                          NULL);
@@ -927,7 +987,7 @@ static int check_count(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
 /* What call and invoke do once the real call has returned `result`; returns it. Or, with
  * no result, what they do for the bytes data[0:size] returned (recv_into's twin reads into
  * the caller's buffer, and records what recv would have returned); returns None then. */
-static PyObject *record_result(CallPath *self, PyObject *name, PyObject *key, PyObject *result,
+static PyObject *record_result(CallPath *self, PyObject *name, Key *key, PyObject *result,
                                const char *data, Py_ssize_t size) {
     if (result == NULL) {
         result = Py_NewRef(Py_None);
@@ -961,24 +1021,25 @@ static PyObject *record_result(CallPath *self, PyObject *name, PyObject *key, Py
     return result;
 }
 
-static PyObject *record_returned(CallPath *self, PyObject *name, PyObject *key, PyObject *result) {
+static PyObject *record_returned(CallPath *self, PyObject *name, Key *key, PyObject *result) {
     return record_result(self, name, key, result, NULL, 0);
 }
 
 /* call(name, key, fn): RecordRuntime.call. */
 static PyObject *callpath_call(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_count(nargs, 3, "call") < 0) return NULL;
-    PyObject *name = args[0], *key = args[1], *fn = args[2];
+    PyObject *name = args[0], *fn = args[2];
+    Key key = KEY_OF(args[1]);
     if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
     self->gate = 0;
     PyObject *result = PyObject_CallNoArgs(fn);
     self->gate = self->live;
-    if (result == NULL) return record_raised(self, KIND_CALL, name, key, Py_None);
-    return record_returned(self, name, key, result);
+    if (result == NULL) return record_raised(self, KIND_CALL, name, &key, Py_None);
+    return record_returned(self, name, &key, result);
 }
 
 /* What output does once the real call has returned `result`. */
-static PyObject *record_output(CallPath *self, PyObject *name, PyObject *key, PyObject *data,
+static PyObject *record_output(CallPath *self, PyObject *name, Key *key, PyObject *data,
                                PyObject *result) {
     if (!self->live) return result;
     int fast = PyUnicode_CheckExact(name) &&
@@ -1048,14 +1109,6 @@ static PyObject *parts_of(PyObject *obj, PyObject *parts) {
     return values;
 }
 
-/* A tuple of the n objects at items. */
-static PyObject *tuple_of(PyObject *const *items, Py_ssize_t n) {
-    PyObject *tuple = PyTuple_New(n);
-    if (tuple == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(items[i]));
-    return tuple;
-}
-
 #define INVOKE_STACK 8
 
 /* A vectorcall stack of n slots: `small` (2 + INVOKE_STACK of them) when they are enough,
@@ -1072,16 +1125,15 @@ static void release_stack(PyObject **stack, PyObject **small) {
 }
 
 /* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
- * when made on the recorded thread. stack[1] is obj and stack[2 ...] its arguments, `count`
+ * when `recording` (the caller saw that the call is made on the recorded thread). stack[1] is obj and stack[2 ...] its arguments, `count`
  * of them all; stack[0] is free (the vectorcall offset). `method` is its name, or the
  * method itself (a descriptor of obj's type, see method_of). With `state` (a tuple of names),
  * the call's result is the tuple of obj's attributes of those names after the method
  * returned, read inside the call: sqlite3's cursor state after execute(). With no
  * `method`, stack[1] is a function, called with the rest. */
-static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, PyObject *key,
+static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, Key *key,
                             PyObject *data, PyObject *method, PyObject **stack, Py_ssize_t count,
-                            PyObject *state) {
-    int recording = PyThread_get_thread_ident() == self->gate;
+                            PyObject *state, int recording) {
     if (recording) self->gate = 0;
     PyObject *result;
     if (method != NULL && PyUnicode_CheckExact(method)) {
@@ -1110,7 +1162,8 @@ static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize
         PyErr_Format(PyExc_TypeError, "invoke() takes at least 4 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *name = args[0], *key = args[1], *method = args[3];
+    PyObject *name = args[0], *method = args[3];
+    Key key = KEY_OF(args[1]);
     if (!PyUnicode_Check(method)) {
         PyErr_SetString(PyExc_TypeError, "invoke() needs a method name");
         return NULL;
@@ -1122,20 +1175,22 @@ static PyObject *callpath_invoke(CallPath *self, PyObject *const *args, Py_ssize
     stack[1] = args[2];
     for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
     PyObject *result =
-        run_method(self, KIND_CALL, name, key, Py_None, method, stack, count, NULL);
+        run_method(self, KIND_CALL, name, &key, Py_None, method, stack, count, NULL,
+                   PyThread_get_thread_ident() == self->gate);
     release_stack(stack, small);
     return result;
 }
 
 static PyObject *callpath_output(CallPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_count(nargs, 4, "output") < 0) return NULL;
-    PyObject *name = args[0], *key = args[1], *data = args[2], *fn = args[3];
+    PyObject *name = args[0], *data = args[2], *fn = args[3];
+    Key key = KEY_OF(args[1]);
     if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
     self->gate = 0;
     PyObject *result = PyObject_CallNoArgs(fn);
     self->gate = self->live;
-    if (result == NULL) return record_raised(self, KIND_OUTPUT, name, key, data);
-    return record_output(self, name, key, data, result);
+    if (result == NULL) return record_raised(self, KIND_OUTPUT, name, &key, data);
+    return record_output(self, name, &key, data, result);
 }
 
 /* new_oid(): RecordRuntime.new_oid. Objects made inside another boundary call (a selector
@@ -1239,7 +1294,8 @@ typedef struct {
 
 static PyTypeObject *callpath_type, *method_type, *proxy_type;
 static PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
-    *s_closed, *s_io_refs, *empty_tuple;
+    *s_closed, *s_io_refs, *s_getdefaulttimeout, *empty_tuple;
+static PyObject *socket_module; /* imported by the first socket set up (setup_socket) */
 
 /* -- proxy state ----------------------------------------------------------------------------
  *
@@ -1387,6 +1443,62 @@ static PyType_Spec cursor_state_spec = {
     .slots = cursor_state_slots,
 };
 
+/* SocketState is ProxyState and the rest of what a socket proxy keeps (Socket._setup in
+ * _net_boundary.py): its family, type and protocol, its timeout, its count of open file
+ * objects and whether it was closed. The `new` twin sets a proxy up in it, and the `close`
+ * twin reads and writes it, without a lookup. */
+enum { SOCK_FAMILY, SOCK_TYPE, SOCK_PROTO, SOCK_TIMEOUT, SOCK_IO_REFS, SOCK_CLOSED, SOCK_FIELDS };
+
+typedef struct {
+    ProxyState proxy;
+    PyObject *fields[SOCK_FIELDS];
+} SocketState;
+
+#define SOCKET_FIELD(i) (offsetof(SocketState, fields) + (i) * sizeof(PyObject *))
+
+static PyTypeObject *socket_state_type;
+
+static int socket_state_traverse(SocketState *self, visitproc visit, void *arg) {
+    for (int i = 0; i < SOCK_FIELDS; i++) Py_VISIT(self->fields[i]);
+    return proxy_traverse(&self->proxy, visit, arg);
+}
+
+static int socket_state_clear(SocketState *self) {
+    for (int i = 0; i < SOCK_FIELDS; i++) Py_CLEAR(self->fields[i]);
+    return proxy_clear(&self->proxy);
+}
+
+static void socket_state_dealloc(PyObject *self) {
+    free_cleared(self, (inquiry)socket_state_clear);
+}
+
+static PyMemberDef socket_state_members[] = {
+    {"_family", T_OBJECT_EX, SOCKET_FIELD(SOCK_FAMILY), 0, NULL},
+    {"_type", T_OBJECT_EX, SOCKET_FIELD(SOCK_TYPE), 0, NULL},
+    {"proto", T_OBJECT_EX, SOCKET_FIELD(SOCK_PROTO), 0, NULL},
+    {"_timeout", T_OBJECT_EX, SOCKET_FIELD(SOCK_TIMEOUT), 0, NULL},
+    {"_io_refs", T_OBJECT_EX, SOCKET_FIELD(SOCK_IO_REFS), 0, NULL},
+    {"_closed", T_OBJECT_EX, SOCKET_FIELD(SOCK_CLOSED), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot socket_state_slots[] = {
+    {Py_tp_doc, "ProxyState of a socket: also its family, type, protocol, timeout, open file "
+                "objects and whether it was closed."},
+    {Py_tp_dealloc, socket_state_dealloc},
+    {Py_tp_traverse, socket_state_traverse},
+    {Py_tp_clear, socket_state_clear},
+    {Py_tp_members, socket_state_members},
+    {0, NULL},
+};
+
+static PyType_Spec socket_state_spec = {
+    .name = "sealtrace.proxy._fastpath.SocketState",
+    .basicsize = sizeof(SocketState),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = socket_state_slots,
+};
+
 /* self.<name> (a new reference): the field at `offset` of `state` (ProxyState or
  * CursorState) when self is one and it is set, else looked up by name (which raises as
  * Python would). */
@@ -1410,10 +1522,11 @@ static inline int set_state_field(PyObject *self, PyTypeObject *state, size_t of
 #define PROXY_OID(self) state_field(self, proxy_type, offsetof(ProxyState, oid), s_oid)
 #define PROXY_REAL(self) state_field(self, proxy_type, offsetof(ProxyState, real), s_real)
 
-/* An int attribute's value as a long: 0 and *ok unset if it is not an exact int that fits. */
-static long int_attribute(PyObject *self, size_t offset, PyObject *name, int *ok) {
-    PyObject *value =
-        offset ? state_field(self, proxy_type, offset, name) : PyObject_GetAttr(self, name);
+/* An int attribute's value as a long (state_field): 0 and *ok unset if it is not an exact int
+ * that fits. */
+static long int_attribute(PyObject *self, PyTypeObject *state, size_t offset, PyObject *name,
+                          int *ok) {
+    PyObject *value = state_field(self, state, offset, name);
     long n = 0;
     *ok = 0;
     if (value != NULL && PyLong_CheckExact(value)) {
@@ -1452,7 +1565,7 @@ static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_
 /* Whether self._fd is not a non-negative int: the Python method raises OSError then. */
 static int socket_closed(PyObject *self) {
     int ok;
-    long fd = int_attribute(self, offsetof(ProxyState, fd), s_fd, &ok);
+    long fd = int_attribute(self, proxy_type, offsetof(ProxyState, fd), s_fd, &ok);
     return !ok || fd < 0;
 }
 
@@ -1478,9 +1591,9 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
     }
     *handled = 1;
     PyObject *size = wanted ? Py_NewRef(nbytes) : PyLong_FromSsize_t(view.len);
-    PyObject *key = size != NULL ? PyTuple_Pack(3, key_oid, size, flags) : NULL;
-    PyObject *result = NULL;
-    if (key != NULL) {
+    PyObject *items[2] = {size, flags}, *result = NULL;
+    Key key = KEY_PARTS(key_oid, items, 2);
+    if (size != NULL) {
         CallPath *rt = m->runtime;
         PyObject *method = method_of(m, real), *stack[5] = {NULL, real, buffer, size, flags};
         rt->gate = 0; /* the caller checked that this call is recorded */
@@ -1491,18 +1604,18 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
         rt->gate = rt->live;
         Py_ssize_t n = result != NULL ? PyLong_AsSsize_t(result) : -1;
         if (result == NULL) {
-            record_raised(rt, KIND_CALL, m->name, key, Py_None);
+            record_raised(rt, KIND_CALL, m->name, &key, Py_None);
         } else if (n < 0 || n > view.len) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "recv_into read more than the buffer holds");
             Py_CLEAR(result);
         } else {
-            PyObject *done = record_result(rt, m->name, key, NULL, view.buf, n);
+            PyObject *done = record_result(rt, m->name, &key, NULL, view.buf, n);
             if (done == NULL) Py_CLEAR(result);
             Py_XDECREF(done);
         }
     }
-    Py_XDECREF(key);
+    key_release(&key);
     Py_XDECREF(size);
     PyBuffer_Release(&view);
     return result;
@@ -1512,24 +1625,48 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
 static PyObject *call_function(BoundaryMethod *m, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *small[2 + INVOKE_STACK], **stack = stack_of(small, nargs + 2);
     if (stack == NULL) return NULL;
-    PyObject *key = nargs ? tuple_of(args, nargs) : Py_NewRef(Py_None), *result = NULL;
-    if (key != NULL) {
-        stack[1] = m->method;
-        for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = args[i];
-        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, NULL, stack,
-                            1 + nargs, NULL);
-        Py_DECREF(key);
-    }
+    Key key = nargs ? KEY_PARTS(NULL, args, nargs) : KEY_OF(Py_None);
+    stack[1] = m->method;
+    for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = args[i];
+    PyObject *result =
+        run_method(m->runtime, KIND_CALL, m->name, &key, Py_None, NULL, stack, 1 + nargs, NULL, 1);
+    key_release(&key);
     release_stack(stack, small);
     return result;
+}
+
+/* Socket._setup(info, real) (_net_boundary.py) of a socket proxy whose state is a
+ * SocketState, right after the recorded call that made `real`: 0 when done, -1 with an
+ * exception set, or 1 (with nothing changed) for any other proxy or an info that is not the
+ * four values of _DESCRIBE (its Python _setup then). */
+static int setup_socket(CallPath *rt, PyObject *self, PyObject *info, PyObject *real) {
+    if (!is_a(self, socket_state_type) || !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 4)
+        return 1;
+    if (socket_module == NULL && (socket_module = PyImport_ImportModule("socket")) == NULL)
+        return -1;
+    PyObject *timeout = PyObject_CallMethodNoArgs(socket_module, s_getdefaulttimeout);
+    PyObject *oid = timeout != NULL ? PyLong_FromSsize_t(++rt->oids) : NULL; /* new_oid() */
+    if (oid == NULL) {
+        Py_XDECREF(timeout);
+        return -1;
+    }
+    SocketState *sock = (SocketState *)self;
+    Py_XSETREF(sock->proxy.real, Py_NewRef(real));
+    Py_XSETREF(sock->proxy.oid, oid);
+    Py_XSETREF(sock->proxy.fd, Py_NewRef(PyTuple_GET_ITEM(info, 0)));
+    for (int i = 0; i < 3; i++) /* family, type, proto */
+        Py_XSETREF(sock->fields[SOCK_FAMILY + i], Py_NewRef(PyTuple_GET_ITEM(info, 1 + i)));
+    Py_XSETREF(sock->fields[SOCK_TIMEOUT], timeout);
+    Py_XSETREF(sock->fields[SOCK_IO_REFS], PyLong_FromLong(0)); /* a small int: never fails */
+    Py_XSETREF(sock->fields[SOCK_CLOSED], Py_NewRef(Py_False));
+    return 0;
 }
 
 /* FORM_NEW: self.__init__(*argv): makes the real object, records its description (what
  * replay builds the proxy from) and sets the proxy up from both. */
 static PyObject *construct(BoundaryMethod *m, PyObject *self, PyObject **stack,
                            Py_ssize_t count) {
-    PyObject *key = tuple_of(stack + 2, count);
-    if (key == NULL) return NULL;
+    Key key = KEY_PARTS(NULL, stack + 2, count);
     CallPath *rt = m->runtime;
     stack[1] = m->method; /* the vectorcall offset's slot, which the callee may borrow */
     rt->gate = 0;         /* the caller checked that this call is recorded */
@@ -1538,20 +1675,25 @@ static PyObject *construct(BoundaryMethod *m, PyObject *self, PyObject **stack,
     PyObject *info = real != NULL ? parts_of(real, m->state) : NULL;
     rt->gate = rt->live;
     if (info == NULL) {
-        record_raised(rt, KIND_CALL, m->name, key, Py_None);
+        record_raised(rt, KIND_CALL, m->name, &key, Py_None);
     } else {
-        info = record_returned(rt, m->name, key, info);
+        info = record_returned(rt, m->name, &key, info);
     }
-    Py_DECREF(key);
-    PyObject *done = NULL;
+    key_release(&key);
+    int done = -1;
     if (info != NULL) {
-        PyObject *args[3] = {self, info, real};
-        done = PyObject_VectorcallMethod(s_setup, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        done = setup_socket(rt, self, info, real);
+        if (done == 1) { /* not a SocketState: its Python _setup */
+            PyObject *args[3] = {self, info, real};
+            PyObject *none = PyObject_VectorcallMethod(s_setup, args,
+                                                       3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            done = none != NULL ? 0 : -1;
+            Py_XDECREF(none);
+        }
         Py_DECREF(info);
     }
     Py_XDECREF(real);
-    if (done == NULL) return NULL;
-    Py_DECREF(done);
+    if (done < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1594,18 +1736,20 @@ static PyObject *cursor_execute(BoundaryMethod *m, PyObject *self, PyObject **st
  * ints (the Python method then). */
 static PyObject *close_socket(BoundaryMethod *m, PyObject *self, PyObject **stack) {
     int refs_ok, fd_ok;
-    long refs = int_attribute(self, 0, s_io_refs, &refs_ok);
-    long fd = int_attribute(self, offsetof(ProxyState, fd), s_fd, &fd_ok);
+    long refs = int_attribute(self, socket_state_type, SOCKET_FIELD(SOCK_IO_REFS), s_io_refs,
+                              &refs_ok);
+    long fd = int_attribute(self, proxy_type, offsetof(ProxyState, fd), s_fd, &fd_ok);
     if (!refs_ok || !fd_ok) return NULL;
-    if (PyObject_SetAttr(self, s_closed, Py_True) < 0) return NULL;
+    if (set_state_field(self, socket_state_type, SOCKET_FIELD(SOCK_CLOSED), s_closed, Py_True) < 0)
+        return NULL;
     if (refs > 0 || fd < 0) Py_RETURN_NONE;
     PyObject *oid = PROXY_OID(self), *result = NULL;
     PyObject *real = oid != NULL ? PROXY_REAL(self) : NULL;
-    PyObject *key = real != NULL ? PyTuple_Pack(1, oid) : NULL;
-    if (key != NULL) {
+    Key key = KEY_PARTS(oid, NULL, 0);
+    if (real != NULL) {
         stack[1] = real;
-        result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real),
-                            stack, 1, NULL);
+        result = run_method(m->runtime, KIND_CALL, m->name, &key, Py_None, method_of(m, real),
+                            stack, 1, NULL, 1);
     }
     if (result != NULL) {
         PyObject *closed = PyLong_FromLong(-1);
@@ -1614,7 +1758,7 @@ static PyObject *close_socket(BoundaryMethod *m, PyObject *self, PyObject **stac
             Py_CLEAR(result);
         Py_XDECREF(closed);
     }
-    Py_XDECREF(key);
+    key_release(&key);
     Py_XDECREF(real);
     Py_XDECREF(oid);
     return result;
@@ -1647,7 +1791,8 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
     PyObject **argv = stack + 2; /* stack[0]: the vectorcall offset; stack[1]: the real object */
     for (Py_ssize_t i = 0; i < count; i++)
         argv[i] = i < given ? args[1 + i] : PyTuple_GET_ITEM(m->defaults, i - m->required);
-    PyObject *oid = NULL, *real = NULL, *key = NULL, *payload = NULL, *result = NULL;
+    PyObject *oid = NULL, *real = NULL, *payload = NULL, *result = NULL;
+    Key key = KEY_OF(NULL);
     if (m->form == FORM_NEW) { /* no _oid and no _real yet: the proxy is being made */
         result = construct(m, self, stack, count);
         goto done;
@@ -1673,23 +1818,19 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
     }
     /* The key: (oid, *arguments), less the data of an output. */
     Py_ssize_t skip = m->form == FORM_OUTPUT;
-    key = PyTuple_New(1 + count - skip);
-    if (key == NULL) goto done;
-    PyTuple_SET_ITEM(key, 0, Py_NewRef(oid));
-    for (Py_ssize_t i = skip; i < count; i++)
-        PyTuple_SET_ITEM(key, 1 + i - skip, Py_NewRef(argv[i]));
+    key = KEY_PARTS(oid, argv + skip, count - skip);
     if (m->form == FORM_OUTPUT) {
         payload = PyBytes_CheckExact(argv[0]) ? Py_NewRef(argv[0])
                                               : PyObject_CallOneArg((PyObject *)&PyBytes_Type,
                                                                     argv[0]);
         if (payload == NULL) goto done;
         argv[0] = payload;
-        result = run_method(m->runtime, KIND_OUTPUT, m->name, key, payload, method_of(m, real),
-                            stack, 1 + count, NULL);
+        result = run_method(m->runtime, KIND_OUTPUT, m->name, &key, payload, method_of(m, real),
+                            stack, 1 + count, NULL, 1);
         goto done;
     }
-    result = run_method(m->runtime, KIND_CALL, m->name, key, Py_None, method_of(m, real), stack,
-                        1 + count, m->form == FORM_STATE ? m->state : NULL);
+    result = run_method(m->runtime, KIND_CALL, m->name, &key, Py_None, method_of(m, real), stack,
+                        1 + count, m->form == FORM_STATE ? m->state : NULL, 1);
     if (result == NULL) goto done;
     if (m->form == FORM_ROW) {
         PyObject *factory = state_field(self, cursor_state_type,
@@ -1723,7 +1864,7 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
     }
 done:
     Py_XDECREF(payload);
-    Py_XDECREF(key);
+    key_release(&key);
     Py_XDECREF(real);
     Py_XDECREF(oid);
     release_stack(stack, small);
@@ -2104,6 +2245,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         s_connection = PyUnicode_InternFromString("connection"),
         s_closed = PyUnicode_InternFromString("_closed"),
         s_io_refs = PyUnicode_InternFromString("_io_refs"),
+        s_getdefaulttimeout = PyUnicode_InternFromString("getdefaulttimeout"),
         empty_tuple = PyTuple_New(0),
         cursor_state_names = Py_BuildValue("(sss)", "description", "rowcount", "lastrowid"),
     };
@@ -2115,15 +2257,18 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *method = PyType_FromSpec(&method_spec);
     PyObject *proxy = PyType_FromSpec(&proxy_spec);
     PyObject *cursor = proxy != NULL ? PyType_FromSpecWithBases(&cursor_state_spec, proxy) : NULL;
-    if (type == NULL || method == NULL || proxy == NULL || cursor == NULL ||
+    PyObject *sock = proxy != NULL ? PyType_FromSpecWithBases(&socket_state_spec, proxy) : NULL;
+    if (type == NULL || method == NULL || proxy == NULL || cursor == NULL || sock == NULL ||
         PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
         PyModule_AddObjectRef(module, "BoundaryMethod", method) < 0 ||
         PyModule_AddObjectRef(module, "ProxyState", proxy) < 0 ||
-        PyModule_AddObjectRef(module, "CursorState", cursor) < 0 || add_constants(module) < 0) {
+        PyModule_AddObjectRef(module, "CursorState", cursor) < 0 ||
+        PyModule_AddObjectRef(module, "SocketState", sock) < 0 || add_constants(module) < 0) {
         Py_XDECREF(type);
         Py_XDECREF(method);
         Py_XDECREF(proxy);
         Py_XDECREF(cursor);
+        Py_XDECREF(sock);
         Py_DECREF(module);
         return NULL;
     }
@@ -2132,9 +2277,11 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     method_type = (PyTypeObject *)method;
     proxy_type = (PyTypeObject *)proxy;
     cursor_state_type = (PyTypeObject *)cursor;
+    socket_state_type = (PyTypeObject *)sock;
     Py_DECREF(type);
     Py_DECREF(method);
     Py_DECREF(proxy);
     Py_DECREF(cursor);
+    Py_DECREF(sock);
     return module;
 }
