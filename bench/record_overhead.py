@@ -7,17 +7,24 @@ the figures are medians. Every workload runs at two sizes, and each figure is gi
 
 - **in-process**: the workload times its own loop, in pieces, with time.perf_counter_ns.
   Recording does not change what a clock returns, only what reading it costs (one
-  intercepted call per piece of 10 ms or more). A run's figure is its fastest piece (an
-  eighth of the calls loop, 50 requests, one unit of pure Python), as bench/seal.py takes
-  the best of its repeats: on a shared virtual machine the CPU's speed drifts by up to 70 %
-  from one second to the next. Each piece is long enough to include the recorder's periodic
-  work (sealing every 64 KiB of events). Overheads are the median over repeats of recorded
-  against plain of the same repeat, two runs made one after the other. The targets are
-  checked on these figures.
+  intercepted call per piece). For the per-call figures a run's figure is its fastest piece
+  (an eighth of the calls loop), and overheads are the median over repeats of recorded
+  against plain of the same repeat, two runs made one after the other.
 - **difference**: the parent times each whole process, and the steady-state cost is
   (wall(large) - wall(small)) / (large - small). This also counts the work that grows with
   the run but happens after the loop (sealing the end of the recording), but the noise of
   process start-up lands on it too.
+
+The I/O-bound and pure-Python overheads, which the targets are checked on, come from
+**lock-step** runs (Bench.lockstep): a plain and a recorded run of the large size at once,
+their main threads on the same CPU, taking turns piece by piece (50 requests, or one unit
+of pure Python), which goes first changing every pair. On a shared virtual machine the
+CPU's speed drifts by up to 70 % from one second to the next, and one vCPU can run at two
+thirds of the other's speed for seconds: two runs one after the other, or on different
+vCPUs, differ by more than the targets. The two pieces of a pair run milliseconds apart on
+the same CPU. The overhead is the recorded pieces' total time against the plain pieces'
+total over every pair but each run's first (so the recorder's periodic work, sealing every
+64 KiB, counts in full); the median over pairs and each run's own figure show the spread.
 
 Workloads:
 
