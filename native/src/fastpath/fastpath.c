@@ -652,14 +652,6 @@ static int put_digest(CallPath *self, PyObject *key) {
     return status;
 }
 
-/* Starts a record in the scratch buffer: the callee's index, then the argument digest.
- *
- * For a plain key (put_plain), or one holding int enum members, the record carries what
- * the digest is made from instead, its material: a varint length, then MATERIAL_PLAIN and
- * the key's encoding (whose repr is digested), or MATERIAL_ENUM and its fingerprint
- * encoding (digested as it is); and its kind gets PENDING. The pipeline's thread turns that
- * into the digest (finalize), so the application's thread never runs BLAKE2b or repr for
- * such keys. Nothing outside this module ever sees a pending record. */
 /* Ends the material begun at `at` (start_record): writes its length in the byte kept for it,
  * moving the material along when the length takes more, and marks the record pending. */
 static int end_material(CallPath *self, Py_ssize_t at) {
@@ -681,6 +673,14 @@ static int end_material(CallPath *self, Py_ssize_t at) {
     return 0;
 }
 
+/* Starts a record in the scratch buffer: the callee's index, then the argument digest.
+ *
+ * For a plain key (put_plain), or one holding int enum members, the record carries what
+ * the digest is made from instead, its material: a varint length, then MATERIAL_PLAIN and
+ * the key's encoding (whose repr is digested), or MATERIAL_ENUM and its fingerprint
+ * encoding (digested as it is); and its kind gets PENDING. The pipeline's thread turns that
+ * into the digest (finalize), so the application's thread never runs BLAKE2b or repr for
+ * such keys. Nothing outside this module ever sees a pending record. */
 static int start_record(CallPath *self, PyObject *name, Key *key) {
     if (self->heads == NULL || self->recent == NULL || self->recent_enum == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the recorder has been torn down");
@@ -1125,8 +1125,9 @@ static void release_stack(PyObject **stack, PyObject **small) {
 }
 
 /* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
- * when `recording` (the caller saw that the call is made on the recorded thread). stack[1] is obj and stack[2 ...] its arguments, `count`
- * of them all; stack[0] is free (the vectorcall offset). `method` is its name, or the
+ * when `recording` (the caller saw that the call is made on the recorded thread). stack[1]
+ * is obj and stack[2 ...] its arguments, `count` of them all; stack[0] is free (the
+ * vectorcall offset). `method` is its name, or the
  * method itself (a descriptor of obj's type, see method_of). With `state` (a tuple of names),
  * the call's result is the tuple of obj's attributes of those names after the method
  * returned, read inside the call: sqlite3's cursor state after execute(). With no
@@ -1499,8 +1500,8 @@ static PyType_Spec socket_state_spec = {
     .slots = socket_state_slots,
 };
 
-/* self.<name> (a new reference): the field at `offset` of `state` (ProxyState or
- * CursorState) when self is one and it is set, else looked up by name (which raises as
+/* self.<name> (a new reference): the field at `offset` of `state` (ProxyState,
+ * CursorState or SocketState) when self is one and it is set, else looked up by name (which raises as
  * Python would). */
 static inline PyObject *state_field(PyObject *self, PyTypeObject *state, size_t offset,
                                     PyObject *name) {
