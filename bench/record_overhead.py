@@ -25,6 +25,15 @@ vCPUs, differ by more than the targets. The two pieces of a pair run millisecond
 the same CPU. The overhead is the recorded pieces' total time against the plain pieces'
 total over every pair but each run's first (so the recorder's periodic work, sealing every
 64 KiB, counts in full); the median over pairs and each run's own figure show the spread.
+One pair of processes can differ from the next by several points even so, so the figure
+comes with a 95 % interval, from resampling whole runs (a bootstrap over runs), and a
+target is **met** only when the whole interval is within it, **NOT met** when the whole
+interval is above it, and **not settled** otherwise. `--lockstep N` sets the number of
+lock-step runs (default 20); the interval narrows as their square root. It covers the
+spread between pairs of processes, not what changes between batches made minutes apart,
+which has been larger: read a verdict near the target with that in mind. The method's
+negative control: `--control N` lock-step runs of the I/O workload (default 10) in which
+neither run is recorded, whose interval must hold 0.
 
 Workloads:
 
@@ -52,7 +61,8 @@ before measuring), so start-up is not inflated where PYTHONDONTWRITEBYTECODE is 
 Targets: <= 2 us per intercepted call, <= 3 % on the I/O-bound workload, <= 1 % on pure
 Python.
 
-    python bench/record_overhead.py [--repeats N] [--quick] [--json PATH]
+    python bench/record_overhead.py [--repeats N] [--lockstep N] [--control N] [--quick]
+                                    [--json PATH]
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import shutil
 import socket
 import sqlite3
@@ -307,9 +318,11 @@ class Child:
 
 
 class Bench:
-    def __init__(self, work: Path, repeats: int) -> None:
+    def __init__(self, work: Path, repeats: int, lockstep_runs: int, control_runs: int) -> None:
         self.work = work
         self.repeats = repeats
+        self.lockstep_runs = lockstep_runs
+        self.control_runs = control_runs
         pub, key = write_keypair(work / "keys", "bench")
         self.pub, self.identity = pub, Identity.load(key)
         launcher = Path(sys.executable).with_name("sealtrace")
@@ -359,13 +372,16 @@ class Bench:
         """One fresh process, alone."""
         return self.finish(self.start(script, args, recorded), count)
 
-    def lockstep(self, script: Path, make_args: Callable[[], list[str]]) -> dict[str, Any]:
+    def lockstep(
+        self, script: Path, make_args: Callable[[], list[str]], control: bool = False
+    ) -> dict[str, Any]:
         """A plain and a recorded run of the same workload at the same time, taking turns
         piece by piece on one CPU (TURNS): a piece of one, then a piece of the other (which
         goes first changes every pair), each started by this conductor when the other's has
         ended. So the two pieces of a pair run a few milliseconds apart, at the same speed,
         where two whole runs one after the other are seconds apart, maybe on different vCPUs.
-        Returns both runs' results by mode."""
+        Returns both runs' results by mode. With `control`, the "recorded" run is not
+        recorded either: the method's negative control, whose overhead must come out 0."""
         cpu = str(max(os.sched_getaffinity(0)))
         path = self.work / f"turns-{self.runs}.sock"
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
@@ -373,7 +389,9 @@ class Bench:
             listener.listen(2)
             listener.settimeout(TURN_TIMEOUT)
             children = {
-                mode: self.start(script, [*make_args(), str(path), mode, cpu], mode == "recorded")
+                mode: self.start(
+                    script, [*make_args(), str(path), mode, cpu], mode == "recorded" and not control
+                )
                 for mode in MODES
             }
             try:
@@ -529,12 +547,36 @@ def overheads(runs: Runs, small: int, large: int) -> dict[str, Any]:
     }
 
 
+BOOTSTRAP_SAMPLES = 4000
+
+
+def bootstrap_interval(runs: list[tuple[int, int]], level: float = 0.95) -> tuple[float, float]:
+    """The `level` interval of the overhead sum(recorded) / sum(plain) - 1, by resampling
+    whole runs, given as (recorded, plain) totals (a percentile bootstrap, seeded so the
+    same runs give the same interval). Runs, not pieces, are resampled: pieces of one pair
+    of processes are alike, and it is between pairs of processes that the figure moves."""
+    draw = random.Random(0)
+    figures = []
+    for _ in range(BOOTSTRAP_SAMPLES):
+        sample = [runs[draw.randrange(len(runs))] for _ in runs]
+        figures.append(sum(r for r, _ in sample) / sum(p for _, p in sample) - 1)
+    figures.sort()
+    tail = (1 - level) / 2
+    return figures[int(tail * len(figures))], figures[int((1 - tail) * len(figures)) - 1]
+
+
+def target_verdict(interval: tuple[float, float], target: float) -> str:
+    """met: the whole interval is within the target; NOT met: the whole of it is above."""
+    low, high = interval
+    return "met" if high <= target else "NOT met" if low > target else "not settled"
+
+
 def lockstep_figures(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Figures of lock-step runs (Bench.lockstep), over every pair of pieces but each run's
     first (start-up: first connections, cold caches). The overhead is the recorded pieces'
     total time against the plain pieces' total, so the recorder's periodic work (sealing
-    every 64 KiB) counts in full; the median over pairs and each run's own figure are given
-    too, to show the spread."""
+    every 64 KiB) counts in full; its 95 % interval resamples whole runs. The median over
+    pairs and each run's own figure are given too, to show the spread."""
     unit = int(runs[0]["plain"]["per_piece"])
 
     def pieces(run: dict[str, dict[str, Any]], field: str) -> list[tuple[int, int]]:
@@ -542,18 +584,20 @@ def lockstep_figures(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
 
     pairs = [pair for run in runs for pair in pieces(run, "piece_ns")]
     recorded, plain = sum(r for r, _ in pairs), sum(p for _, p in pairs)
+    totals = [
+        (sum(r for r, _ in ps), sum(p for _, p in ps))
+        for ps in (pieces(run, "piece_ns") for run in runs)
+    ]
     figures: dict[str, Any] = {
         "runs": len(runs),
         "pairs": len(pairs),
         "plain_us_per_unit": plain / len(pairs) / unit / 1e3,
         "recorded_us_per_unit": recorded / len(pairs) / unit / 1e3,
         "overhead": recorded / plain - 1,
+        "interval_95": list(bootstrap_interval(totals)),
         "added_us_per_unit": (recorded - plain) / len(pairs) / unit / 1e3,
         "median_pair_overhead": statistics.median(r / p for r, p in pairs) - 1,
-        "run_overheads": [
-            sum(r for r, _ in ps) / sum(p for _, p in ps) - 1
-            for ps in (pieces(run, "piece_ns") for run in runs)
-        ],
+        "run_overheads": [r / p - 1 for r, p in totals],
     }
     if "thread_piece_ns" in runs[0]["plain"]:
         cpu = [pair for run in runs for pair in pieces(run, "thread_piece_ns")]
@@ -592,7 +636,11 @@ def io_workload(bench: Bench) -> dict[str, Any]:
             return lambda: [port, str(n), str(dbs / f"{next(fresh)}.db")]
 
         runs = bench.pairs(script, {n: args(n) for n in IO_SIZES})
-        lockstep = [bench.lockstep(script, args(IO_SIZES[1])) for _ in range(bench.repeats)]
+        lockstep = [bench.lockstep(script, args(IO_SIZES[1])) for _ in range(bench.lockstep_runs)]
+        control = [
+            bench.lockstep(script, args(IO_SIZES[1]), control=True)
+            for _ in range(bench.control_runs)
+        ]
     finally:
         server.terminate()
         server.wait()
@@ -615,6 +663,7 @@ def io_workload(bench: Bench) -> dict[str, Any]:
         "bytes_per_event": size / (evn - ev0),
         "recording_bytes": med(runs[large]["recorded"], "bytes"),
         "lockstep": lockstep_figures(lockstep),
+        "control": lockstep_figures(control) if control else None,
     }
 
 
@@ -626,7 +675,7 @@ def cpu_workload(bench: Bench) -> dict[str, Any]:
         return lambda: [str(n)]
 
     runs = bench.pairs(script, {n: args(n) for n in CPU_SIZES})
-    lockstep = [bench.lockstep(script, args(CPU_SIZES[1])) for _ in range(bench.repeats)]
+    lockstep = [bench.lockstep(script, args(CPU_SIZES[1])) for _ in range(bench.lockstep_runs)]
     return overheads(runs, *CPU_SIZES) | {"lockstep": lockstep_figures(lockstep)}
 
 
@@ -656,6 +705,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--lockstep", type=int, default=20, help="lock-step runs of each workload (targets)"
+    )
+    parser.add_argument(
+        "--control", type=int, default=10, help="lock-step runs of the I/O workload unrecorded"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (smoke test)")
     parser.add_argument(
         "--json", type=Path, default=Path(__file__).parent / "results" / "record_overhead.json"
@@ -665,10 +720,11 @@ def main() -> None:
         CALL_SIZES = {k: v // 10 for k, v in CALL_SIZES.items()}
         IO_SIZES, CPU_SIZES = (20, 100), (0, 4)
         args.repeats = min(args.repeats, 3)
+        args.lockstep, args.control = min(args.lockstep, 3), min(args.control, 2)
 
     began, load_before, ticks_before = time.perf_counter(), load(), cpu_ticks()
     with tempfile.TemporaryDirectory(prefix="sealtrace-bench-") as tmp:
-        bench = Bench(Path(tmp), args.repeats)
+        bench = Bench(Path(tmp), args.repeats, args.lockstep, args.control)
         calls = call_costs(bench)
         io = io_workload(bench)
         cpu = cpu_workload(bench)
@@ -694,7 +750,7 @@ def main() -> None:
     print()
     print(
         "workload           | plain ms | recorded ms | whole process | by difference"
-        " | lock-step | median pair | runs from .. to | target"
+        " | lock-step | 95 % interval   | median pair | runs from .. to | target"
     )
     for name, w, target in (
         (f"I/O, {IO_SIZES[1]} requests", io, TARGET_IO),
@@ -704,13 +760,23 @@ def main() -> None:
         print(
             f"{name:<18} | {w['plain_ms']:>8.0f} | {w['recorded_ms']:>11.0f}"
             f" | {w['whole_process_overhead']:>13.1%} | {w['difference_overhead']:>13.1%}"
-            f" | {step['overhead']:>9.1%} | {step['median_pair_overhead']:>11.1%}"
+            f" | {step['overhead']:>9.1%}"
+            f" | {step['interval_95'][0]:>6.1%} .. {step['interval_95'][1]:<6.1%}"
+            f" | {step['median_pair_overhead']:>11.1%}"
             f" | {min(step['run_overheads']):>6.1%} .. {max(step['run_overheads']):.1%}"
-            f" | <= {target:.0%} {verdict(step['overhead'] <= target)}"
+            f" | <= {target:.0%} {target_verdict(step['interval_95'], target)}"
+        )
+    control = io["control"]
+    if control is not None:
+        low, high = control["interval_95"]
+        print(
+            f"{'control: I/O, both plain':<18} | lock-step {control['overhead']:.1%},"
+            f" 95 % interval {low:.1%} .. {high:.1%} ({control['runs']} runs): the interval"
+            f" {'holds' if low <= 0 <= high else 'does NOT hold'} 0"
         )
     step = io["lockstep"]
     print(
-        f"\nI/O, lock-step ({step['pairs']} pairs of {IO_PIECE} requests):"
+        f"\nI/O, lock-step ({step['runs']} runs, {step['pairs']} pairs of {IO_PIECE} requests):"
         f" recording adds {step['added_us_per_unit']:.1f} us a request"
         f" ({step['plain_us_per_unit']:.0f} us plain); CPU time on the application's thread"
         f" {step['thread_cpu_added_us_per_unit']:.1f} us more"
@@ -736,6 +802,8 @@ def main() -> None:
                     "cpu_overhead": TARGET_CPU,
                 },
                 "repeats": args.repeats,
+                "lockstep_runs": args.lockstep,
+                "control_runs": args.control,
                 "machine": machine(),
                 "load_average": {"before": load_before, "after": load_after},
                 "cpu_stolen": stolen,
