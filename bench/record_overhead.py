@@ -582,12 +582,10 @@ def lockstep_figures(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def pieces(run: dict[str, dict[str, Any]], field: str) -> list[tuple[int, int]]:
         return list(zip(run["recorded"][field], run["plain"][field], strict=True))[1:]
 
-    pairs = [pair for run in runs for pair in pieces(run, "piece_ns")]
+    per_run = [pieces(run, "piece_ns") for run in runs]
+    pairs = [pair for run_pairs in per_run for pair in run_pairs]
     recorded, plain = sum(r for r, _ in pairs), sum(p for _, p in pairs)
-    totals = [
-        (sum(r for r, _ in ps), sum(p for _, p in ps))
-        for ps in (pieces(run, "piece_ns") for run in runs)
-    ]
+    totals = [(sum(r for r, _ in ps), sum(p for _, p in ps)) for ps in per_run]
     figures: dict[str, Any] = {
         "runs": len(runs),
         "pairs": len(pairs),

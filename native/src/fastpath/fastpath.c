@@ -1124,28 +1124,32 @@ static void release_stack(PyObject **stack, PyObject **small) {
     if (stack != small) PyMem_Free(stack);
 }
 
-/* obj.method(*args) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded
- * when `recording` (the caller saw that the call is made on the recorded thread). stack[1]
- * is obj and stack[2 ...] its arguments, `count` of them all; stack[0] is free (the
- * vectorcall offset). `method` is its name, or the
- * method itself (a descriptor of obj's type, see method_of). With `state` (a tuple of names),
- * the call's result is the tuple of obj's attributes of those names after the method
- * returned, read inside the call: sqlite3's cursor state after execute(). With no
- * `method`, stack[1] is a function, called with the rest. */
+/* The real call of run_method (below), not recorded: obj.method(*args) with stack[1] obj and
+ * stack[2 ...] its arguments, `count` of them all, and stack[0] free; `method` is its name,
+ * or the method itself (a descriptor of obj's type); with no `method`, stack[1] is a
+ * function, called with the rest. */
+static inline PyObject *call_real(PyObject *method, PyObject **stack, Py_ssize_t count) {
+    if (method != NULL && PyUnicode_CheckExact(method)) {
+        size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
+        return PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
+    }
+    if (method != NULL) /* the method itself, unbound: called with obj first */
+        return PyObject_Vectorcall(method, stack + 1, (size_t)count, NULL);
+    /* stack[1] is a function to call with the rest */
+    size_t nargsf = (size_t)(count - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET;
+    return PyObject_Vectorcall(stack[1], stack + 2, nargsf, NULL);
+}
+
+/* obj.method(*args) (call_real: stack, count and method as there; method_of finds the
+ * method itself) as one boundary call of `kind` (CALL, or OUTPUT of `data`), recorded when
+ * `recording` (the caller saw that the call is made on the recorded thread). With `state`
+ * (a tuple of names), the call's result is the tuple of obj's attributes of those names
+ * after the method returned, read inside the call: sqlite3's cursor state after execute(). */
 static PyObject *run_method(CallPath *self, unsigned char kind, PyObject *name, Key *key,
                             PyObject *data, PyObject *method, PyObject **stack, Py_ssize_t count,
                             PyObject *state, int recording) {
     if (recording) self->gate = 0;
-    PyObject *result;
-    if (method != NULL && PyUnicode_CheckExact(method)) {
-        size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
-        result = PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
-    } else if (method != NULL) { /* the method itself, unbound: called with obj first */
-        result = PyObject_Vectorcall(method, stack + 1, (size_t)count, NULL);
-    } else { /* stack[1] is a function to call with the rest */
-        size_t nargsf = (size_t)(count - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET;
-        result = PyObject_Vectorcall(stack[1], stack + 2, nargsf, NULL);
-    }
+    PyObject *result = call_real(method, stack, count);
     if (result != NULL && state != NULL) {
         Py_SETREF(result, parts_of(stack[1], state));
     }
@@ -1500,8 +1504,8 @@ static PyType_Spec socket_state_spec = {
     .slots = socket_state_slots,
 };
 
-/* self.<name> (a new reference): the field at `offset` of `state` (ProxyState,
- * CursorState or SocketState) when self is one and it is set, else looked up by name (which raises as
+/* self.<name> (a new reference): the field at `offset` of `state` (ProxyState, CursorState
+ * or SocketState) when self is one and it is set, else looked up by name (which raises as
  * Python would). */
 static inline PyObject *state_field(PyObject *self, PyTypeObject *state, size_t offset,
                                     PyObject *name) {
@@ -1598,10 +1602,7 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
         CallPath *rt = m->runtime;
         PyObject *method = method_of(m, real), *stack[5] = {NULL, real, buffer, size, flags};
         rt->gate = 0; /* the caller checked that this call is recorded */
-        result = PyUnicode_CheckExact(method)
-                     ? PyObject_VectorcallMethod(method, stack + 1,
-                                                 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
-                     : PyObject_Vectorcall(method, stack + 1, 4, NULL);
+        result = call_real(method, stack, 4);
         rt->gate = rt->live;
         Py_ssize_t n = result != NULL ? PyLong_AsSsize_t(result) : -1;
         if (result == NULL) {
