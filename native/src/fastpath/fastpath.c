@@ -1345,6 +1345,23 @@ static void free_cleared(PyObject *self, inquiry clear) {
 
 static void proxy_dealloc(PyObject *self) { free_cleared(self, (inquiry)proxy_clear); }
 
+/* A subclass of ProxyState (CursorState, SocketState) adds object fields only, in a row right
+ * after it: STATE_FIELDS counts them from the struct, so traverse and clear cover every one
+ * without a list to keep in step. */
+#define STATE_FIELDS(type) ((int)((sizeof(type) - sizeof(ProxyState)) / sizeof(PyObject *)))
+
+static int fields_traverse(ProxyState *self, int n, visitproc visit, void *arg) {
+    PyObject **fields = (PyObject **)(self + 1);
+    for (int i = 0; i < n; i++) Py_VISIT(fields[i]);
+    return proxy_traverse(self, visit, arg);
+}
+
+static int fields_clear(ProxyState *self, int n) {
+    PyObject **fields = (PyObject **)(self + 1);
+    for (int i = 0; i < n; i++) Py_CLEAR(fields[i]);
+    return proxy_clear(self);
+}
+
 static PyMemberDef proxy_members[] = {
     {"_oid", T_OBJECT_EX, offsetof(ProxyState, oid), 0, NULL},
     {"_real", T_OBJECT_EX, offsetof(ProxyState, real), 0, NULL},
@@ -1387,6 +1404,10 @@ typedef struct {
     PyObject *state[3];
 } CursorState;
 
+_Static_assert(offsetof(CursorState, connection) == sizeof(ProxyState) &&
+                   STATE_FIELDS(CursorState) == 5,
+               "CursorState adds its five object fields right after ProxyState");
+
 static PyTypeObject *cursor_state_type;
 static PyObject *cursor_state_names; /* ("description", "rowcount", "lastrowid") */
 
@@ -1404,17 +1425,11 @@ static PyObject *cursor_state_new(PyTypeObject *type, PyObject *args, PyObject *
 }
 
 static int cursor_state_traverse(CursorState *self, visitproc visit, void *arg) {
-    Py_VISIT(self->connection);
-    Py_VISIT(self->row_factory);
-    for (int i = 0; i < 3; i++) Py_VISIT(self->state[i]);
-    return proxy_traverse(&self->proxy, visit, arg);
+    return fields_traverse(&self->proxy, STATE_FIELDS(CursorState), visit, arg);
 }
 
 static int cursor_state_clear(CursorState *self) {
-    Py_CLEAR(self->connection);
-    Py_CLEAR(self->row_factory);
-    for (int i = 0; i < 3; i++) Py_CLEAR(self->state[i]);
-    return proxy_clear(&self->proxy);
+    return fields_clear(&self->proxy, STATE_FIELDS(CursorState));
 }
 
 static void cursor_state_dealloc(PyObject *self) {
@@ -1461,16 +1476,18 @@ typedef struct {
 
 #define SOCKET_FIELD(i) (offsetof(SocketState, fields) + (i) * sizeof(PyObject *))
 
+_Static_assert(offsetof(SocketState, fields) == sizeof(ProxyState) &&
+                   STATE_FIELDS(SocketState) == SOCK_FIELDS,
+               "SocketState adds its fields right after ProxyState");
+
 static PyTypeObject *socket_state_type;
 
 static int socket_state_traverse(SocketState *self, visitproc visit, void *arg) {
-    for (int i = 0; i < SOCK_FIELDS; i++) Py_VISIT(self->fields[i]);
-    return proxy_traverse(&self->proxy, visit, arg);
+    return fields_traverse(&self->proxy, STATE_FIELDS(SocketState), visit, arg);
 }
 
 static int socket_state_clear(SocketState *self) {
-    for (int i = 0; i < SOCK_FIELDS; i++) Py_CLEAR(self->fields[i]);
-    return proxy_clear(&self->proxy);
+    return fields_clear(&self->proxy, STATE_FIELDS(SocketState));
 }
 
 static void socket_state_dealloc(PyObject *self) {
