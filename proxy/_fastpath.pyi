@@ -35,6 +35,7 @@ FORM_FUNCTION: int
 FORM_NEW: int
 FORM_CURSOR: int
 FORM_CLOSE: int
+FORM_TIMEOUT: int
 
 class CallPath:
     _gate: int

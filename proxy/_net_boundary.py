@@ -473,6 +473,7 @@ class SSLSocket(Socket):
 _HOT = {
     "__init__": Hot("socket.socket", _RealSocket, "new", state=_DESCRIBE),
     "close": Hot("socket.close", "close", "close"),
+    "settimeout": Hot("socket.settimeout", "settimeout", "timeout"),  # no event: local state
     "connect": Hot("socket.connect", "connect", guard=True),
     "setsockopt": Hot("socket.setsockopt", "setsockopt", guard=True),
     "recv": Hot("socket.recv", "recv"),

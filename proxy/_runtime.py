@@ -542,8 +542,8 @@ class Hot(NamedTuple):
 
     name: str
     method: Any  # its name; form "new": the real object's class
-    form: str = "call"  # call | row | state | output | recv_into | new | cursor | close
-    # (see fastpath.c)
+    form: str = "call"  # call | row | state | output | recv_into | new | cursor | close |
+    # timeout (see fastpath.c)
     guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
     # form "state": the real object's attributes after the call; form "new": the functions
     # of the real object that describe it, in the proxy's recorded description; form

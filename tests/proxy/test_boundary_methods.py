@@ -148,6 +148,17 @@ def _socket_script(path: Path) -> _Script:
             seen.append(_outcome(lambda: client.setsockopt(socket.SOL_SOCKET, 7, 1)))
             seen.append(_outcome(lambda: client.recv(4)))  # recorded as raised
             odd = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # settimeout: no event, the real socket's timeout and the proxy's _timeout
+            seen.append(isinstance(type(odd).__dict__.get("settimeout"), _twin) is seen[0])
+            for value in (3, 2.5, -0.0, None, 0, True):  # True: not an exact int, Python's
+                odd.settimeout(value)
+                seen.append((odd.gettimeout(), odd._real.gettimeout(), _state(odd)))
+            for bad in (-1, -0.5, float("nan"), float("inf"), "1", 10**400):
+                seen.append(_outcome(lambda bad=bad: odd.settimeout(bad)))
+                seen.append((odd.gettimeout(), odd._real.gettimeout()))
+            odd.settimeout(value=4.0)  # a keyword: the Python method
+            seen.append((odd.gettimeout(), odd._real.gettimeout()))
+            odd.settimeout(None)
             seen.append(odd.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096))
             plain_real = odd._real  # the twin has met _socket.socket's setsockopt by now
 

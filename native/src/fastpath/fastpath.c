@@ -271,8 +271,11 @@ static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
  * from (plain_repr): None, ints of 62 bits, ASCII strs and tuples of them to KEY_DEPTH
  * levels; DEFERRED (with part of it written) for any other key. This is all a plain key's
  * argument digest costs the application's thread: no decimal digits, and no scan of a str
- * for the characters its repr escapes. */
-static int put_plain(Scratch *s, PyObject *value, int depth) {
+ * for the characters its repr escapes. With `enums`, members of known int enums are
+ * written as their int too, as the lenient encode() writes them, and *enums set: the
+ * encoding is then that key's fingerprint encoding (key_shape's SHAPE_ENUM), not a plain
+ * one. */
+static int put_plain(Scratch *s, PyObject *value, int depth, int *enums) {
     if (PyUnicode_CheckExact(value)) {
         Py_ssize_t n = PyUnicode_GET_LENGTH(value);
         if (!PyUnicode_IS_ASCII(value) || n >= BLOB_THRESHOLD) return DEFERRED;
@@ -286,14 +289,18 @@ static int put_plain(Scratch *s, PyObject *value, int depth) {
     }
     if (PyLong_CheckExact(value)) return put_int(s, value);
     if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
-    if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) return DEFERRED;
+    if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) {
+        if (enums == NULL || !is_int_enum(value)) return DEFERRED;
+        *enums = 1;
+        return put_int(s, value);
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(value);
     if (scratch_reserve(s, 11) < 0) return FAILED;
     unsigned char *at = s->data + s->size;
     *at++ = TAG_TUPLE;
     s->size = write_varint(at, (uint64_t)n) - s->data;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int status = put_plain(s, PyTuple_GET_ITEM(value, i), depth + 1);
+        int status = put_plain(s, PyTuple_GET_ITEM(value, i), depth + 1, enums);
         if (status != ENCODED) return status;
     }
     return ENCODED;
@@ -363,15 +370,15 @@ static void key_release(Key *key) {
 }
 
 /* put_plain of the tuple that a key's parts make, without making it. */
-static int put_plain_parts(Scratch *s, const Key *key) {
+static int put_plain_parts(Scratch *s, const Key *key, int *enums) {
     Py_ssize_t first = key->head != NULL;
     if (scratch_reserve(s, 11) < 0) return FAILED;
     unsigned char *at = s->data + s->size;
     *at++ = TAG_TUPLE;
     s->size = write_varint(at, (uint64_t)(first + key->n)) - s->data;
-    int status = first ? put_plain(s, key->head, 2) : ENCODED;
+    int status = first ? put_plain(s, key->head, 2, enums) : ENCODED;
     for (Py_ssize_t i = 0; status == ENCODED && i < key->n; i++)
-        status = put_plain(s, key->items[i], 2);
+        status = put_plain(s, key->items[i], 2, enums);
     return status;
 }
 
@@ -702,8 +709,15 @@ static int start_record(CallPath *self, PyObject *name, Key *key) {
     Py_ssize_t at = self->scratch.size;
     if (put_byte(&self->scratch, 0) < 0 || put_byte(&self->scratch, MATERIAL_PLAIN) < 0)
         return -1;
-    int written = parts ? put_plain_parts(&self->scratch, key) : put_plain(&self->scratch, obj, 1);
-    if (written == ENCODED) return end_material(self, at);
+    /* put_plain writes an enum key's fingerprint encoding as the lenient encode() below
+     * would, when put_plain can write the rest of that key. */
+    int enums = 0;
+    int written = parts ? put_plain_parts(&self->scratch, key, &enums)
+                        : put_plain(&self->scratch, obj, 1, &enums);
+    if (written == ENCODED) {
+        if (enums) self->scratch.data[at + 1] = MATERIAL_ENUM;
+        return end_material(self, at);
+    }
     if (written == FAILED || (obj = key_object(key)) == NULL) return -1;
     self->scratch.size = at; /* not plain: an enum key's material, or the digest */
     if (key_shape(obj, KEY_DEPTH) == SHAPE_ENUM) {
@@ -1279,6 +1293,8 @@ enum {
                      * cursor's execute twin) with args */
     FORM_CLOSE,     /* Socket.close(): self._closed = True, then, with no file object left
                      * (self._io_refs <= 0) and self._fd >= 0, real.method() and self._fd = -1 */
+    FORM_TIMEOUT,   /* Socket.settimeout(value), no boundary call: real.method(value) with value
+                     * None or float(value) >= 0, then self._timeout = value */
     FORM_COUNT
 };
 
@@ -1294,6 +1310,7 @@ typedef struct {
     Py_ssize_t required, maximum; /* positional arguments after self; maximum -1: any number */
     int form, guard;              /* guard: only while self._fd >= 0 (a socket not closed) */
     PyObject *real_type, *real_method; /* `method` as looked up on the real object's type */
+    PyObject *parts_type, *parts;      /* FORM_STATE: `state` as looked up on that type */
     int cursor_state;                  /* FORM_STATE: `state` is CursorState's three */
 } BoundaryMethod;
 
@@ -1579,6 +1596,34 @@ static PyObject *method_of(BoundaryMethod *m, PyObject *real) {
     return found;
 }
 
+/* The parts to read from `real` after a FORM_STATE call (parts_of): the field and property
+ * descriptors that part_of finds for m->state's names on real's type, kept for the next call
+ * on an object of the same type, under method_of's conditions; or the names themselves. */
+static PyObject *state_parts(BoundaryMethod *m, PyObject *real) {
+    PyTypeObject *type = Py_TYPE(real);
+    if ((PyObject *)type == m->parts_type) return m->parts;
+    if (!PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) || type->tp_dictoffset != 0 ||
+        type->tp_getattro != PyObject_GenericGetAttr)
+        return m->state;
+    Py_ssize_t n = PyTuple_GET_SIZE(m->state);
+    PyObject *parts = PyTuple_New(n);
+    for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
+        PyObject *found = _PyType_Lookup(type, PyTuple_GET_ITEM(m->state, i)); /* borrowed */
+        if (found == NULL ||
+            !(Py_IS_TYPE(found, &PyGetSetDescr_Type) || Py_IS_TYPE(found, &PyMemberDescr_Type)))
+            Py_CLEAR(parts);
+        else
+            PyTuple_SET_ITEM(parts, i, Py_NewRef(found));
+    }
+    if (parts == NULL) {
+        PyErr_Clear(); /* a name that is not a field: looked up on every call */
+        return m->state;
+    }
+    Py_XSETREF(m->parts_type, Py_NewRef((PyObject *)type));
+    Py_XSETREF(m->parts, parts);
+    return parts;
+}
+
 static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
@@ -1726,9 +1771,10 @@ static PyObject *cursor_execute(BoundaryMethod *m, PyObject *self, PyObject **st
     PyObject *execute = PyTuple_GET_ITEM(m->state, 1), *cursor = NULL, *result = NULL;
     PyObject *real = PROXY_REAL(self);
     PyObject *factory = real != NULL ? PyObject_GetAttr(self, s_row_factory) : NULL;
+    PyObject *made[2] = {NULL, real};
     PyObject *real_cursor = factory == NULL ? NULL
                             : real == Py_None ? Py_NewRef(Py_None)
-                                              : PyObject_CallMethodNoArgs(real, m->method);
+                                              : call_real(method_of(m, real), made, 1);
     if (real_cursor != NULL) cursor = cls->tp_new(cls, empty_tuple, NULL);
     if (cursor != NULL) {
         ProxyState *state = (ProxyState *)cursor;
@@ -1783,6 +1829,35 @@ static PyObject *close_socket(BoundaryMethod *m, PyObject *self, PyObject **stac
     return result;
 }
 
+/* FORM_TIMEOUT: Socket.settimeout(value) on a SocketState with its real socket, for a value
+ * that is None, a float or an int; NULL with no exception set otherwise, and for a negative
+ * value (the Python method then, which says what is wrong). Not a boundary call, so the same
+ * on any thread. */
+static PyObject *set_timeout(BoundaryMethod *m, PyObject *self, PyObject *value) {
+    PyObject *real = is_a(self, socket_state_type) ? ((ProxyState *)self)->real : NULL;
+    if (real == NULL || real == Py_None) return NULL;
+    PyObject *timeout;
+    if (value == Py_None || PyFloat_CheckExact(value)) timeout = Py_NewRef(value);
+    else if (PyLong_CheckExact(value)) timeout = PyNumber_Float(value); /* float(value) */
+    else return NULL;
+    if (timeout == NULL) return NULL;
+    if (timeout != Py_None && PyFloat_AS_DOUBLE(timeout) < 0) {
+        Py_DECREF(timeout);
+        return NULL;
+    }
+    Py_INCREF(real);
+    PyObject *stack[3] = {NULL, real, timeout};
+    PyObject *result = call_real(method_of(m, real), stack, 2);
+    Py_DECREF(real);
+    if (result != NULL) {
+        SocketState *sock = (SocketState *)self;
+        Py_XSETREF(sock->fields[SOCK_TIMEOUT], Py_NewRef(timeout));
+        Py_SETREF(result, Py_NewRef(Py_None));
+    }
+    Py_DECREF(timeout);
+    return result;
+}
+
 static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
     if (m->runtime == NULL) {
@@ -1796,6 +1871,11 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
         if (keywords || PyThread_get_thread_ident() != m->runtime->gate)
             return method_fallback(m, args, nargsf, kwnames);
         return call_function(m, args, nargs);
+    }
+    if (m->form == FORM_TIMEOUT) {
+        PyObject *result = !keywords && nargs == 2 ? set_timeout(m, args[0], args[1]) : NULL;
+        if (result == NULL && !PyErr_Occurred()) return method_fallback(m, args, nargsf, kwnames);
+        return result;
     }
     if (keywords || given < m->required ||
         (m->maximum >= 0 && given > m->maximum) ||
@@ -1849,7 +1929,7 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
         goto done;
     }
     result = run_method(m->runtime, KIND_CALL, m->name, &key, Py_None, method_of(m, real), stack,
-                        1 + count, m->form == FORM_STATE ? m->state : NULL, 1);
+                        1 + count, m->form == FORM_STATE ? state_parts(m, real) : NULL, 1);
     if (result == NULL) goto done;
     if (m->form == FORM_ROW) {
         PyObject *factory = state_field(self, cursor_state_type,
@@ -1913,7 +1993,8 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
             (PyTuple_GET_SIZE(state) > 0) ||
         (form == FORM_OUTPUT && required < 1) ||
         (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2)) ||
-        (form == FORM_CLOSE && (required || PyTuple_GET_SIZE(defaults) || variadic))) {
+        (form == FORM_CLOSE && (required || PyTuple_GET_SIZE(defaults) || variadic)) ||
+        (form == FORM_TIMEOUT && (required != 1 || PyTuple_GET_SIZE(defaults) || variadic))) {
         PyErr_SetString(PyExc_ValueError, "this method cannot take that form");
         return NULL;
     }
@@ -1969,6 +2050,8 @@ static int method_traverse(BoundaryMethod *m, visitproc visit, void *arg) {
     Py_VISIT(m->state);
     Py_VISIT(m->real_type);
     Py_VISIT(m->real_method);
+    Py_VISIT(m->parts_type);
+    Py_VISIT(m->parts);
     return 0;
 }
 
@@ -1981,6 +2064,8 @@ static int method_clear(BoundaryMethod *m) {
     Py_CLEAR(m->state);
     Py_CLEAR(m->real_type);
     Py_CLEAR(m->real_method);
+    Py_CLEAR(m->parts_type);
+    Py_CLEAR(m->parts);
     return 0;
 }
 
@@ -2228,7 +2313,7 @@ static int add_constants(PyObject *module) {
         {"FORM_CALL", FORM_CALL}, {"FORM_ROW", FORM_ROW}, {"FORM_STATE", FORM_STATE},
         {"FORM_OUTPUT", FORM_OUTPUT}, {"FORM_RECV_INTO", FORM_RECV_INTO},
         {"FORM_FUNCTION", FORM_FUNCTION}, {"FORM_NEW", FORM_NEW}, {"FORM_CURSOR", FORM_CURSOR},
-        {"FORM_CLOSE", FORM_CLOSE},
+        {"FORM_CLOSE", FORM_CLOSE}, {"FORM_TIMEOUT", FORM_TIMEOUT},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
