@@ -275,21 +275,33 @@ static int encode(Scratch *s, PyObject *value, int depth, int lenient) {
  * written as their int too, as the lenient encode() writes them, and *enums set: the
  * encoding is then that key's fingerprint encoding (key_shape's SHAPE_ENUM), not a plain
  * one. */
-static int put_plain(Scratch *s, PyObject *value, int depth, int *enums) {
-    if (PyUnicode_CheckExact(value)) {
-        Py_ssize_t n = PyUnicode_GET_LENGTH(value);
-        if (!PyUnicode_IS_ASCII(value) || n >= BLOB_THRESHOLD) return DEFERRED;
-        if (scratch_reserve(s, 11 + n) < 0) return FAILED;
-        unsigned char *at = s->data + s->size;
-        *at++ = TAG_STR;
-        at = write_varint(at, (uint64_t)n);
-        copy_bytes(at, PyUnicode_1BYTE_DATA(value), (size_t)n);
-        s->size = at + n - s->data;
-        return ENCODED;
-    }
+static int put_plain(Scratch *s, PyObject *value, int depth, int *enums);
+
+/* put_plain of an ASCII str. */
+static inline int put_ascii(Scratch *s, PyObject *value) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (!PyUnicode_IS_ASCII(value) || n >= BLOB_THRESHOLD) return DEFERRED;
+    if (scratch_reserve(s, 11 + n) < 0) return FAILED;
+    unsigned char *at = s->data + s->size;
+    *at++ = TAG_STR;
+    at = write_varint(at, (uint64_t)n);
+    copy_bytes(at, PyUnicode_1BYTE_DATA(value), (size_t)n);
+    s->size = at + n - s->data;
+    return ENCODED;
+}
+
+/* put_plain of one item of a key: ints, strs and None, nearly all of them, in line. */
+static inline int put_plain_item(Scratch *s, PyObject *value, int depth, int *enums) {
     if (PyLong_CheckExact(value)) return put_int(s, value);
+    if (PyUnicode_CheckExact(value)) return put_ascii(s, value);
     if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
+    return put_plain(s, value, depth, enums);
+}
+
+static int put_plain(Scratch *s, PyObject *value, int depth, int *enums) {
     if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) {
+        if (PyLong_CheckExact(value) || PyUnicode_CheckExact(value) || value == Py_None)
+            return put_plain_item(s, value, depth, enums);
         if (enums == NULL || !is_int_enum(value)) return DEFERRED;
         *enums = 1;
         return put_int(s, value);
@@ -300,7 +312,7 @@ static int put_plain(Scratch *s, PyObject *value, int depth, int *enums) {
     *at++ = TAG_TUPLE;
     s->size = write_varint(at, (uint64_t)n) - s->data;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int status = put_plain(s, PyTuple_GET_ITEM(value, i), depth + 1, enums);
+        int status = put_plain_item(s, PyTuple_GET_ITEM(value, i), depth + 1, enums);
         if (status != ENCODED) return status;
     }
     return ENCODED;
@@ -376,9 +388,9 @@ static int put_plain_parts(Scratch *s, const Key *key, int *enums) {
     unsigned char *at = s->data + s->size;
     *at++ = TAG_TUPLE;
     s->size = write_varint(at, (uint64_t)(first + key->n)) - s->data;
-    int status = first ? put_plain(s, key->head, 2, enums) : ENCODED;
+    int status = first ? put_plain_item(s, key->head, 2, enums) : ENCODED;
     for (Py_ssize_t i = 0; status == ENCODED && i < key->n; i++)
-        status = put_plain(s, key->items[i], 2, enums);
+        status = put_plain_item(s, key->items[i], 2, enums);
     return status;
 }
 
@@ -695,38 +707,42 @@ static int start_record(CallPath *self, PyObject *name, Key *key) {
     }
     PyObject *head = callee_head(self, name);
     if (head == NULL) return -1;
-    self->scratch.size = 0;
-    self->callee_size = PyBytes_GET_SIZE(head);
+    Scratch *s = &self->scratch;
+    Py_ssize_t at = PyBytes_GET_SIZE(head); /* where the digest or the material goes */
+    s->size = 0;
+    self->callee_size = at;
     self->pending = 0;
-    if (put_bytes(&self->scratch, PyBytes_AS_STRING(head), self->callee_size) < 0) return -1;
+    if (scratch_reserve(s, at + 2) < 0) return -1; /* and two bytes for the material's start */
+    copy_bytes(s->data, (const unsigned char *)PyBytes_AS_STRING(head), (size_t)at);
+    s->size = at;
     PyObject *obj = key->object;
     int parts = obj == NULL;
     if ((parts && key->head == NULL && key->n == 0) || obj == Py_None ||
         (!parts && PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 0))
-        return put_bytes(&self->scratch, empty_digest, ARGS_DIGEST_SIZE);
+        return put_bytes(s, empty_digest, ARGS_DIGEST_SIZE);
     if (!parts && !PyTuple_CheckExact(obj)) return put_digest(self, obj);
     /* The material goes after one byte for its length (end_material). */
-    Py_ssize_t at = self->scratch.size;
-    if (put_byte(&self->scratch, 0) < 0 || put_byte(&self->scratch, MATERIAL_PLAIN) < 0)
-        return -1;
+    s->data[at] = 0;
+    s->data[at + 1] = MATERIAL_PLAIN;
+    s->size = at + 2;
     /* put_plain writes an enum key's fingerprint encoding as the lenient encode() below
      * would, when put_plain can write the rest of that key. */
     int enums = 0;
-    int written = parts ? put_plain_parts(&self->scratch, key, &enums)
-                        : put_plain(&self->scratch, obj, 1, &enums);
+    int written = parts ? put_plain_parts(s, key, &enums)
+                        : put_plain(s, obj, 1, &enums);
     if (written == ENCODED) {
-        if (enums) self->scratch.data[at + 1] = MATERIAL_ENUM;
+        if (enums) s->data[at + 1] = MATERIAL_ENUM;
         return end_material(self, at);
     }
     if (written == FAILED || (obj = key_object(key)) == NULL) return -1;
-    self->scratch.size = at; /* not plain: an enum key's material, or the digest */
+    s->size = at; /* not plain: an enum key's material, or the digest */
     if (key_shape(obj, KEY_DEPTH) == SHAPE_ENUM) {
-        if (put_byte(&self->scratch, 0) < 0 || put_byte(&self->scratch, MATERIAL_ENUM) < 0)
+        if (put_byte(s, 0) < 0 || put_byte(s, MATERIAL_ENUM) < 0)
             return -1;
-        written = encode(&self->scratch, obj, 0, 1);
+        written = encode(s, obj, 0, 1);
         if (written == ENCODED) return end_material(self, at);
         if (written == FAILED) return -1;
-        self->scratch.size = at;
+        s->size = at;
     }
     return put_digest(self, obj);
 }
@@ -1147,6 +1163,28 @@ static inline PyObject *call_real(PyObject *method, PyObject **stack, Py_ssize_t
         size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
         return PyObject_VectorcallMethod(method, stack + 1, nargsf, NULL);
     }
+    if (method != NULL && Py_IS_TYPE(method, &PyMethodDescr_Type)) {
+        /* A C method found by method_of on obj's type (so obj is one that it takes), called
+         * straight, as its vectorcall (descrobject.c) would call it after its checks. */
+        PyMethodDef *def = ((PyMethodDescrObject *)method)->d_method;
+        PyObject *obj = stack[1];
+        switch (def->ml_flags & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O |
+                                 METH_KEYWORDS | METH_METHOD)) {
+        case METH_NOARGS:
+            if (count == 1) return def->ml_meth(obj, NULL);
+            break;
+        case METH_O:
+            if (count == 2) return def->ml_meth(obj, stack[2]);
+            break;
+        case METH_FASTCALL:
+            return ((_PyCFunctionFast)(void (*)(void))def->ml_meth)(obj, stack + 2, count - 1);
+        case METH_FASTCALL | METH_KEYWORDS:
+            return ((_PyCFunctionFastWithKeywords)(void (*)(void))def->ml_meth)(obj, stack + 2,
+                                                                               count - 1, NULL);
+        default: /* METH_VARARGS builds its tuple: its vectorcall, as for any other method */
+            break;
+        }
+    }
     if (method != NULL) /* the method itself, unbound: called with obj first */
         return PyObject_Vectorcall(method, stack + 1, (size_t)count, NULL);
     /* stack[1] is a function to call with the rest */
@@ -1308,6 +1346,7 @@ typedef struct {
     PyObject *defaults; /* of the trailing positional parameters */
     PyObject *state;    /* FORM_STATE: the attribute names; FORM_NEW: the describing functions */
     Py_ssize_t required, maximum; /* positional arguments after self; maximum -1: any number */
+    Py_ssize_t ndefaults;         /* the size of `defaults`, read without touching it */
     int form, guard;              /* guard: only while self._fd >= 0 (a socket not closed) */
     PyObject *real_type, *real_method; /* `method` as looked up on the real object's type */
     PyObject *parts_type, *parts;      /* FORM_STATE: `state` as looked up on that type */
@@ -1405,10 +1444,12 @@ static PyType_Spec proxy_spec = {
 };
 
 /* Whether self's type is `type` or a subtype: the proxy classes have their state class as
- * their first base (proxy_bases in _runtime.py), which is checked before the MRO is. */
+ * their first base (proxy_bases in _runtime.py), which is checked before the MRO is, and
+ * that class's base (SocketState's is ProxyState). */
 static inline int is_a(PyObject *self, PyTypeObject *type) {
-    PyTypeObject *own = Py_TYPE(self);
-    return own == type || own->tp_base == type || PyType_IsSubtype(own, type);
+    PyTypeObject *own = Py_TYPE(self), *base = own->tp_base;
+    return own == type || base == type || (base != NULL && base->tp_base == type) ||
+           PyType_IsSubtype(own, type);
 }
 
 /* CursorState is ProxyState and what sqlite3's Cursor proxy keeps that its twins read and
@@ -1631,6 +1672,8 @@ static PyObject *method_fallback(BoundaryMethod *m, PyObject *const *args, size_
 
 /* Whether self._fd is not a non-negative int: the Python method raises OSError then. */
 static int socket_closed(PyObject *self) {
+    PyObject *field = is_a(self, proxy_type) ? ((ProxyState *)self)->fd : NULL;
+    if (field != NULL && PyLong_CheckExact(field)) return Py_SIZE(field) < 0; /* its sign */
     int ok;
     long fd = int_attribute(self, proxy_type, offsetof(ProxyState, fd), s_fd, &ok);
     return !ok || fd < 0;
@@ -1663,8 +1706,10 @@ static PyObject *recv_into(BoundaryMethod *m, PyObject *key_oid, PyObject *real,
     if (size != NULL) {
         CallPath *rt = m->runtime;
         PyObject *method = method_of(m, real), *stack[5] = {NULL, real, buffer, size, flags};
+        /* recv_into(buffer) reads as much as (buffer, its size, 0) does, and parses less */
+        int whole = !wanted && PyLong_CheckExact(flags) && Py_SIZE(flags) == 0;
         rt->gate = 0; /* the caller checked that this call is recorded */
-        result = call_real(method, stack, 4);
+        result = call_real(method, stack, whole ? 2 : 4);
         rt->gate = rt->live;
         Py_ssize_t n = result != NULL ? PyLong_AsSsize_t(result) : -1;
         if (result == NULL) {
@@ -1865,7 +1910,7 @@ static PyObject *method_vectorcall(BoundaryMethod *m, PyObject *const *args, siz
         return NULL;
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), given = nargs - 1;
-    Py_ssize_t ndefaults = PyTuple_GET_SIZE(m->defaults);
+    Py_ssize_t ndefaults = m->ndefaults;
     int keywords = kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0;
     if (m->form == FORM_FUNCTION) {
         if (keywords || PyThread_get_thread_ident() != m->runtime->gate)
@@ -2030,7 +2075,8 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     m->defaults = Py_NewRef(defaults);
     m->state = Py_NewRef(state);
     m->required = required;
-    m->maximum = variadic ? -1 : required + PyTuple_GET_SIZE(defaults);
+    m->ndefaults = PyTuple_GET_SIZE(defaults);
+    m->maximum = variadic ? -1 : required + m->ndefaults;
     m->form = form;
     m->guard = guard;
     if (form == FORM_STATE) {
