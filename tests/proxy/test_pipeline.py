@@ -3,6 +3,7 @@ hands buffers over, and is never made to wait for the store or to see its failur
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from sealtrace.proxy import Identity, MemoryStore, SealedReader, SealedWriter, StorageError
-from sealtrace.proxy._pipeline import StreamPipeline
+from sealtrace.proxy._pipeline import NICE, StreamPipeline
 from sealtrace.proxy._runtime import IMPLEMENTATIONS, record_runtime
 from sealtrace.proxy._store import BytesLike
 from sealtrace.proxy._stream import META, parse_stream, stream_digest, stream_prefix
@@ -65,6 +66,33 @@ def test_records_are_hashed_sealed_and_stored_in_order(keys: KeyFiles) -> None:
     pipeline.end(lambda digest: b"END" + digest)
     assert pipeline.close(10) is None
     assert _open(store, keys.identity) == prefix + b"".join(parts) + b"END" + expected.digest()
+
+
+class _PriorityStore(MemoryStore):
+    """Notes the nice value of the thread that stores each object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nice: list[int] = []
+
+    def put(self, name: str, data: BytesLike) -> None:
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, 0))  # the calling thread's, on Linux
+        super().put(name, data)
+
+
+def test_the_thread_gives_the_cpu_to_the_application(keys: KeyFiles) -> None:
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    store = _PriorityStore()
+    pipeline = _pipeline(store, keys)
+    prefix = stream_prefix()
+    pipeline.send(bytearray(prefix + bytes(200_000)), len(prefix), flush=True)
+    pipeline.end(lambda digest: b"END" + digest)
+    assert pipeline.close(10) is None
+    lowered = min(own + NICE, 19)
+    assert pipeline.nice == lowered > own
+    assert len(store.nice) >= 3 and set(store.nice) == {lowered}  # header, segments, end
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own  # the application's thread keeps its own
+    assert _open(store, keys.identity).startswith(prefix + bytes(200_000))
 
 
 def test_a_store_that_hangs_never_blocks_the_application(keys: KeyFiles) -> None:
