@@ -12,11 +12,14 @@ valgrind's callgrind, in fresh processes, for:
 
 The recorder is started in-process (the embedding API, `start_recording`), so the process
 callgrind measures is the application itself. A figure is the instructions executed on the
-application's thread, (N requests - 0 requests) / N, so start-up and the end of the
-recording cancel out; the recorder's background thread (hashing, sealing, storing) is
-counted apart. A second table counts single operations (a socket made and closed, a
-sqlite3 INSERT ...), plain and recorded with the C path, to show where a request's added
-instructions go. Needs valgrind.
+application's thread inside a loop of N requests, after WARM_UP requests, divided by N:
+callgrind counts only while the loop's `functools.reduce` runs (--toggle-collect), so
+start-up, imports and the end of the recording stay out of it. (Counting whole runs, N
+requests less 0, moved the figure by several thousand between runs that differed only in
+their temporary directory's name.) The recorder's background thread (hashing, sealing,
+storing) is counted apart, over whole runs: (N requests - 0 requests) / N. A second table
+counts single operations (a socket made and closed, a sqlite3 INSERT ...), plain and
+recorded with the C path, to show where a request's added instructions go. Needs valgrind.
 
     python bench/record_instructions.py [--requests N] [--repeats N] [--json PATH]
 """
@@ -35,10 +38,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# The recorder started in-process, then bench/record_overhead.py's I/O workload as it is.
+# The recorder started in-process, then bench/record_overhead.py's I/O workload as it is, with
+# no requests of its own: LOOP makes them.
 PROLOGUE = r"""
 import os, sys
-mode, n, port, work = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+mode, requests, port, work = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if mode != "plain":
     os.environ["SEALTRACE_RECORDER"] = mode
     from pathlib import Path
@@ -46,8 +50,19 @@ if mode != "plain":
     pub, _ = write_keypair(Path(work) / "keys", "bench")
     if start_recording(str(pub), os.path.join(work, "recording"), app_roots=[work]) is None:
         raise SystemExit("the recorder did not start")
-sys.argv = [sys.argv[0], port, n, os.path.join(work, "hits.db")]
+sys.argv = [sys.argv[0], port, "0", os.path.join(work, "hits.db")]
 """
+
+# The requests: WARM_UP first (first connections, first statements), then the counted loop,
+# the only place where the application's thread calls functools.reduce.
+WARM_UP = 20
+LOOP = rf"""
+import functools
+for i in range({WARM_UP}):
+    request(i)
+functools.reduce(lambda _, i: request(i), range({WARM_UP}, {WARM_UP} + requests), None)
+"""
+COUNTED = ["--collect-atstart=no", "--toggle-collect=functools_reduce"]
 
 MODES = ("plain", "python", "native")
 
@@ -74,10 +89,12 @@ def _instructions(out: Path) -> dict[str, int]:
     return counts
 
 
-def _callgrind(script: Path, args: list[str], run: Path, env: dict[str, str]) -> dict[str, int]:
+def _callgrind(
+    script: Path, args: list[str], run: Path, env: dict[str, str], options: tuple[str, ...] = ()
+) -> dict[str, int]:
     run.mkdir()
     out = run / "callgrind.out"
-    command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
+    command = ["valgrind", "--tool=callgrind", "--separate-threads=yes", *options]
     command += [f"--callgrind-out-file={out}", sys.executable, str(script), *args]
     proc = subprocess.run(command, env=env, capture_output=True, cwd=run)
     if proc.returncode != 0:
@@ -87,12 +104,14 @@ def _callgrind(script: Path, args: list[str], run: Path, env: dict[str, str]) ->
 
 def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
     script = work / "workload.py"
-    script.write_text(PROLOGUE + TURNS + IO_WORKLOAD)
+    script.write_text(PROLOGUE + TURNS + IO_WORKLOAD + LOOP)
+    run = work / f"{mode}-loop"
+    loop = _callgrind(script, [mode, str(requests), port, str(run)], run, env, tuple(COUNTED))
+    main = loop["01"] / requests
     runs = {}
     for n in (0, requests):
         run = work / f"{mode}-{n}"
         runs[n] = _callgrind(script, [mode, str(n), port, str(run)], run, env)
-    main = (runs[requests]["01"] - runs[0]["01"]) / requests
     others = sum(v for k, v in runs[requests].items() if k != "01")
     others -= sum(v for k, v in runs[0].items() if k != "01")
     return {"app_thread_per_request": main, "other_threads_per_request": others / requests}
