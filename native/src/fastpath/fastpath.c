@@ -1097,6 +1097,20 @@ static PyObject *record_output(CallPath *self, PyObject *name, Key *key, PyObjec
     return result;
 }
 
+/* Whether looking a name up on instances of `type` always finds what _PyType_Lookup finds
+ * on the type: an immutable type (such as _socket.socket and sqlite3.Cursor) that looks
+ * attributes up the generic way, and whose instances have no dictionary to shadow it. */
+static inline int fixed_lookup(PyTypeObject *type) {
+    return PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) && type->tp_dictoffset == 0 &&
+           type->tp_getattro == PyObject_GenericGetAttr;
+}
+
+/* Whether `found` (what _PyType_Lookup found, or NULL) is a field or property of a C type. */
+static inline int is_field(PyObject *found) {
+    return found != NULL &&
+           (Py_IS_TYPE(found, &PyGetSetDescr_Type) || Py_IS_TYPE(found, &PyMemberDescr_Type));
+}
+
 /* What a part of obj is (parts_of): its attribute of that name (a str); the value of that
  * field or property of its C type (a member or getset descriptor, read straight from the
  * descriptor as its __get__ would); or what that function makes of it. */
@@ -1105,16 +1119,11 @@ static PyObject *part_of(PyObject *obj, PyObject *part) {
         /* A field of an immutable C type whose instances have no dictionary (the real
          * sqlite3 cursor's description ...): its descriptor, read as below. */
         PyTypeObject *type = Py_TYPE(obj);
-        PyObject *found = NULL;
-        if (PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) && type->tp_dictoffset == 0 &&
-            type->tp_getattro == PyObject_GenericGetAttr)
-            found = _PyType_Lookup(type, part); /* borrowed */
-        if (found == NULL ||
-            !(Py_IS_TYPE(found, &PyGetSetDescr_Type) || Py_IS_TYPE(found, &PyMemberDescr_Type)))
-            return PyObject_GetAttr(obj, part);
+        PyObject *found = fixed_lookup(type) ? _PyType_Lookup(type, part) : NULL; /* borrowed */
+        if (!is_field(found)) return PyObject_GetAttr(obj, part);
         part = found;
     }
-    if (Py_IS_TYPE(part, &PyGetSetDescr_Type) || Py_IS_TYPE(part, &PyMemberDescr_Type)) {
+    if (is_field(part)) {
         PyDescrObject *descr = (PyDescrObject *)part;
         if (!PyObject_TypeCheck(obj, descr->d_type))
             return Py_TYPE(part)->tp_descr_get(part, obj, (PyObject *)Py_TYPE(obj)); /* raises */
@@ -1620,15 +1629,12 @@ static long int_attribute(PyObject *self, PyTypeObject *state, size_t offset, Py
 
 /* What to call for real.<m->method>: the method descriptor found on real's type, kept for
  * the next call on an object of the same type; or the name, looked up on each call. Only
- * for a type that cannot change (an immutable type, such as _socket.socket and
- * sqlite3.Cursor) that looks attributes up the generic way, and whose instances have no
- * dictionary to shadow the method: the same lookup always finds the same descriptor. */
+ * for a type whose lookups cannot change (fixed_lookup): the same lookup always finds the
+ * same descriptor. */
 static PyObject *method_of(BoundaryMethod *m, PyObject *real) {
     PyTypeObject *type = Py_TYPE(real);
     if ((PyObject *)type == m->real_type) return m->real_method;
-    if (!PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) || type->tp_dictoffset != 0 ||
-        type->tp_getattro != PyObject_GenericGetAttr)
-        return m->method;
+    if (!fixed_lookup(type)) return m->method;
     PyObject *found = _PyType_Lookup(type, m->method); /* borrowed */
     if (found == NULL || !PyType_HasFeature(Py_TYPE(found), Py_TPFLAGS_METHOD_DESCRIPTOR))
         return m->method;
@@ -1643,15 +1649,12 @@ static PyObject *method_of(BoundaryMethod *m, PyObject *real) {
 static PyObject *state_parts(BoundaryMethod *m, PyObject *real) {
     PyTypeObject *type = Py_TYPE(real);
     if ((PyObject *)type == m->parts_type) return m->parts;
-    if (!PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE) || type->tp_dictoffset != 0 ||
-        type->tp_getattro != PyObject_GenericGetAttr)
-        return m->state;
+    if (!fixed_lookup(type)) return m->state;
     Py_ssize_t n = PyTuple_GET_SIZE(m->state);
     PyObject *parts = PyTuple_New(n);
     for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
         PyObject *found = _PyType_Lookup(type, PyTuple_GET_ITEM(m->state, i)); /* borrowed */
-        if (found == NULL ||
-            !(Py_IS_TYPE(found, &PyGetSetDescr_Type) || Py_IS_TYPE(found, &PyMemberDescr_Type)))
+        if (!is_field(found))
             Py_CLEAR(parts);
         else
             PyTuple_SET_ITEM(parts, i, Py_NewRef(found));
@@ -2057,8 +2060,7 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     for (Py_ssize_t i = 0; form != FORM_CURSOR && i < PyTuple_GET_SIZE(state); i++) {
         PyObject *item = PyTuple_GET_ITEM(state, i);
-        int describes = PyCallable_Check(item) || Py_IS_TYPE(item, &PyGetSetDescr_Type) ||
-                        Py_IS_TYPE(item, &PyMemberDescr_Type);
+        int describes = PyCallable_Check(item) || is_field(item);
         if (form == FORM_NEW ? !describes : !PyUnicode_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "state must be names, or functions to describe");
             return NULL;
