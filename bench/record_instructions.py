@@ -62,7 +62,7 @@ for i in range({WARM_UP}):
     request(i)
 functools.reduce(lambda _, i: request(i), range({WARM_UP}, {WARM_UP} + requests), None)
 """
-COUNTED = ["--collect-atstart=no", "--toggle-collect=functools_reduce"]
+COUNTED = ("--collect-atstart=no", "--toggle-collect=functools_reduce")
 
 MODES = ("plain", "python", "native")
 
@@ -106,7 +106,7 @@ def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]
     script = work / "workload.py"
     script.write_text(PROLOGUE + TURNS + IO_WORKLOAD + LOOP)
     run = work / f"{mode}-loop"
-    loop = _callgrind(script, [mode, str(requests), port, str(run)], run, env, tuple(COUNTED))
+    loop = _callgrind(script, [mode, str(requests), port, str(run)], run, env, COUNTED)
     main = loop["01"] / requests
     runs = {}
     for n in (0, requests):

@@ -1645,23 +1645,25 @@ static PyObject *method_of(BoundaryMethod *m, PyObject *real) {
 
 /* The parts to read from `real` after a FORM_STATE call (parts_of): the field and property
  * descriptors that part_of finds for m->state's names on real's type, kept for the next call
- * on an object of the same type, under method_of's conditions; or the names themselves. */
+ * on an object of the same type, under method_of's conditions; or the names themselves (kept
+ * too, for a type where one of them is not a field). */
 static PyObject *state_parts(BoundaryMethod *m, PyObject *real) {
     PyTypeObject *type = Py_TYPE(real);
     if ((PyObject *)type == m->parts_type) return m->parts;
     if (!fixed_lookup(type)) return m->state;
     Py_ssize_t n = PyTuple_GET_SIZE(m->state);
     PyObject *parts = PyTuple_New(n);
-    for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
-        PyObject *found = _PyType_Lookup(type, PyTuple_GET_ITEM(m->state, i)); /* borrowed */
-        if (!is_field(found))
-            Py_CLEAR(parts);
-        else
-            PyTuple_SET_ITEM(parts, i, Py_NewRef(found));
-    }
     if (parts == NULL) {
-        PyErr_Clear(); /* a name that is not a field: looked up on every call */
+        PyErr_Clear(); /* the names do as well, looked up on every call */
         return m->state;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *found = _PyType_Lookup(type, PyTuple_GET_ITEM(m->state, i)); /* borrowed */
+        if (!is_field(found)) {
+            Py_SETREF(parts, Py_NewRef(m->state)); /* part_of looks each name up */
+            break;
+        }
+        PyTuple_SET_ITEM(parts, i, Py_NewRef(found));
     }
     Py_XSETREF(m->parts_type, Py_NewRef((PyObject *)type));
     Py_XSETREF(m->parts, parts);
