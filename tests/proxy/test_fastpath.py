@@ -345,6 +345,19 @@ def test_a_long_stream_is_handed_over_in_buffers_and_finished_alike() -> None:
     assert streams["native"] == streams["python"]
 
 
+def test_callee_names_past_the_cache_and_made_anew_for_each_call_keep_their_heads() -> None:
+    # A twin passes the same str on every call; a Python adapter may build its name anew for
+    # each. More distinct names than the C path's cache of heads holds (HEAD_CACHE / 2), new
+    # objects for equal names, and two hot names in between: every call keeps its callee.
+    calls: list[tuple[str, Any, Any, Any]] = []
+    for i in range(300):
+        calls.append(("call", ("socket.recv", "sqlite3.Cursor.execute")[i % 2], (i,), i))
+        calls.append(("call", "".join(["callee.", str(i % 150)]), (i,), None))
+    native = _record("native", calls)
+    assert native == _record("python", calls)
+    assert len(parse_stream(native).events) == 600
+
+
 def test_pending_digests_are_made_on_the_pipelines_side_only() -> None:
     out = _Out()
     rt = record_runtime(out, implementation="native")

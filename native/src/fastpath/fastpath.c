@@ -47,7 +47,8 @@ enum {
 #define RECENT_REPR_MAX 256
 #define MAX_DEPTH 200
 #define KEY_DEPTH 3
-#define HEAD_CACHE 64
+#define HEAD_BITS 7
+#define HEAD_CACHE (1 << HEAD_BITS) /* at most half of it is filled */
 /* Bytes this long are copied into the record buffer straight from their object. */
 #define LONG_PAYLOAD 256
 
@@ -553,8 +554,11 @@ typedef struct {
     Py_ssize_t repr_at, repr_size; /* where a pending key's material is in the record */
     int pending;            /* the record carries its key's repr, not yet its digest */
     /* Callee heads by the identity of the name object (a twin's name is always the same
-     * str), with strong references; filled from `head_of`, the _heads they came from. */
+     * str), with strong references; filled from `head_of`, the _heads they came from. An
+     * open-addressed table: a direct-mapped one let two hot names that shared a slot evict
+     * each other on every call (half the calls of a request, with some addresses). */
     PyObject *head_of;
+    int head_count;
     PyObject *head_names[HEAD_CACHE], *head_values[HEAD_CACHE];
 } CallPath;
 
@@ -599,6 +603,7 @@ static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
 
 static COLD void forget_heads(CallPath *self) {
     Py_CLEAR(self->head_of);
+    self->head_count = 0;
     for (int i = 0; i < HEAD_CACHE; i++) {
         Py_CLEAR(self->head_names[i]);
         Py_CLEAR(self->head_values[i]);
@@ -641,16 +646,25 @@ static COLD PyObject *key_digest(CallPath *self, PyObject *key) {
     return digest;
 }
 
+/* Where the cache looks for `name` first (Fibonacci hashing of its address). */
+static inline size_t head_slot(PyObject *name) {
+    return (size_t)((((uint64_t)(uintptr_t)name >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >>
+                    (64 - HEAD_BITS));
+}
+
 /* The callee's head (its index, encoded) for `name`, borrowed: from the cache, else from
  * _heads, else made by _callee (which adds it to _heads). _heads only grows, and a name's
- * head never changes; the cache starts afresh if _heads is replaced. */
+ * head never changes; the cache starts afresh if _heads is replaced, or when half full (a
+ * program whose names are made anew for each call). */
 static PyObject *callee_head(CallPath *self, PyObject *name) {
     if (self->head_of != self->heads) {
         forget_heads(self);
         self->head_of = Py_NewRef(self->heads);
     }
-    size_t slot = ((uintptr_t)name >> 4) % HEAD_CACHE;
-    if (self->head_names[slot] == name) return self->head_values[slot];
+    size_t slot = head_slot(name);
+    for (PyObject *held; (held = self->head_names[slot]) != NULL;
+         slot = (slot + 1) & (HEAD_CACHE - 1))
+        if (held == name) return self->head_values[slot];
     PyObject *head = PyDict_GetItemWithError(self->heads, name);
     if (head != NULL) {
         Py_INCREF(head);
@@ -664,7 +678,19 @@ static PyObject *callee_head(CallPath *self, PyObject *name) {
         PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
         return NULL;
     }
-    Py_XSETREF(self->head_names[slot], Py_NewRef(name));
+    if (self->head_count >= HEAD_CACHE / 2) {
+        PyObject *of = Py_XNewRef(self->head_of);
+        forget_heads(self);
+        self->head_of = of;
+    }
+    /* Found again: _callee ran Python, which may have filled the table meanwhile. */
+    for (slot = head_slot(name); self->head_names[slot] != NULL && self->head_names[slot] != name;
+         slot = (slot + 1) & (HEAD_CACHE - 1)) {
+    }
+    if (self->head_names[slot] == NULL) {
+        self->head_names[slot] = Py_NewRef(name);
+        self->head_count += 1;
+    }
     Py_XSETREF(self->head_values[slot], head);
     return head;
 }
