@@ -16,10 +16,12 @@ application's thread inside a loop of N requests, after WARM_UP requests, divide
 callgrind counts only while the loop's `functools.reduce` runs (--toggle-collect), so
 start-up, imports and the end of the recording stay out of it. (Counting whole runs, N
 requests less 0, moved the figure by several thousand between runs that differed only in
-their temporary directory's name.) The recorder's background thread (hashing, sealing,
-storing) is counted apart, over whole runs: (N requests - 0 requests) / N. A second table
-counts single operations (a socket made and closed, a sqlite3 INSERT ...), plain and
-recorded with the C path, to show where a request's added instructions go. Needs valgrind.
+their temporary directory's name.) Even so, the same loop in another process can differ
+by a few thousand a request, so the figure is the median of LOOP_RUNS processes. The
+recorder's background thread (hashing, sealing, storing) is counted apart, over whole runs:
+(N requests - 0 requests) / N. A second table counts single operations (a socket made and
+closed, a sqlite3 INSERT ...), plain and recorded with the C path, to show where a
+request's added instructions go. Needs valgrind.
 
     python bench/record_instructions.py [--requests N] [--repeats N] [--json PATH]
 """
@@ -32,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +66,9 @@ for i in range({WARM_UP}):
 functools.reduce(lambda _, i: request(i), range({WARM_UP}, {WARM_UP} + requests), None)
 """
 COUNTED = ("--collect-atstart=no", "--toggle-collect=functools_reduce")
+# Fresh processes whose loops are counted, the median taken: the same loop in another
+# process, whose objects lie at other addresses, has differed by up to 1 % (4k a request).
+LOOP_RUNS = 3
 
 MODES = ("plain", "python", "native")
 
@@ -105,9 +111,11 @@ def _callgrind(
 def measure(mode: str, requests: int, port: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
     script = work / "workload.py"
     script.write_text(PROLOGUE + TURNS + IO_WORKLOAD + LOOP)
-    run = work / f"{mode}-loop"
-    loop = _callgrind(script, [mode, str(requests), port, str(run)], run, env, COUNTED)
-    main = loop["01"] / requests
+    loops = []
+    for index in range(LOOP_RUNS):
+        run = work / f"{mode}-loop-{index}"
+        loops.append(_callgrind(script, [mode, str(requests), port, str(run)], run, env, COUNTED))
+    main = statistics.median(loop["01"] for loop in loops) / requests
     runs = {}
     for n in (0, requests):
         run = work / f"{mode}-{n}"
