@@ -601,8 +601,8 @@ static int callpath_traverse(CallPath *self, visitproc visit, void *arg) {
     return 0;
 }
 
+/* Empties the cache of heads (not head_of, which says where they came from). */
 static COLD void forget_heads(CallPath *self) {
-    Py_CLEAR(self->head_of);
     self->head_count = 0;
     for (int i = 0; i < HEAD_CACHE; i++) {
         Py_CLEAR(self->head_names[i]);
@@ -615,6 +615,7 @@ static int callpath_clear(CallPath *self) {
     Py_CLEAR(self->heads);
     Py_CLEAR(self->recent);
     Py_CLEAR(self->recent_enum);
+    Py_CLEAR(self->head_of);
     forget_heads(self);
     return 0;
 }
@@ -646,10 +647,14 @@ static COLD PyObject *key_digest(CallPath *self, PyObject *key) {
     return digest;
 }
 
-/* Where the cache looks for `name` first (Fibonacci hashing of its address). */
-static inline size_t head_slot(PyObject *name) {
-    return (size_t)((((uint64_t)(uintptr_t)name >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >>
-                    (64 - HEAD_BITS));
+/* The cache's slot that holds `name`, or the empty one where it goes: from where Fibonacci
+ * hashing of its address points, on to the next empty slot. */
+static inline size_t head_slot(CallPath *self, PyObject *name) {
+    size_t slot = (size_t)((((uint64_t)(uintptr_t)name >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >>
+                           (64 - HEAD_BITS));
+    while (self->head_names[slot] != NULL && self->head_names[slot] != name)
+        slot = (slot + 1) & (HEAD_CACHE - 1);
+    return slot;
 }
 
 /* The callee's head (its index, encoded) for `name`, borrowed: from the cache, else from
@@ -659,12 +664,10 @@ static inline size_t head_slot(PyObject *name) {
 static PyObject *callee_head(CallPath *self, PyObject *name) {
     if (self->head_of != self->heads) {
         forget_heads(self);
-        self->head_of = Py_NewRef(self->heads);
+        Py_XSETREF(self->head_of, Py_NewRef(self->heads));
     }
-    size_t slot = head_slot(name);
-    for (PyObject *held; (held = self->head_names[slot]) != NULL;
-         slot = (slot + 1) & (HEAD_CACHE - 1))
-        if (held == name) return self->head_values[slot];
+    size_t slot = head_slot(self, name);
+    if (self->head_names[slot] == name) return self->head_values[slot];
     PyObject *head = PyDict_GetItemWithError(self->heads, name);
     if (head != NULL) {
         Py_INCREF(head);
@@ -678,15 +681,8 @@ static PyObject *callee_head(CallPath *self, PyObject *name) {
         PyErr_SetString(PyExc_TypeError, "a callee's head must be bytes");
         return NULL;
     }
-    if (self->head_count >= HEAD_CACHE / 2) {
-        PyObject *of = Py_XNewRef(self->head_of);
-        forget_heads(self);
-        self->head_of = of;
-    }
-    /* Found again: _callee ran Python, which may have filled the table meanwhile. */
-    for (slot = head_slot(name); self->head_names[slot] != NULL && self->head_names[slot] != name;
-         slot = (slot + 1) & (HEAD_CACHE - 1)) {
-    }
+    if (self->head_count >= HEAD_CACHE / 2) forget_heads(self);
+    slot = head_slot(self, name); /* again: _callee ran Python, which may have filled it */
     if (self->head_names[slot] == NULL) {
         self->head_names[slot] = Py_NewRef(name);
         self->head_count += 1;
