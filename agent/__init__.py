@@ -1,9 +1,17 @@
-"""sealtrace.agent: the agent's side of a sandbox session.
+"""sealtrace.agent: the disposable worker that replays one recording in the sandbox.
 
-Built so far: the client that runs the replay runner in a hardened rootless Podman container
-(or as a local child process), streams the recording in, checks every frame and rebuilds the
-answers (`_sandbox`, `_podman`, `_dictionary`). The disposable one-session Celery worker
-around it comes with the platform issue.
+`sealtrace agent` (`_worker`) is a Celery worker that serves exactly one session: it makes an
+X25519 key pair at boot, registers with the server (`_server`), takes the one assignment on
+its own queue, and exits. Serving it (`_serving`) means opening the recording key the server
+sealed to it (`_contracts`), reading the recording into memory, and driving the sandbox.
+
+The sandbox client (`_sandbox`) runs the replay runner in a hardened rootless Podman
+container (`_podman`; `_local` finds the Podman service and image on this machine, for
+`--sandbox`) or as a local child process, streams the recording in, checks every frame and
+rebuilds the answers, showing strings only when a keyed digest matches a value it holds
+(`_dictionary`). `sealtrace sandbox build-image` is in `cli`. The agent must never trust
+anything the runner sends past the first bad frame, and never write the plaintext or the key
+anywhere.
 """
 
 __all__: list[str] = []

@@ -1,10 +1,16 @@
-"""sealtrace.server: the central server (issue 6, under way).
+"""sealtrace.server: the central server, the only part that can recover a recording key.
 
-Built: settings (`_settings`), the database and its migrations (`_db`, `_models`,
+It holds runs' private keys, wrapped by KMS, and decides who may open what: settings
+(`_settings`), the database, its models and Alembic migrations (`_db`, `_models`,
 `migrations/`), passwords, scoped API tokens and the role table (`_auth`), the hash-chained
-audit log (`_audit`), the KMS key service (`_keys`), and the v1 API (`_app`, `_deps`,
-`_routes`) run by `sealtrace server serve`. Not yet: agents, sessions, the console and MCP.
-Nothing imports this package; it imports the agent's contracts, the sandbox and the proxy.
+audit log (`_audit`), the KMS key service that mints, leases and re-seals run keys
+(`_keys`), sessions that assign a run to one disposable agent (`_sessions`) and relay its
+questions and answers in memory (`_relay`), and the v1 API (`_app`, `_deps`, `_routes`,
+`_session_routes`), run and administered by `sealtrace server` (`cli`). It must never store
+or log a recording key in the clear or an answer. Not built: the web console, the MCP
+endpoint, and serving from several processes.
+
+Nothing imports this package; it imports the agent's contracts and the proxy.
 """
 
 from typing import Any
