@@ -1,9 +1,9 @@
 """The `sealtrace` command line.
 
-Errors are one line on stderr and an exit code from DESIGN.md (0 ok, 2 usage, 3 divergence,
-4 integrity, 5 sandbox; 1 for an unreachable or failing store). A user mistake never prints a
-traceback; set SEALTRACE_DEBUG=1 to see one for an unexpected failure. Plaintext goes to
-stdout, never to a file unless --output names one.
+Errors are one line on stderr and an exit code from docs/architecture.md (0 ok, 2 usage,
+3 divergence, 4 integrity, 5 sandbox; 1 for an unreachable or failing store). A user mistake
+never prints a traceback; set SEALTRACE_DEBUG=1 to see one for an unexpected failure.
+Plaintext goes to stdout, never to a file unless --output names one.
 """
 
 from __future__ import annotations

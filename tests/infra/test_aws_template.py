@@ -1,4 +1,4 @@
-"""The AWS template (infra/aws/sealtrace.yaml) says what DESIGN.md promises: recordings
+"""The AWS template (infra/aws/sealtrace.yaml) says what docs/architecture.md promises: recordings
 written once and never deleted, production writes but never reads, agents read recordings
 and nothing else, and only the server uses the run-key KMS key, only for run keys."""
 

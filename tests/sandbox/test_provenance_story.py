@@ -1,5 +1,5 @@
-"""The £0.00 story (seed 000): the checkout job is recorded serving one order, its inputs are
-taken away, and provenance walks from the wrong total back to the promotions read.
+"""The £0.00 story (examples/pricing): the checkout job is recorded serving one order, its
+inputs are taken away, and provenance walks from the wrong total back to the promotions read.
 
 Also the query commands' contracts: the --json schema of `trace`, `flows` from an event and
 from a value, `inspect-stack`, and one clear error with its exit code for every bad question.
