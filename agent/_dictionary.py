@@ -18,7 +18,7 @@ from typing import Any
 
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._stream import ParsedStream
-from sealtrace.sandbox._provenance import canonical_bytes, keyed_digest, summarize
+from sealtrace.sandbox import canonical_bytes, keyed_digest, summarize
 
 __all__ = ["Dictionary"]
 

@@ -24,7 +24,7 @@ from typing import Any
 from sealtrace.proxy._stream import ParsedStream
 
 from ._podman import PodmanTransport, sweep_containers
-from ._sandbox import SandboxError, SandboxSession, sweep_session_directories
+from ._sandbox import SandboxClient, SandboxError, sweep_session_directories
 
 __all__ = ["open_sandbox", "podman_client", "sandbox_opener", "sandbox_user", "serve_podman"]
 
@@ -89,32 +89,29 @@ def podman_client() -> Any:
     return client
 
 
-def sandbox_opener() -> Callable[..., SandboxSession]:
+def sandbox_opener() -> Callable[..., SandboxClient]:
     """Find the Podman service and the replay image once (building the image if missing):
     an agent does this at boot, before it offers itself, so no session waits for it.
     Returns open_sandbox with those settled."""
-    from sealtrace.sandbox._errors import ReplayEnvironmentError
-    from sealtrace.sandbox._image import build_image, image_problem
+    from sealtrace.sandbox import ReplayEnvironmentError, build_image, image_problem
 
     client = podman_client()
     user = sandbox_user()
     image = os.environ.get("SEALTRACE_REPLAY_IMAGE") or build_image(client)
 
-    def opener(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxSession:
+    def opener(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:
         sweep_containers(client)  # what agents killed mid-session left behind
         sweep_session_directories()
         problem = image_problem(client, image, parsed.meta)
         if problem is not None:
             raise ReplayEnvironmentError(problem)
         transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
-        return SandboxSession(data, parsed, transport, receipt_only=receipt_only)
+        return SandboxClient(data, parsed, transport, receipt_only=receipt_only)
 
     return opener
 
 
-def open_sandbox(
-    data: bytes, parsed: ParsedStream, *, receipt_only: bool = False
-) -> SandboxSession:
+def open_sandbox(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:
     """A session on `data` in a fresh hardened container (the image is built if missing);
     receipt_only: for `replay --sandbox`, no engine."""
     return sandbox_opener()(data, parsed, receipt_only=receipt_only)

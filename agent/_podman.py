@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sealtrace.sandbox._checkpoints import process_alive
-from sealtrace.sandbox._image import TMP_LABEL
+from sealtrace.sandbox import TMP_LABEL, process_alive
 
 from ._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
 

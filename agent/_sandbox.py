@@ -20,17 +20,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, cast
 
 from sealtrace.proxy import SealtraceError
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._stream import ParsedStream
-from sealtrace.sandbox._checkpoints import process_alive
-from sealtrace.sandbox._errors import DivergenceError, QueryError, ReplayEnvironmentError
-from sealtrace.sandbox._protocol import (
+from sealtrace.sandbox import (
+    ARGV_TAG,
+    ENV_TAG,
+    DivergenceError,
+    QueryError,
+    ReplayEnvironmentError,
+    describe_event,
+    output_preview,
+    process_alive,
+)
+from sealtrace.sandbox.protocol import (
     FRAME_SIZE,
     NO_SOURCE,
-    At,
     DivergenceFlags,
     ErrorCode,
     Frame,
@@ -39,22 +46,30 @@ from sealtrace.sandbox._protocol import (
     Op,
     Origin,
     ReplayStatus,
+    Stop,
     encode,
+    request_for,
+    sources_of,
 )
-from sealtrace.sandbox._provenance import ARGV_TAG, ENV_TAG
-from sealtrace.sandbox._queries import At as AtSpec
-from sealtrace.sandbox._queries import parse_at, parse_from, resolve_source
-from sealtrace.sandbox._replay import describe_event, output_preview
-from sealtrace.sandbox._session import Receipt
-from sealtrace.sandbox.runner import sources_of
+from sealtrace.sandbox.questions import (
+    Flows,
+    FlowsAnswer,
+    InspectStack,
+    Question,
+    ReceiptAnswer,
+    Replay,
+    StackAnswer,
+    Trace,
+    TraceAnswer,
+)
 
 from ._dictionary import Dictionary
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "LocalTransport",
+    "SandboxClient",
     "SandboxError",
-    "SandboxSession",
     "Transport",
     "session_directory",
     "sweep_session_directories",
@@ -144,8 +159,9 @@ class LocalTransport:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class SandboxSession:
-    """One recording, served by one runner; every answer checked frame by frame."""
+class SandboxClient:
+    """One recording, served by one runner; every answer checked frame by frame: the
+    sandboxed `Answerer` of the question contract (sealtrace.sandbox.questions)."""
 
     def __init__(
         self,
@@ -158,7 +174,7 @@ class SandboxSession:
         checkpoint_every: int = 250_000,
         receipt_only: bool = False,
     ) -> None:
-        """A receipt-only session replays without the engine and answers only replay()."""
+        """A receipt-only client replays without the engine and answers only receipts."""
         self.parsed = parsed
         self.timeout = timeout
         self.transport = transport or LocalTransport()
@@ -168,7 +184,7 @@ class SandboxSession:
         self.dictionary = Dictionary(self.key, parsed)
         self.seq = 0
         self.closed = False
-        # Operand names for text output: frames carry none (see ProvenanceSession.last_nodes).
+        # Operand names for text output: frames carry none (see Inquiry.last_nodes).
         self.last_nodes: dict[int, dict[str, Any]] = {}
         fifo_in = self.transport.directory / "in"
         fifo_out = self.transport.directory / "out"
@@ -308,7 +324,7 @@ class SandboxSession:
                     os.close(fd)
         self.transport.kill()
 
-    def __enter__(self) -> SandboxSession:
+    def __enter__(self) -> SandboxClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -316,22 +332,12 @@ class SandboxSession:
 
     # -- questions ------------------------------------------------------------------------
 
-    def _where(self, at: AtSpec) -> dict[str, Any]:
-        if at.special == "crash":
-            return {"e": At.CRASH}
-        if at.special == "end":
-            return {"e": At.END}
-        if at.counter is not None:
-            return {"e": At.COUNTER, "a": at.counter}
-        assert at.file is not None and at.line is not None
-        path = resolve_source(at.file, self.sources)
-        if path not in self.sources:
-            raise QueryError(f"{at.file} is not a recorded source file")
-        return {"e": At.LINE, "c": self.sources.index(path), "d": at.line, "ival": at.hit}
+    def _ask_question(self, question: Question) -> list[Frame]:
+        return self._ask(*request_for(question, self.sources))
 
-    def trace(self, at: AtSpec, expr: str, depth: int = 6) -> dict[str, Any]:
-        text = expr.encode()
-        frames = self._ask(Frame(Op.TRACE, b=depth, f=len(text), **self._where(at)), text)
+    def trace(self, question: Trace) -> TraceAnswer:
+        frames = self._ask_question(question)
+        at, expr, depth = question.at, question.var, question.depth
         stop = frames[0]
         query_value = frames[1]
         nodes: dict[int, Frame] = {}
@@ -371,7 +377,7 @@ class SandboxSession:
 
         source = self.sources[stop.c] if stop.c != NO_SOURCE else None
         query = {
-            "at": at.text,
+            "at": at.strip(),
             "var": expr,
             "depth": depth,
             "stopped_at": {
@@ -385,7 +391,7 @@ class SandboxSession:
             "passes": stop.b,
             "truncated": bool(stop.e),
         }
-        return {"query": query, "root": tree(order[0], 0)}
+        return cast(TraceAnswer, {"query": query, "root": tree(order[0], 0)})
 
     def _value(self, fr: Frame | None) -> dict[str, Any]:
         if fr is None:
@@ -430,8 +436,8 @@ class SandboxSession:
             "inputs": [],
         }
 
-    def inspect_stack(self, at: AtSpec) -> dict[str, Any]:
-        frames = self._ask(Frame(Op.INSPECT, **self._where(at)))
+    def inspect_stack(self, question: InspectStack) -> StackAnswer:
+        frames = self._ask_question(question)
         stack: list[dict[str, Any]] = []
         counter = 0
         pending: tuple[str, int] | None = None
@@ -447,16 +453,12 @@ class SandboxSession:
                 name, tag = pending
                 stack[-1]["locals"].append({"name": name, "value": self._value(fr), "tag": tag})
                 pending = None
-        return {"query": {"at": at.text, "counter": counter}, "frames": stack}
+        return cast(StackAnswer, {"query": {"at": question.at.strip(), "counter": counter},
+                                  "frames": stack})  # fmt: skip
 
-    def flows(self, source: str) -> dict[str, Any]:
-        source = source.strip()
-        event, expr, where = parse_from(source)
-        text = expr.encode()
-        if event is not None:
-            request = Frame(Op.FLOWS, e=At.EVENT, b=event)
-        else:
-            request = Frame(Op.FLOWS, f=len(text), **self._where(parse_at(where)))
+    def flows(self, question: Flows) -> FlowsAnswer:
+        source = question.source.strip()
+        request, text = request_for(question, self.sources)
         frames = self._ask(request, text)
         locations = []
         outputs = []
@@ -476,20 +478,20 @@ class SandboxSession:
                 call = self.parsed.events[fr.b].callee if fr.b < len(self.parsed.events) else "?"
                 outputs.append({"event": fr.b, "call": call, "counter": fr.a})
         query: dict[str, Any] = {"from": source}
-        if request.e == At.EVENT:
+        if request.e == Stop.EVENT:
             callee = (
                 self.parsed.events[request.b].callee if request.b < len(self.parsed.events) else "?"
             )
             query["event"] = {"index": request.b, "call": callee}
         else:
             query.update(counter=0, value=None)  # the runner does not say what it found there
-        return {"query": query, "locations": locations, "outputs": outputs}
+        return cast(FlowsAnswer, {"query": query, "locations": locations, "outputs": outputs})
 
-    def replay(self) -> Receipt:
+    def replay(self, question: Replay) -> ReceiptAnswer:
         """Replay once in the sandbox: the same receipt `sealtrace replay` prints, with what
         only the program knows (its output's bytes, a call's arguments, a location outside
         the recorded sources) shown only where it matches the recording."""
-        frames = self._ask(Frame(Op.REPLAY))
+        frames = self._ask_question(question)
         by_op = {fr.op: fr for fr in frames}
         receipt = by_op.get(Op.RECEIPT)
         if receipt is None or len(by_op) != len(frames):
@@ -506,7 +508,8 @@ class SandboxSession:
                 self._fail("a diverged replay without its divergence")
             divergence = self._divergence(found, where)
         recorded_exit = parsed.exit.get("status") if parsed.exit else None
-        return Receipt(
+        return cast(
+            ReceiptAnswer,
             {
                 "status": {
                     ReplayStatus.BIT_EXACT: "bit-exact",
@@ -527,7 +530,7 @@ class SandboxSession:
                 "stop": parsed.stop,
                 "notes": [n for n in parsed.notes if n.get("detail") not in ("none", "")],
                 "seconds": receipt.fval,
-            }
+            },
         )
 
     def _divergence(self, fr: Frame, where: Frame) -> dict[str, Any]:

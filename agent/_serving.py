@@ -20,7 +20,8 @@ from typing import Any
 from sealtrace.proxy import SealedReader, SealtraceError, open_store
 from sealtrace.proxy._keys import Identity
 from sealtrace.proxy._stream import parse_stream
-from sealtrace.sandbox._queries import parse_at
+from sealtrace.sandbox import DivergenceError, QueryError
+from sealtrace.sandbox.questions import Answerer, ask, parse_question
 
 from ._contracts import open_session_key
 from ._server import ServerClient, ServerError
@@ -45,21 +46,12 @@ class Assignment:
         )
 
 
-def answer(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-    """One question for the sandbox session: {"document": …} or {"error", "status"}."""
-    from sealtrace.sandbox._errors import DivergenceError, QueryError
-
-    kind = request.get("kind")
+def answer(answerer: Answerer, request: dict[str, Any]) -> dict[str, Any]:
+    """One relayed question for the sandbox client: {"document": …} or {"error", "status"}.
+    The question's fields are the contract's (sealtrace.sandbox.questions): nothing here
+    names them."""
     try:
-        if kind == "trace":
-            document = session.trace(parse_at(str(request["at"])), str(request["var"]),
-                                     int(request.get("depth", 6)))  # fmt: skip
-        elif kind == "flows":
-            document = session.flows(str(request["from"]))
-        elif kind == "inspect-stack":
-            document = session.inspect_stack(parse_at(str(request["at"])))
-        else:
-            return {"error": f"unknown question {kind!r}", "status": 422}
+        document = ask(answerer, parse_question(request))
     except (QueryError, ValueError) as exc:
         return {"error": str(exc), "status": 422}
     except DivergenceError as exc:
@@ -72,13 +64,13 @@ def serve(
     identity: Identity,
     agent_id: str,
     server: ServerClient,
-    open_sandbox: Callable[[bytes, Any], Any],
+    open_sandbox: Callable[[bytes, Any], Answerer],
     *,
     idle_timeout: float = 900.0,
     poll: float = 20.0,
 ) -> str:
     """Serve the session to its end; returns how it ended ("closed", "idle", "failed")."""
-    session = None
+    client = None
     try:
         key = open_session_key(
             assignment.sealed_key,
@@ -90,7 +82,7 @@ def serve(
                               expected_run_id=assignment.run_id, recording_key=key)  # fmt: skip
         del key
         data = reader.read_all()
-        session = open_sandbox(data, parse_stream(data))
+        client = open_sandbox(data, parse_stream(data))
         del data
         server.state(agent_id, assignment.session_id, "ready")
         last = time.monotonic()
@@ -107,14 +99,14 @@ def serve(
                 return "closed"
             last = time.monotonic()
             server.answer(agent_id, assignment.session_id, int(message["id"]),
-                          answer(session, request))  # fmt: skip
+                          answer(client, request))  # fmt: skip
     except (SealtraceError, OSError, ValueError) as exc:
         with contextlib.suppress(ServerError):
             server.state(agent_id, assignment.session_id, "failed", _why(exc))
         return "failed"
     finally:
-        if session is not None:
-            session.close()
+        if client is not None:
+            client.close()
 
 
 def _why(exc: Exception) -> str:

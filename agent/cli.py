@@ -39,9 +39,8 @@ def build_image(
     import json
 
     from sealtrace.proxy import UsageError
-    from sealtrace.sandbox._distributions import RequirementsError, parse_requirements
-    from sealtrace.sandbox._image import MANIFEST_LABEL, plan_image
-    from sealtrace.sandbox._image import build_image as build
+    from sealtrace.sandbox import MANIFEST_LABEL, RequirementsError, parse_requirements, plan_image
+    from sealtrace.sandbox import build_image as build
 
     from ._local import podman_client
 

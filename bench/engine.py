@@ -161,9 +161,8 @@ def _jump(session: Any, tag: int) -> float:
 
 def jumps(sizes: list[int]) -> list[dict[str, Any]]:
     from sealtrace.proxy import Identity, write_keypair
-    from sealtrace.sandbox._checkpoints import CheckpointPolicy
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox import CheckpointPolicy, Inquiry, load_recording
+    from sealtrace.sandbox.questions import parse_at
 
     policy = CheckpointPolicy(interval=200_000, cap=128)
     rows = []
@@ -183,13 +182,13 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
                 check=True, capture_output=True, timeout=600,
             )  # fmt: skip
             data, parsed = load_recording(str(store), Identity.load(key))
-            session = ProvenanceSession(data, parsed)
+            session = Inquiry(data, parsed)
             start = time.perf_counter()
             located = session.locate(parse_at("end"), "answer")
             locate_s = time.perf_counter() - start
             tag = int(located["value"]["tag"])
             plain = _jump(session, tag)
-            with ProvenanceSession(data, parsed, checkpoints=policy) as checkpointed:
+            with Inquiry(data, parsed, checkpoints=policy) as checkpointed:
                 start = time.perf_counter()
                 checkpointed.survey()  # the one run that takes the checkpoints
                 setup_s = time.perf_counter() - start

@@ -93,7 +93,7 @@ from _machine import machine
 
 from sealtrace.proxy import Identity
 from sealtrace.proxy._keys import write_keypair
-from sealtrace.sandbox._session import load_recording
+from sealtrace.sandbox import load_recording
 
 TARGET_CALL_NS = 2000.0
 TARGET_IO = 0.03

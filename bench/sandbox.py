@@ -44,7 +44,7 @@ def _service() -> tuple[Any, Any, subprocess.Popen[bytes]]:
 
 def _record(work: Path, size: int) -> tuple[bytes, Any]:
     from sealtrace.proxy import Identity, write_keypair
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox import load_recording
 
     pub, key = write_keypair(work / f"keys-{size}", "bench")
     app = work / "app"
@@ -65,9 +65,8 @@ def _record(work: Path, size: int) -> tuple[bytes, Any]:
 
 def main() -> None:
     from sealtrace.agent._podman import PodmanTransport
-    from sealtrace.agent._sandbox import SandboxSession
-    from sealtrace.sandbox._image import build_image
-    from sealtrace.sandbox._queries import ProvenanceSession
+    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.sandbox import Inquiry, build_image
 
     quick = "--quick" in sys.argv
     repeats = 3 if quick else 10
@@ -82,13 +81,13 @@ def main() -> None:
             for _ in range(repeats):
                 transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
                 start = time.perf_counter()
-                with SandboxSession(data, parsed, transport) as box:
+                with SandboxClient(data, parsed, transport) as box:
                     box.stats()
                     starts.append(time.perf_counter() - start)
             local = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                ProvenanceSession(data, parsed).survey()
+                Inquiry(data, parsed).survey()
                 local.append(time.perf_counter() - start)
             rows.append(
                 {
@@ -99,9 +98,9 @@ def main() -> None:
             )
         transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
         data, parsed = _record(work, (1 << 20) + 1)  # its own keys and store
-        in_process = ProvenanceSession(data, parsed)
+        in_process = Inquiry(data, parsed)
         in_process.survey()
-        with SandboxSession(data, parsed, transport) as box:
+        with SandboxClient(data, parsed, transport) as box:
             box.stats()
             piped, direct = [], []
             for _ in range(200):

@@ -34,6 +34,8 @@ from typing import Any
 
 from _machine import machine
 
+from sealtrace.sandbox.questions import Trace
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results" / "session.json"
@@ -55,8 +57,7 @@ def _in_process(stack: Any, run_id: str) -> float:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
     from sealtrace.proxy import Identity
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox import Inquiry, load_recording
 
     with sqlite3.connect(stack.db) as conn:
         wrapped, tenant, store = conn.execute(
@@ -72,7 +73,7 @@ def _in_process(stack: Any, run_id: str) -> float:
     try:
         started = time.perf_counter()
         data, parsed = load_recording(store, identity)
-        ProvenanceSession(data, parsed).trace(parse_at(QUESTION["at"]), QUESTION["var"], 12)
+        Inquiry(data, parsed).trace(Trace(at=QUESTION["at"], var=QUESTION["var"], depth=12))
         return time.perf_counter() - started
     finally:
         for k, v in saved.items():

@@ -10,10 +10,100 @@ passes behind each question, `_checkpoints` for fork checkpoints, `_explain` for
 checked on planted root causes (`_validate`, `_ranking`, `validation/`).
 
 The sandbox side: the runner (`runner`) that the agent starts in a container, the fixed-frame
-pipe protocol it speaks (`_protocol`), its memory watch (`_memory`), and the offline replay
+pipe protocol it speaks (`protocol`, public), its memory watch (`_memory`), and the offline replay
 image (`_image`, `_distributions`). Errors and their exit codes are in `_errors`. From inside
 a container the runner must never emit anything but fixed-size frames, and this package
 never imports the agent: `--sandbox` finds it through an entry point.
 """
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._checkpoints import CheckpointPolicy, process_alive
+    from ._distributions import RequirementsError, parse_requirements
+    from ._errors import (
+        DivergenceError,
+        QueryError,
+        ReplayCrashedError,
+        ReplayEnvironmentError,
+        ValidationError,
+    )
+    from ._image import MANIFEST_LABEL, TMP_LABEL, build_image, image_problem, plan_image
+    from ._provenance import ARGV_TAG, ENV_TAG, canonical_bytes, keyed_digest, summarize
+    from ._queries import Inquiry
+    from ._replay import describe_event, output_preview
+    from ._session import Receipt, load_recording, raise_for, replay_location
+
+# The public names, each from the private module that holds it. Loaded on first use: the
+# runner and the replay process import this package and must not pay for what they don't use.
+_PUBLIC = {
+    # answering questions in-process (the contract is sealtrace.sandbox.questions)
+    "Inquiry": "_queries",
+    "CheckpointPolicy": "_checkpoints",
+    # replaying
+    "Receipt": "_session",
+    "load_recording": "_session",
+    "raise_for": "_session",
+    "replay_location": "_session",
+    "describe_event": "_replay",
+    "output_preview": "_replay",
+    "process_alive": "_checkpoints",
+    # values as the engine summarises and digests them (the agent matches its digests)
+    "ARGV_TAG": "_provenance",
+    "ENV_TAG": "_provenance",
+    "canonical_bytes": "_provenance",
+    "keyed_digest": "_provenance",
+    "summarize": "_provenance",
+    # the replay image
+    "MANIFEST_LABEL": "_image",
+    "TMP_LABEL": "_image",
+    "build_image": "_image",
+    "image_problem": "_image",
+    "plan_image": "_image",
+    "RequirementsError": "_distributions",
+    "parse_requirements": "_distributions",
+    # errors
+    "DivergenceError": "_errors",
+    "QueryError": "_errors",
+    "ReplayCrashedError": "_errors",
+    "ReplayEnvironmentError": "_errors",
+    "ValidationError": "_errors",
+}
+
+__all__ = [
+    "ARGV_TAG",
+    "ENV_TAG",
+    "MANIFEST_LABEL",
+    "TMP_LABEL",
+    "CheckpointPolicy",
+    "DivergenceError",
+    "Inquiry",
+    "QueryError",
+    "Receipt",
+    "ReplayCrashedError",
+    "ReplayEnvironmentError",
+    "RequirementsError",
+    "ValidationError",
+    "build_image",
+    "canonical_bytes",
+    "describe_event",
+    "image_problem",
+    "keyed_digest",
+    "load_recording",
+    "output_preview",
+    "parse_requirements",
+    "plan_image",
+    "process_alive",
+    "raise_for",
+    "replay_location",
+    "summarize",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

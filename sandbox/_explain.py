@@ -9,6 +9,7 @@ source lines that led there: the provenance jumps.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from sealtrace.proxy._stream import ParsedStream
@@ -43,7 +44,7 @@ class SourceLines:
         return path
 
 
-def _value(v: dict[str, Any] | None) -> str:
+def _value(v: Mapping[str, Any] | None) -> str:
     if not v:
         return "?"
     if v.get("repr") is not None:
@@ -51,7 +52,7 @@ def _value(v: dict[str, Any] | None) -> str:
     return f"<{v.get('type')} {str(v.get('digest', ''))[:12]}>"
 
 
-def _origin(origin: dict[str, Any] | None) -> str | None:
+def _origin(origin: Mapping[str, Any] | None) -> str | None:
     if not origin:
         return None
     kind = origin.get("kind")
@@ -66,7 +67,7 @@ def _origin(origin: dict[str, Any] | None) -> str | None:
     return "◉ Origin unknown (made by code the engine does not trace)"
 
 
-def _where(node: dict[str, Any], src: SourceLines) -> str:
+def _where(node: Mapping[str, Any], src: SourceLines) -> str:
     if not node.get("file"):
         return str(node.get("op"))
     return (
@@ -74,12 +75,12 @@ def _where(node: dict[str, Any], src: SourceLines) -> str:
     )
 
 
-def _is_constant_leaf(node: dict[str, Any]) -> bool:
+def _is_constant_leaf(node: Mapping[str, Any]) -> bool:
     origin = node.get("origin") or {}
     return origin.get("kind") == "constant" and not node.get("inputs")
 
 
-def render_trace(doc: dict[str, Any], nodes: dict[int, dict[str, Any]], src: SourceLines) -> str:
+def render_trace(doc: Mapping[str, Any], nodes: Mapping[int, Any], src: SourceLines) -> str:
     q = doc["query"]
     stop = q["stopped_at"]
     out = [
@@ -89,7 +90,7 @@ def render_trace(doc: dict[str, Any], nodes: dict[int, dict[str, Any]], src: Sou
         "",
     ]
 
-    def walk(node: dict[str, Any], prefix: str, last: bool) -> None:
+    def walk(node: Mapping[str, Any], prefix: str, last: bool) -> None:
         branch = "└─ " if last else "├─ "
         out.append(f"{prefix}{branch}{_where(node, src)}")
         inner = prefix + ("   " if last else "│  ")
@@ -122,14 +123,14 @@ def render_trace(doc: dict[str, Any], nodes: dict[int, dict[str, Any]], src: Sou
     return "\n".join(out)
 
 
-def _jumps(doc: dict[str, Any], src: SourceLines) -> list[tuple[list[str], str]]:
+def _jumps(doc: Mapping[str, Any], src: SourceLines) -> list[tuple[list[str], str]]:
     """For each non-constant origin reached: the distinct source lines from the symptom."""
     q = doc["query"]
     start = f"{src.short(q['stopped_at']['file'] or '?')}:{q['stopped_at']['line']}"
     found: list[tuple[list[str], str]] = []
     seen: set[tuple[str, ...]] = set()
 
-    def walk(node: dict[str, Any], chain: list[str]) -> None:
+    def walk(node: Mapping[str, Any], chain: list[str]) -> None:
         here = f"{src.short(node['file'])}:{node['line']}" if node.get("file") else node["op"]
         if chain[-1] != here:
             chain = [*chain, here]
@@ -151,7 +152,7 @@ def _jumps(doc: dict[str, Any], src: SourceLines) -> list[tuple[list[str], str]]
     return sorted(((c, label) for label, c in shortest.items()), key=lambda x: len(x[0]))
 
 
-def render_flows(doc: dict[str, Any], src: SourceLines) -> str:
+def render_flows(doc: Mapping[str, Any], src: SourceLines) -> str:
     q = doc["query"]
     if "event" in q:
         head = f"from event {q['event']['index']} ({q['event']['call']})"
@@ -175,7 +176,7 @@ def render_flows(doc: dict[str, Any], src: SourceLines) -> str:
     return "\n".join(out)
 
 
-def render_stack(doc: dict[str, Any], src: SourceLines) -> str:
+def render_stack(doc: Mapping[str, Any], src: SourceLines) -> str:
     out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})", ""]
     for frame in doc["frames"]:
         out.append(f"{src.short(frame['file'])}:{frame['line']} in {frame['function']}")

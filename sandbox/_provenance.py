@@ -147,7 +147,7 @@ def _clip(text: str | None) -> str | None:
 
 
 # Set for a sandboxed session: the agent's per-session key, so the runner's frames carry
-# digests only the agent can match (sealtrace.sandbox._protocol).
+# digests only the agent can match (sealtrace.sandbox.protocol).
 DIGEST_KEY: bytes | None = None
 _TAGS = {type(None): 1, bool: 2, int: 3, float: 4, str: 5, bytes: 6, list: 7, tuple: 8, dict: 9}
 

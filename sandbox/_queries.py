@@ -18,9 +18,7 @@ The JSON a `trace` returns is a public contract (docs/provenance.md):
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sealtrace.proxy._stream import ParsedStream
 
@@ -28,73 +26,27 @@ from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
 from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
 from ._session import Receipt, replay
+from .questions import (
+    At,
+    Flows,
+    FlowsAnswer,
+    InspectStack,
+    ReceiptAnswer,
+    Replay,
+    StackAnswer,
+    Trace,
+    TraceAnswer,
+    parse_at,
+    parse_from,
+    resolve_source,
+)
 
-__all__ = ["At", "ProvenanceSession", "parse_at", "parse_from", "resolve_source"]
-
-_AT = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?:#(?P<hit>\d+))?$")
-
-
-@dataclass(frozen=True)
-class At:
-    """Where a query stops: before a counter, a line's Nth execution, the crash or the end."""
-
-    text: str
-    counter: int | None = None
-    file: str | None = None
-    line: int | None = None
-    hit: int = 1
-    special: str | None = None
-
-
-def parse_at(text: str) -> At:
-    text = text.strip()
-    if text in ("crash", "end"):
-        return At(text, special=text)
-    if text.isdigit():
-        if int(text) < 1:
-            raise QueryError("instruction counters start at 1")
-        return At(text, counter=int(text))
-    m = _AT.match(text)
-    if m is None:
-        raise QueryError(f"--at {text!r}: expected FILE:LINE[#HIT], a counter, crash or end")
-    hit = int(m["hit"]) if m["hit"] else 1
-    if hit < 1:
-        raise QueryError(f"--at {text!r}: hits count from 1")
-    return At(text, file=m["file"], line=int(m["line"]), hit=hit)
+__all__ = ["Inquiry"]
 
 
-def resolve_source(name: str, files: list[str]) -> str:
-    """The recorded file `name` names: itself, or the one recorded path it is a suffix of; an
-    absolute path outside the recording (a library file) stands for itself."""
-    if name in files:
-        return name
-    suffix = name.lstrip("./")
-    matches = [f for f in files if f == suffix or f.endswith(os.sep + suffix)]
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise QueryError(f"{name} matches several recorded files: {', '.join(matches)}")
-    if os.path.isabs(name):
-        return name  # a library or stdlib file: counted as the replay runs it
-    raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
-
-
-def parse_from(source: str) -> tuple[int | None, str, str]:
-    """`--from`: (event, "", "") for event:N, or (None, EXPR, LOCATION) for EXPR@LOCATION."""
-    source = source.strip()
-    if source.startswith("event:"):
-        try:
-            return int(source.split(":", 1)[1]), "", ""
-        except ValueError:
-            raise QueryError(f"--from {source!r}: event:N takes an event number") from None
-    expr, sep, where = source.rpartition("@")
-    if not sep or not expr:
-        raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
-    return None, expr, where
-
-
-class ProvenanceSession:
-    """One verified recording, queried by as many replay passes as each question needs."""
+class Inquiry:
+    """One verified recording, queried by as many replay passes as each question needs: the
+    in-process `Answerer` of the question contract (sealtrace.sandbox.questions)."""
 
     def __init__(
         self,
@@ -123,7 +75,7 @@ class ProvenanceSession:
 
     # -- passes ---------------------------------------------------------------------------
 
-    def __enter__(self) -> ProvenanceSession:
+    def __enter__(self) -> Inquiry:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -240,7 +192,8 @@ class ProvenanceSession:
         result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
         return {int(k): v for k, v in result["nodes"].items()}
 
-    def trace(self, at: At, expr: str, depth: int = 6) -> dict[str, Any]:
+    def trace(self, question: Trace) -> TraceAnswer:
+        at, expr, depth = parse_at(question.at), question.var, question.depth
         if depth < 0:
             raise QueryError("--depth must be 0 or more")
         located = self.locate(at, expr)
@@ -272,7 +225,9 @@ class ProvenanceSession:
         self.last_nodes = nodes
         levels = _levels(root_tag, nodes)
         expanded: set[int] = set()
-        return {"query": query, "root": self._tree(root_tag, nodes, 0, depth, levels, expanded)}
+        root = self._tree(root_tag, nodes, 0, depth, levels, expanded)
+        # The documents are built as plain dicts; their shapes are the contract's.
+        return cast(TraceAnswer, {"query": query, "root": root})
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
         """Counters within `depth` steps back from `root`, nearest first (one replay)."""
@@ -348,8 +303,8 @@ class ProvenanceSession:
 
     # -- flows and stack ------------------------------------------------------------------
 
-    def flows(self, source: str) -> dict[str, Any]:
-        source = source.strip()
+    def flows(self, question: Flows) -> FlowsAnswer:
+        source = question.source.strip()
         query: dict[str, Any] = {"kind": "flows"}
         described: dict[str, Any] = {"from": source}
         event, expr, where = parse_from(source)
@@ -371,19 +326,26 @@ class ProvenanceSession:
             described.update(counter=located["counter"], value=located["value"]["summary"])
         tags = [t for t in query.get("tags", []) if origin_tag_kind(t) is None]
         result = self.run(query, min(tags) if tags and "tags" in query else 0)
-        return {
+        answer = {
             "query": described,
             "locations": result["locations"],
             "outputs": result["outputs"],
             "tainted_values": result["tainted_values"],
         }
+        return cast(FlowsAnswer, answer)
 
-    def inspect_stack(self, at: At) -> dict[str, Any]:
+    def inspect_stack(self, question: InspectStack) -> StackAnswer:
+        at = parse_at(question.at)
         located = self.locate(at)
-        return {
+        answer = {
             "query": {"at": at.text, "counter": located["counter"]},
             "frames": located["frames"],
         }
+        return cast(StackAnswer, answer)
+
+    def replay(self, question: Replay) -> ReceiptAnswer:
+        """One plain replay (no engine): what `sealtrace replay` prints."""
+        return cast(ReceiptAnswer, replay(self.data, self.meta, timeout=self.timeout).data)
 
 
 _OUTSIDE = ("external", "env", "argv")

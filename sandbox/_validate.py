@@ -6,7 +6,7 @@ a program:
 1. Its program is copied into a temporary directory, and its inputs are written beside it.
 2. `sealtrace record` records it under a fresh key pair.
 3. Its inputs are deleted.
-4. The engine traces the value (ProvenanceSession.trace).
+4. The engine traces the value (Inquiry.trace).
 5. The slice is reduced to ranked candidate root causes (sealtrace.sandbox._ranking).
 
 A planted case passes when the first candidate is the planted origin: the same kind, at the
@@ -41,9 +41,10 @@ from sealtrace.proxy import Identity, SealtraceError, UsageError, write_keypair
 from sealtrace.proxy.cli import JsonOpt, _guarded
 
 from ._errors import ValidationError
-from ._queries import ProvenanceSession, parse_at
+from ._queries import Inquiry
 from ._ranking import Candidate, NamedConstants, rank, slice_origins
 from ._session import load_recording
+from .questions import Trace
 from .validation.cases import CASES, Case
 
 __all__ = ["CaseResult", "Report", "run_case", "run_suite", "select_cases", "validate"]
@@ -263,11 +264,13 @@ def _trace_case(
         tail = stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
         raise ValidationError(f"recording the program failed: {tail[0]}")
     data, parsed = load_recording(str(store), identity)
-    session = ProvenanceSession(data, parsed, timeout=PASS_TIMEOUT)
+    inquiry = Inquiry(data, parsed, timeout=PASS_TIMEOUT)
     try:
-        doc = session.trace(parse_at(f"{program / case.script}:{line}"), case.trace, case.depth)
+        doc = inquiry.trace(
+            Trace(at=f"{program / case.script}:{line}", var=case.trace, depth=case.depth)
+        )
     finally:
-        result.passes = session.passes
+        result.passes = inquiry.passes
     root = doc["root"]
     result.ranked = rank(root, NamedConstants.from_recording(parsed), program)
     kinds, complete = slice_origins(root)

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sealtrace.proxy import Identity, UsageError
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
 
-from ._session import load_recording, raise_for, replay_location
+from ._session import Receipt, load_recording, raise_for, replay_location
 from ._validate import validate
+from .questions import Answerer, Flows, InspectStack, Replay, Trace
+
+if TYPE_CHECKING:
+    from ._explain import SourceLines
 
 __all__ = ["register"]
 
@@ -65,9 +69,8 @@ def replay(
     2 if this interpreter (or the sandbox's image) cannot replay it, 5 if the sandbox fails.
     """
     if sandbox:
-        session = _sandboxed(location, identity, run_id, receipt_only=True)
-        with session:
-            receipt = session.replay()
+        with _sandboxed(location, identity, run_id, receipt_only=True) as client:
+            receipt = Receipt(dict(client.replay(Replay())))
     else:
         receipt = replay_location(location, Identity.load(identity), run_id=run_id)
     d = receipt.data
@@ -87,7 +90,7 @@ def replay(
 
 
 def _sandboxed(location: str, identity: Any, run_id: str | None, **options: Any) -> Any:
-    """A session in the sandbox, from the installed sandbox client (sealtrace.agent, found
+    """The answerer in the sandbox, from the installed sandbox client (sealtrace.agent, found
     through the `sealtrace.sandbox_client` entry point: this package never imports it)."""
     from importlib.metadata import entry_points
 
@@ -98,27 +101,27 @@ def _sandboxed(location: str, identity: Any, run_id: str | None, **options: Any)
     return clients[0].load()(data, parsed, **options)
 
 
-def _session(
+def _answerer(
     location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool
-) -> Any:
-    """The recording's question-answering session: in-process (ProvenanceSession) or, with
-    --sandbox, the sandbox client's. Both answer trace / flows / inspect_stack with the same
+) -> tuple[Answerer, SourceLines]:
+    """The recording's answerer: in-process (Inquiry) or, with --sandbox, the sandbox
+    client. Both answer every question of sealtrace.sandbox.questions with the same
     documents."""
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
-    from ._queries import ProvenanceSession
+    from ._queries import Inquiry
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
     if sandbox:
-        session = _sandboxed(location, identity, run_id)
-        return session, SourceLines(session.parsed)
+        client = _sandboxed(location, identity, run_id)
+        return client, SourceLines(client.parsed)
     data, parsed = load_recording(location, Identity.load(identity), run_id)
     policy = CheckpointPolicy(every, cap) if every else None
-    return ProvenanceSession(data, parsed, checkpoints=policy), SourceLines(parsed)
+    return Inquiry(data, parsed, checkpoints=policy), SourceLines(parsed)
 
 
-def _answer(doc: dict[str, Any], as_json: bool, text: Callable[[], str]) -> None:
+def _answer(doc: Any, as_json: bool, text: Callable[[], str]) -> None:
     typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text())
 
 
@@ -141,12 +144,11 @@ def trace(
     3 if replay diverges before the answer, 4 if the recording cannot be trusted.
     """
     from ._explain import render_trace
-    from ._queries import parse_at
 
-    session, src = _session(location, identity, run_id, every, cap, sandbox)
-    with session:
-        doc = session.trace(parse_at(at), var, depth)
-    _answer(doc, as_json, lambda: render_trace(doc, session.last_nodes, src))
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    with answerer:
+        doc = answerer.trace(Trace(at=at, var=var, depth=depth))
+    _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src))
 
 
 @_guarded
@@ -163,9 +165,9 @@ def flows(
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
-    session, src = _session(location, identity, run_id, every, cap, sandbox)
-    with session:
-        doc = session.flows(source)
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    with answerer:
+        doc = answerer.flows(Flows(source=source))
     _answer(doc, as_json, lambda: render_flows(doc, src))
 
 
@@ -182,11 +184,10 @@ def inspect_stack(
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
-    from ._queries import parse_at
 
-    session, src = _session(location, identity, run_id, every, cap, sandbox)
-    with session:
-        doc = session.inspect_stack(parse_at(at))
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    with answerer:
+        doc = answerer.inspect_stack(InspectStack(at=at))
     _answer(doc, as_json, lambda: render_stack(doc, src))
 
 

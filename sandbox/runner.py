@@ -4,7 +4,7 @@
 
 It reads requests and the plaintext recording from INPUT (a pipe or FIFO), answers with the
 provenance engine (sealtrace.sandbox._queries, replaying in child processes with fork
-checkpoints), and writes nothing but fixed-size frames (sealtrace.sandbox._protocol) to
+checkpoints), and writes nothing but fixed-size frames (sealtrace.sandbox.protocol) to
 OUTPUT. Its own stdout and stderr, and the replayed program's, go nowhere: what the program
 prints is compared by the replay, never forwarded. Strings leave only as digests keyed with
 the session key the agent sent in LOAD.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dis
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sealtrace.proxy._codec import CodecError
@@ -24,12 +24,14 @@ from sealtrace.proxy._stream import ParsedStream, parse_stream
 from ._checkpoints import CheckpointPolicy
 from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from ._memory import MemoryWatch
-from ._protocol import (
+from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
+from ._queries import Inquiry
+from ._replay import describe_event
+from .protocol import (
     FRAME_SIZE,
     MAX_REQUEST_TEXT,
     NO_SOURCE,
     NONE,
-    At,
     DivergenceFlags,
     ErrorCode,
     Frame,
@@ -39,14 +41,23 @@ from ._protocol import (
     decode,
     encode,
     numbered,
+    question_of,
+    sources_of,
 )
-from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
-from ._queries import At as AtSpec
-from ._queries import ProvenanceSession, parse_at
-from ._replay import describe_event
-from ._session import replay
+from .questions import (
+    Flows,
+    FlowsAnswer,
+    InspectStack,
+    Node,
+    ReceiptAnswer,
+    Replay,
+    StackAnswer,
+    Trace,
+    TraceAnswer,
+    ask,
+)
 
-__all__ = ["main", "sources_of"]
+__all__ = ["main"]
 
 _ORIGINS = {
     None: Origin.NONE,
@@ -61,21 +72,24 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def sources_of(parsed: Any) -> list[str]:
-    """The recorded source paths in the order both sides number them."""
-    return sorted({s.path for s in parsed.sources.values() if not s.path.endswith(os.sep)})
-
-
 class Runner:
     def __init__(self, inp: int, out: int) -> None:
         self.inp = inp
         self.out = out
         self.seq = 0
-        self.session: ProvenanceSession | None = None
-        self.recording: tuple[bytes, ParsedStream] | None = None
+        self.session: Inquiry | None = None
+        self.parsed: ParsedStream | None = None
+        self.receipt_only = False
         self.sources: list[str] = []
         self.key = b""
         self.watch: MemoryWatch | None = None
+        # The frames that carry each kind's answer (the engine answers through the contract).
+        self._encoders: dict[str, Callable[[Any], Iterator[Frame]]] = {
+            Trace.kind: self._trace_frames,
+            Flows.kind: self._flow_frames,
+            InspectStack.kind: self._stack_frames,
+            Replay.kind: self._receipt_frames,
+        }
 
     # -- wire -----------------------------------------------------------------------------
 
@@ -142,12 +156,11 @@ class Runner:
         if request.op is Op.LOAD:
             yield self._load(request)
             return
-        if request.op is Op.REPLAY and self.recording is not None:
-            yield from self._replay_frames(*self.recording)
-            return
         session = self.session
         if session is None:
             raise QueryError("LOAD first")
+        if self.receipt_only and request.op is not Op.REPLAY:
+            raise QueryError("a receipt-only session answers nothing but its receipt")
         if request.op is Op.ASK_STATS:
             survey = session.survey()
             stats = survey.get("stats", {})
@@ -158,19 +171,10 @@ class Runner:
                 d=int(stats.get("live_frames", 0)),
                 ival=int(stats.get("tracked_slots", 0)),
             )
-        elif request.op is Op.TRACE:
-            doc = session.trace(self._at(request), text, int(request.b))
-            yield from self._trace_frames(doc)
-        elif request.op is Op.INSPECT:
-            doc = session.inspect_stack(self._at(request))
-            yield from self._stack_frames(doc)
-        elif request.op is Op.FLOWS:
-            where = "" if request.e == At.EVENT else self._at_text(request)
-            source = f"event:{request.b}" if request.e == At.EVENT else f"{text}@{where}"
-            doc = session.flows(source)
-            yield from self._flow_frames(doc)
-        else:
-            raise QueryError(f"{request.op.name} is not a request")
+            return
+        question = question_of(request, text, self.sources)
+        answer: Any = ask(session, question)
+        yield from self._encoders[question.kind](answer)
 
     def _load(self, request: Frame) -> Frame:
         data = self._read(request.f)
@@ -179,10 +183,12 @@ class Runner:
             self.watch = MemoryWatch(int(request.b)).start()
         parsed = parse_stream(data)
         self.sources = sources_of(parsed)
-        self.recording = (data, parsed)
-        if request.e == 1:  # receipt only: no engine, nothing to count
+        self.parsed = parsed
+        self.receipt_only = request.e == 1
+        if self.receipt_only:  # no engine, nothing to count
+            self.session = Inquiry(data, parsed, digest_key=self.key)
             return Frame(Op.LOADED, d=len(self.sources))
-        self.session = ProvenanceSession(
+        self.session = Inquiry(
             data,
             parsed,
             checkpoints=CheckpointPolicy(int(request.a) or 250_000, 64),
@@ -197,9 +203,10 @@ class Runner:
             d=len(self.sources),
         )
 
-    def _replay_frames(self, data: bytes, parsed: ParsedStream) -> Iterator[Frame]:
+    def _receipt_frames(self, d: ReceiptAnswer) -> Iterator[Frame]:
         """One plain replay (no engine): its receipt, and where and how it diverged."""
-        d = replay(data, parsed.meta).data
+        parsed = self.parsed
+        assert parsed is not None
         status = {"bit-exact": ReplayStatus.BIT_EXACT, "stopped": ReplayStatus.STOPPED}.get(
             d["status"], ReplayStatus.DIVERGED
         )
@@ -242,21 +249,6 @@ class Runner:
         file, line = _split_location(div.get("location"))
         yield Frame(Op.FRAME_AT, c=self._source(file), d=line, digest=self._digest("path", file))
 
-    def _at_text(self, request: Frame) -> str:
-        kind = At(request.e)
-        if kind is At.COUNTER:
-            return str(request.a)
-        if kind is At.CRASH:
-            return "crash"
-        if kind is At.END:
-            return "end"
-        if request.c >= len(self.sources):
-            raise QueryError("no such source")
-        return f"{self.sources[request.c]}:{request.d}#{max(1, request.ival)}"
-
-    def _at(self, request: Frame) -> AtSpec:
-        return parse_at(self._at_text(request))
-
     def _source(self, path: str) -> int:
         try:
             return self.sources.index(path)
@@ -266,7 +258,7 @@ class Runner:
     def _digest(self, kind: str, text: str) -> bytes:
         return bytes.fromhex(keyed_digest(self.key, kind, text.encode("utf-8", "surrogatepass")))
 
-    def _value(self, counter: int, summary: dict[str, Any] | None) -> Frame:
+    def _value(self, counter: int, summary: Mapping[str, Any] | None) -> Frame:
         box = (summary or {}).get("sandbox") or {"tag": 11, "digest": "00" * 32}
         return Frame(
             Op.VALUE,
@@ -279,7 +271,7 @@ class Runner:
             digest=bytes.fromhex(box["digest"]),
         )
 
-    def _trace_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+    def _trace_frames(self, doc: TraceAnswer) -> Iterator[Frame]:
         q = doc["query"]
         stop = q["stopped_at"]
         via = q.get("slot") or ""
@@ -300,7 +292,7 @@ class Runner:
             if key not in emitted:
                 emitted.add(key)
                 opname, _, argrepr = node["op"].partition(" ")
-                origin = node["origin"] or {}
+                origin: Mapping[str, Any] = node["origin"] or {}
                 event = origin.get("event")
                 if seeded is not None:
                     event = seeded[1]
@@ -321,7 +313,7 @@ class Runner:
             for child in node["inputs"]:
                 yield Frame(Op.EDGE, a=key, b=_key(child))
 
-    def _stack_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+    def _stack_frames(self, doc: StackAnswer) -> Iterator[Frame]:
         counter = int(doc["query"]["counter"])
         for number, frame in enumerate(doc["frames"]):
             yield Frame(
@@ -341,7 +333,7 @@ class Runner:
                 )
                 yield self._value(int(local["tag"]), local["value"])
 
-    def _flow_frames(self, doc: dict[str, Any]) -> Iterator[Frame]:
+    def _flow_frames(self, doc: FlowsAnswer) -> Iterator[Frame]:
         for loc in doc["locations"]:
             yield Frame(
                 Op.REACH,
@@ -361,7 +353,7 @@ def _split_location(where: str | None) -> tuple[str, int]:
     return (path, min(int(line), 10_000_000)) if line.isdigit() else ("", 0)
 
 
-def _key(node: dict[str, Any]) -> int:
+def _key(node: Node) -> int:
     """A node's counter; an argv or env origin has none, so its seeded tag stands in."""
     counter = int(node["counter"])
     if counter:
@@ -371,7 +363,7 @@ def _key(node: dict[str, Any]) -> int:
     return base + int(index.rstrip("]")) if base is not None and index else 0
 
 
-def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _walk(node: Node) -> Iterator[Node]:
     yield node
     for child in node["inputs"]:
         yield from _walk(child)

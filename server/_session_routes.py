@@ -8,8 +8,11 @@ import binascii
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
+
+from sealtrace.sandbox import QueryError
+from sealtrace.sandbox.questions import json_schema, parse_question, question_json
 
 from ._auth import Principal
 from ._deps import ServicesDep, needs, require
@@ -97,43 +100,46 @@ def get_session(
     return _view(_session_or_404(services, who, session_id))
 
 
-class Ask(BaseModel):
-    """A question: `trace` (at, var, depth), `flows` (from), `inspect-stack` (at)."""
-
-    kind: Literal["trace", "flows", "inspect-stack"]
-    at: str = Field(default="crash", max_length=1000)
-    var: str = Field(default="", max_length=4000)
-    depth: int = Field(default=6, ge=1, le=64)
-    source: str = Field(default="", alias="from", max_length=4000)
+# The request body is a question of the contract (sealtrace.sandbox.questions): validated
+# there, published from its schema, relayed as it parses. Nothing here names its fields.
+_QUESTION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": json_schema()["question"]}},
+    }
+}
 
 
 @router.post("/sessions/{session_id}/queries", tags=["sessions"],
-             openapi_extra=needs("sessions:query"))  # fmt: skip
+             openapi_extra={**needs("sessions:query"), **_QUESTION_BODY})  # fmt: skip
 def ask(
     session_id: str,
-    body: Ask,
+    body: Annotated[dict[str, Any], Body()],
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> dict[str, Any]:
     """Ask the session's sandbox; the answer is the document `sealtrace trace|flows|
-    inspect-stack --json` prints. It passes through this server's memory only."""
+    inspect-stack|replay --json` prints. It passes through this server's memory only."""
+    try:
+        question = parse_question(body)
+    except QueryError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
     session = _session_or_404(services, who, session_id)
     if session.status != "ready":
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
-    request = {"kind": body.kind, "at": body.at, "var": body.var, "depth": body.depth,
-               "from": body.source}  # fmt: skip
+    request = question_json(question)
     try:
         answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
     except AgentGone as exc:
         services.sessions.agent_state(who.tenant_id, session.agent_id or "", session_id,
                                       "failed", str(exc))  # fmt: skip
-        services.audit(who, f"session.{body.kind}", session_id, "failed", str(exc))
+        services.audit(who, f"session.{question.kind}", session_id, "failed", str(exc))
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
     except SessionClosed as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session ended: {exc}") from None
     except TimeoutError:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, "no answer in time") from None
-    services.audit(who, f"session.{body.kind}", session_id, "ok" if "error" not in answer
+    services.audit(who, f"session.{question.kind}", session_id, "ok" if "error" not in answer
                    else "failed")  # fmt: skip
     if "error" in answer:
         raise HTTPException(int(answer.get("status", 422)), str(answer["error"]))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox import LocalTransport, SandboxError, SandboxSession
+from sealtrace.agent._sandbox import LocalTransport, SandboxClient, SandboxError
 
 from ..conftest import KeyFiles
 from ..sandbox.replaying import record, write_app
@@ -27,7 +27,7 @@ from ..sandbox.replaying import record, write_app
 HOSTILE = textwrap.dedent(
     """
     import dataclasses, os, struct, sys, time
-    from sealtrace.sandbox._protocol import FRAME_SIZE, Frame, Op, decode, encode
+    from sealtrace.sandbox.protocol import FRAME_SIZE, Frame, Op, decode, encode
     mode = sys.argv[1]
     inp = os.open(sys.argv[2], os.O_RDONLY)
     out = os.open(sys.argv[3], os.O_WRONLY)
@@ -155,7 +155,7 @@ def test_a_hostile_runner_is_killed_at_its_first_bad_frame(
 ) -> None:
     data, parsed = recording
     transport = place.transport(mode)
-    session = SandboxSession(data, parsed, transport, timeout=TIMEOUT, budget=5)  # type: ignore[arg-type]
+    session = SandboxClient(data, parsed, transport, timeout=TIMEOUT, budget=5)  # type: ignore[arg-type]
     assert len(place.running(transport)) == 1  # the check below can see it
     started = time.monotonic()
     with pytest.raises(SandboxError, match=why) as failure:
@@ -174,7 +174,7 @@ def test_negative_control_the_real_runner_answers(
 ) -> None:
     data, parsed = recording
     transport = place.transport(None)
-    with SandboxSession(data, parsed, transport, timeout=60.0) as session:  # type: ignore[arg-type]
+    with SandboxClient(data, parsed, transport, timeout=60.0) as session:  # type: ignore[arg-type]
         assert len(place.running(transport)) == 1
         stats = session.stats()
     assert stats["instructions"] > 0 and stats["depth_mismatches"] == 0

@@ -475,11 +475,11 @@ def test_program_replays_bit_exact_with_its_inputs_deleted(
     # The provenance engine follows the same run without changing it: a pass with the
     # engine attached replays every event (a divergence would raise here), the run's end is
     # found, and the shadow stacks stay in step with the interpreter's.
-    from sealtrace.sandbox._queries import ProvenanceSession
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._session import load_recording
 
     data, parsed = load_recording(str(location), keys.identity)
-    survey = ProvenanceSession(data, parsed).survey()
+    survey = Inquiry(data, parsed).survey()
     stats = survey["stats"]
     assert survey["instructions"] > 1000 and stats["frames"] > 10
     assert stats["callback_errors"] == 0

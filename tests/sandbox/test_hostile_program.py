@@ -45,10 +45,10 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox import SandboxSession
+from sealtrace.agent._sandbox import SandboxClient
 from sealtrace.proxy._stream import ParsedStream
-from sealtrace.sandbox._queries import parse_at
 from sealtrace.sandbox._session import load_recording
+from sealtrace.sandbox.questions import InspectStack
 
 from ..conftest import KeyFiles
 from .replaying import PYTHON, assert_bit_exact, record, replay, write_app
@@ -277,8 +277,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
         listener.close()
 
 
-def _findings(box: SandboxSession, stop: str) -> dict[str, int]:
-    frames = box.inspect_stack(parse_at(stop))["frames"]
+def _findings(box: SandboxClient, stop: str) -> dict[str, int]:
+    frames = box.inspect_stack(InspectStack(at=stop))["frames"]
     probe = next(f for f in frames if f["function"] == "probe")
     return {
         local["name"]: int(local["value"]["repr"])
@@ -296,7 +296,7 @@ def _status_field(name: str) -> int:
 @pytest.fixture(scope="module")
 def on_host(hostile: Hostile) -> dict[str, int]:
     """The same recording through the same protocol, its runner a child process here."""
-    with SandboxSession(hostile.data, hostile.parsed) as box:
+    with SandboxClient(hostile.data, hostile.parsed) as box:
         return _findings(box, hostile.stop)
 
 
@@ -304,7 +304,7 @@ def on_host(hostile: Hostile) -> dict[str, int]:
 def boxed(hostile: Hostile, podman_service: tuple[Any, Any, str], replay_image: str) -> Boxed:
     client, user, _socket = podman_service
     transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
-    with SandboxSession(hostile.data, hostile.parsed, transport, timeout=120) as box:
+    with SandboxClient(hostile.data, hostile.parsed, transport, timeout=120) as box:
         found = _findings(box, hostile.stop)
         pipes = sorted(p.name for p in transport.directory.iterdir())
         container = transport.container.id

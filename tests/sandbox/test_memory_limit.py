@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport, SandboxLimits
-from sealtrace.agent._sandbox import SandboxError, SandboxSession
-from sealtrace.sandbox._queries import parse_at
+from sealtrace.agent._sandbox import SandboxClient, SandboxError
 from sealtrace.sandbox._session import load_recording
+from sealtrace.sandbox.questions import InspectStack
 
 from ..conftest import KeyFiles
 from .replaying import PYTHON, record, write_app
@@ -145,8 +145,8 @@ def test_a_replay_past_the_sessions_memory_limit_is_killed(
 
     # Control: 128 MiB fits, and the program's own count says it held them.
     data, parsed = load_recording(str(small), keys.identity)
-    with SandboxSession(data, parsed, transport(), timeout=120) as box:
-        frames = box.inspect_stack(parse_at(stop))["frames"]
+    with SandboxClient(data, parsed, transport(), timeout=120) as box:
+        frames = box.inspect_stack(InspectStack(at=stop))["frames"]
     hog = next(f for f in frames if f["function"] == "hog")
     found = {v["name"]: v["value"]["repr"] for v in hog["locals"]}
     assert found["inside"] == "1" and found["held"] == "128"
@@ -154,7 +154,7 @@ def test_a_replay_past_the_sessions_memory_limit_is_killed(
     data, parsed = load_recording(str(big), keys.identity)
     killed = transport()
     with pytest.raises(SandboxError, match=r"memory limit \(1024 MiB\)") as raised:
-        SandboxSession(data, parsed, killed, timeout=120)
+        SandboxClient(data, parsed, killed, timeout=120)
     assert raised.value.exit_code == 5
     assert not killed.directory.exists()
     assert not [c for c in client.containers.list(all=True)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sealtrace.sandbox._protocol import (
+from sealtrace.sandbox.protocol import (
     FRAME_SIZE,
     NO_SOURCE,
     PROTOCOL_VERSION,

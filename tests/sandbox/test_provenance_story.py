@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from sealtrace.sandbox.questions import Flows, InspectStack, Trace
+
 from ..conftest import REPO, KeyFiles, run_cli
 from .replaying import record
 
@@ -281,16 +283,16 @@ def test_checkpoints_give_the_same_answers_and_end_with_the_command(
 def test_a_session_answers_later_passes_from_the_nearest_checkpoint(
     story: tuple[Path, KeyFiles],
 ) -> None:
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._checkpoints import CheckpointPolicy
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
     from sealtrace.sandbox._session import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
-    plain = ProvenanceSession(data, parsed)
-    doc = plain.trace(parse_at("routes/orders.py:4"), "order.total_price", 3)
+    plain = Inquiry(data, parsed)
+    doc = plain.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=3))
     root = doc["root"]["counter"]
-    with ProvenanceSession(data, parsed, checkpoints=CheckpointPolicy(7001, 8)) as session:
+    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(7001, 8)) as session:
         survey = session.survey()
         server = session._checkpointed()
         assert 2 <= len(server.checkpoints) <= 9
@@ -323,20 +325,20 @@ def _same_answer(plain: dict[str, Any], boxed: dict[str, Any]) -> None:
 def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
     story: tuple[Path, KeyFiles],
 ) -> None:
-    from sealtrace.agent._sandbox import SandboxSession
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._session import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
-    plain = ProvenanceSession(data, parsed).trace(
-        parse_at("routes/orders.py:4"), "order.total_price", 12
+    plain = Inquiry(data, parsed).trace(
+        Trace(at="routes/orders.py:4", var="order.total_price", depth=12)
     )
-    with SandboxSession(data, parsed, checkpoint_every=20_000) as box:
+    with SandboxClient(data, parsed, checkpoint_every=20_000) as box:
         received: list[bytes] = []
         feed = box.reader.feed
         box.reader.feed = lambda data: received.append(data) or feed(data)  # type: ignore[method-assign]
-        boxed = box.trace(parse_at("routes/orders.py:4"), "order.total_price", 12)
+        boxed = box.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=12))
         stats = box.stats()
     _same_answer(plain["root"], boxed["root"])
     assert boxed["query"]["stopped_at"] == plain["query"]["stopped_at"]
@@ -354,21 +356,21 @@ def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
 
 
 def test_sandboxed_flows_and_stack_agree_with_in_process(story: tuple[Path, KeyFiles]) -> None:
-    from sealtrace.agent._sandbox import SandboxSession
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._session import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
-    plain = ProvenanceSession(data, parsed)
+    plain = Inquiry(data, parsed)
     line = _line(APP / "services" / "pricing.py", "return round(total, 2)")
     at = f"services/pricing.py:{line}"
-    stack = plain.inspect_stack(parse_at(at))
+    stack = plain.inspect_stack(InspectStack(at=at))
     event = next(i for i, e in enumerate(parsed.events) if e.callee == "sqlite3.Cursor.fetchone")
-    flows = plain.flows(f"event:{event}")
-    with SandboxSession(data, parsed) as box:
-        boxed_stack = box.inspect_stack(parse_at(at))
-        boxed_flows = box.flows(f"event:{event}")
+    flows = plain.flows(Flows(source=f"event:{event}"))
+    with SandboxClient(data, parsed) as box:
+        boxed_stack = box.inspect_stack(InspectStack(at=at))
+        boxed_flows = box.flows(Flows(source=f"event:{event}"))
     assert boxed_stack["query"]["counter"] == stack["query"]["counter"]
     app_frames = [f for f in stack["frames"] if f["file"].startswith(str(APP))]
     boxed_app = [f for f in boxed_stack["frames"] if f["file"].startswith(str(APP))]
@@ -393,20 +395,20 @@ def test_the_story_in_a_hardened_rootless_container(
     story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
     from sealtrace.agent._podman import PodmanTransport
-    from sealtrace.agent._sandbox import SandboxSession
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._session import load_recording
 
     client, user, _socket = podman_service
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
-    plain = ProvenanceSession(data, parsed).trace(
-        parse_at("routes/orders.py:4"), "order.total_price", 12
+    plain = Inquiry(data, parsed).trace(
+        Trace(at="routes/orders.py:4", var="order.total_price", depth=12)
     )
     transport = PodmanTransport(client, replay_image, uid=user.pw_uid, gid=user.pw_gid)
-    with SandboxSession(data, parsed, transport, timeout=120) as box:
+    with SandboxClient(data, parsed, transport, timeout=120) as box:
         info = transport.inspect()
-        boxed = box.trace(parse_at("routes/orders.py:4"), "order.total_price", 12)
+        boxed = box.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=12))
     _same_answer(plain["root"], boxed["root"])
     host = info["HostConfig"]
     assert host["ReadonlyRootfs"] is True

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from sealtrace.agent._sandbox import LocalTransport, SandboxError, SandboxSession
+from sealtrace.agent._sandbox import LocalTransport, SandboxClient, SandboxError
 from sealtrace.sandbox._session import load_recording, replay_location
+from sealtrace.sandbox.questions import InspectStack, Replay
 
 from ..conftest import KeyFiles, run_cli
 from .replaying import PYTHON, record, replay, write_app
@@ -76,8 +77,8 @@ def test_a_bit_exact_receipt_through_the_frames_is_the_in_process_one(
     keys, exact, _behind = recordings
     plain = replay_location(str(exact), keys.identity).data
     data, parsed = load_recording(str(exact), keys.identity)
-    with SandboxSession(data, parsed, receipt_only=True) as box:
-        boxed = box.replay().data
+    with SandboxClient(data, parsed, receipt_only=True) as box:
+        boxed = box.replay(Replay())
     assert plain["status"] == "bit-exact" and plain["events_replayed"] > 3
     assert _without_timing(boxed) == _without_timing(plain)
     assert boxed["seconds"] > 0
@@ -89,8 +90,8 @@ def test_a_divergence_through_the_frames_names_what_the_in_process_one_names(
     keys, _exact, behind = recordings
     plain = replay_location(str(behind), keys.identity).data
     data, parsed = load_recording(str(behind), keys.identity)
-    with SandboxSession(data, parsed, receipt_only=True) as box:
-        boxed = box.replay().data
+    with SandboxClient(data, parsed, receipt_only=True) as box:
+        boxed = box.replay(Replay())
     assert plain["status"] == boxed["status"] == "diverged"
     div, boxed_div = plain["divergence"], boxed["divergence"]
     assert div["app_location"].endswith("c/app.py:5") and div["expected"].startswith("stdout.write")
@@ -103,7 +104,7 @@ def test_a_divergence_through_the_frames_names_what_the_in_process_one_names(
 HOSTILE_RECEIPT = textwrap.dedent(
     """
     import dataclasses, os, sys
-    from sealtrace.sandbox._protocol import (
+    from sealtrace.sandbox.protocol import (
         FRAME_SIZE, DivergenceFlags, Frame, Op, ReplayStatus, decode, encode)
     from sealtrace.sandbox._provenance import keyed_digest
     from sealtrace.proxy._stream import parse_stream
@@ -149,9 +150,9 @@ def test_a_runner_lying_about_the_replay_is_killed(
     data, parsed = load_recording(str(exact), keys.identity)
     transport = LocalTransport()
     transport.argv = [sys.executable, "-c", HOSTILE_RECEIPT, mode]
-    box = SandboxSession(data, parsed, transport, timeout=20, receipt_only=True)
+    box = SandboxClient(data, parsed, transport, timeout=20, receipt_only=True)
     with pytest.raises(SandboxError, match=why) as raised:
-        box.replay()
+        box.replay(Replay())
     assert raised.value.exit_code == 5
     assert transport.process is not None and transport.process.poll() is not None
     assert not transport.directory.exists()
@@ -161,14 +162,13 @@ def test_a_receipt_only_session_answers_nothing_else(
     recordings: tuple[KeyFiles, Path, Path],
 ) -> None:
     from sealtrace.sandbox._errors import QueryError
-    from sealtrace.sandbox._queries import parse_at
 
     keys, exact, _behind = recordings
     data, parsed = load_recording(str(exact), keys.identity)
-    with SandboxSession(data, parsed, receipt_only=True) as box:
+    with SandboxClient(data, parsed, receipt_only=True) as box:
         with pytest.raises(QueryError):
-            box.inspect_stack(parse_at("end"))
-        assert box.replay().exact  # and the session goes on
+            box.inspect_stack(InspectStack(at="end"))
+        assert box.replay(Replay())["status"] == "bit-exact"  # and the session goes on
 
 
 @pytest.mark.podman

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from sealtrace.sandbox import _validate
 from sealtrace.sandbox.cli import register
+from sealtrace.sandbox.questions import Trace
 from sealtrace.sandbox.validation.cases import CASES, PLANTED, TRACE, Origin, marked_line
 
 from ..conftest import run_cli
@@ -143,7 +144,7 @@ class Traced:
 def traced_cases() -> Iterator[list[Traced]]:
     """Every case recorded with the real CLI and traced in process, once for this module."""
     from sealtrace.proxy import Identity, write_keypair
-    from sealtrace.sandbox._queries import ProvenanceSession, parse_at
+    from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._session import load_recording
 
     with tempfile.TemporaryDirectory(prefix="sealtrace-validate-agree-") as tmp:
@@ -168,7 +169,7 @@ def traced_cases() -> Iterator[list[Traced]]:
             shutil.rmtree(inputs_dir)
             data, parsed = load_recording(str(store), Identity.load(identity))
             where = f"{program / case.script}:{case.trace_line(program)}"
-            plain = ProvenanceSession(data, parsed).trace(parse_at(where), case.trace, case.depth)
+            plain = Inquiry(data, parsed).trace(Trace(at=where, var=case.trace, depth=case.depth))
             traced.append(Traced(case.name, data, parsed, where, case.trace, case.depth, plain))
         yield traced
 
@@ -176,13 +177,12 @@ def traced_cases() -> Iterator[list[Traced]]:
 def _sandboxed_traces_agree(cases: list[Traced], transport: Callable[[], Transport]) -> None:
     """Each case traced in a fresh sandbox session (one runner each) agrees with in-process;
     and the comparison can fail: one case's answer does not pass for another's."""
-    from sealtrace.agent._sandbox import SandboxSession
-    from sealtrace.sandbox._queries import parse_at
+    from sealtrace.agent._sandbox import SandboxClient
 
     answers = []
     for case in cases:
-        with SandboxSession(case.data, case.parsed, transport()) as box:
-            boxed = box.trace(parse_at(case.where), case.expr, case.depth)
+        with SandboxClient(case.data, case.parsed, transport()) as box:
+            boxed = box.trace(Trace(at=case.where, var=case.expr, depth=case.depth))
         _agree(case.plain["root"], boxed["root"])
         assert boxed["query"]["stopped_at"] == case.plain["query"]["stopped_at"], case.name
         answers.append(boxed)

@@ -37,9 +37,23 @@ at most `budget` frames; silence longer than the timeout is a violation.
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from dataclasses import dataclass, replace
 from typing import Any
+
+from ._errors import QueryError
+from .questions import (
+    At,
+    Flows,
+    InspectStack,
+    Question,
+    Replay,
+    Trace,
+    parse_at,
+    parse_from,
+    resolve_source,
+)
 
 __all__ = [
     "FRAME_SIZE",
@@ -54,9 +68,13 @@ __all__ = [
     "Op",
     "Origin",
     "ReplayStatus",
+    "Stop",
     "TypeTag",
     "decode",
     "encode",
+    "question_of",
+    "request_for",
+    "sources_of",
 ]
 
 PROTOCOL_VERSION = 2
@@ -97,8 +115,8 @@ class Op(enum.IntEnum):
     LOAD = 64  # f: recording length, the plaintext follows; a: checkpoint interval,
     #           b: the memory limit in bytes for everything the runner starts (0: none),
     #           e: 1 for a receipt-only session (no engine: LOADED counts nothing)
-    TRACE = 65  # a: counter or 0, c/d: source/line, e: At, ival: hit, f: text (expr), b: depth
-    FLOWS = 66  # like TRACE, or b: event index with e: At.EVENT
+    TRACE = 65  # a: counter or 0, c/d: source/line, e: Stop, ival: hit, f: text (expr), b: depth
+    FLOWS = 66  # like TRACE, or b: event index with e: Stop.EVENT
     INSPECT = 67  # like TRACE without an expression
     ASK_STATS = 68
     GOODBYE = 69
@@ -110,7 +128,9 @@ CONTAINER_OPS = frozenset(op for op in Op if op < 64)
 AGENT_OPS = frozenset(op for op in Op if op >= 64)
 
 
-class At(enum.IntEnum):
+class Stop(enum.IntEnum):
+    """Where a request stops the run (a request frame's `e`)."""
+
     COUNTER = 1
     LINE = 2
     CRASH = 3
@@ -350,6 +370,80 @@ class FrameReader:
                 raise FrameError(f"unknown divergence flags {fr.e:#x}")
             if (fr.c >= self.sources and fr.c != NO_SOURCE) or fr.d > MAX_LINE:
                 raise FrameError("DIVERGENCE location out of range")
+
+
+# -- questions as requests: the one mapping both ends use -----------------------------------
+
+
+def sources_of(parsed: Any) -> list[str]:
+    """The recorded source paths in the order both ends number them (a frame's `c`)."""
+    return sorted({s.path for s in parsed.sources.values() if not s.path.endswith(os.sep)})
+
+
+def request_for(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
+    """The request frame that asks `question`, and the text that follows it; `sources` are
+    the recording's source paths in the order both ends number them."""
+    if isinstance(question, Trace):
+        text = question.var.encode()
+        request = Frame(Op.TRACE, b=question.depth, f=len(text))
+        return _stop(request, parse_at(question.at), sources), text
+    if isinstance(question, InspectStack):
+        return _stop(Frame(Op.INSPECT), parse_at(question.at), sources), b""
+    if isinstance(question, Flows):
+        event, expr, at = parse_from(question.source.strip())
+        if event is not None:
+            return Frame(Op.FLOWS, e=Stop.EVENT, b=event), b""
+        text = expr.encode()
+        return _stop(Frame(Op.FLOWS, f=len(text)), parse_at(at), sources), text
+    if isinstance(question, Replay):
+        return Frame(Op.REPLAY), b""
+    raise QueryError(f"{question.kind} has no request frame")
+
+
+def question_of(request: Frame, text: str, sources: list[str]) -> Question:
+    """The question a request frame asks (the runner's side of request_for)."""
+    if request.op is Op.TRACE:
+        return Trace(at=_at_text(request, sources), var=text, depth=int(request.b))
+    if request.op is Op.INSPECT:
+        return InspectStack(at=_at_text(request, sources))
+    if request.op is Op.FLOWS:
+        if request.e == Stop.EVENT:
+            return Flows(source=f"event:{request.b}")
+        return Flows(source=f"{text}@{_at_text(request, sources)}")
+    if request.op is Op.REPLAY:
+        return Replay()
+    raise QueryError(f"{request.op.name} asks no question")
+
+
+def _stop(request: Frame, at: At, sources: list[str]) -> Frame:
+    """`request` with the fields that say where it stops the run."""
+    if at.special == "crash":
+        return replace(request, e=Stop.CRASH)
+    if at.special == "end":
+        return replace(request, e=Stop.END)
+    if at.counter is not None:
+        return replace(request, e=Stop.COUNTER, a=at.counter)
+    assert at.file is not None and at.line is not None
+    path = resolve_source(at.file, sources)
+    if path not in sources:
+        raise QueryError(f"{at.file} is not a recorded source file")
+    return replace(request, e=Stop.LINE, c=sources.index(path), d=at.line, ival=at.hit)
+
+
+def _at_text(request: Frame, sources: list[str]) -> str:
+    try:
+        kind = Stop(request.e)
+    except ValueError:
+        raise QueryError(f"unknown stop kind {request.e}") from None
+    if kind is Stop.COUNTER:
+        return str(request.a)
+    if kind is Stop.CRASH:
+        return "crash"
+    if kind is Stop.END:
+        return "end"
+    if kind is Stop.EVENT or request.c >= len(sources):
+        raise QueryError("no such source")
+    return f"{sources[request.c]}:{request.d}#{max(1, request.ival)}"
 
 
 def numbered(frames: list[Frame], start: int = 1) -> list[Frame]:

@@ -1,0 +1,543 @@
+"""The question contract: every question anyone may ask about one recording, and every answer,
+typed once.
+
+Everything that asks or answers derives from this module: the CLI builds questions from its
+options, the server validates request bodies with `parse_question` and publishes
+`json_schema()` in its OpenAPI document, the agent hands whatever the server relayed to
+`ask()`, the pipe protocol maps each kind to its request frame (`sealtrace.sandbox.protocol`),
+and the two answerers — in-process (`sealtrace.sandbox.Inquiry`) and sandboxed
+(`sealtrace.agent.SandboxClient`) — both satisfy `Answerer`. Code that merely relays a
+question (the server's routes, its relay, the agent's serving loop) never names a field.
+
+A question's JSON form is `{"kind": KIND, FIELD: VALUE, ...}` with the fields of its class
+below (a field's JSON name may differ from its Python name: `Flows.source` is `"from"`).
+Adding a kind means: a class here (registered in KINDS), an `Answerer` method, the engine's
+answer, and its frame mapping. Nothing else changes.
+
+Answers are JSON documents whose shapes are the TypedDicts below; `check_answer` holds a
+document against its kind's shape, and `json_schema()` gives both directions as JSON Schema.
+This module must stay importable without the engine, the sandbox client or pydantic.
+"""
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NotRequired, Protocol, Self, TypedDict, Union
+
+from ._errors import QueryError
+
+__all__ = [
+    "KINDS",
+    "Answer",
+    "Answerer",
+    "At",
+    "FlowLocation",
+    "FlowOutput",
+    "Flows",
+    "FlowsAnswer",
+    "InspectStack",
+    "Node",
+    "Origin",
+    "Question",
+    "ReceiptAnswer",
+    "Replay",
+    "StackAnswer",
+    "StackFrame",
+    "StackLocal",
+    "Trace",
+    "TraceAnswer",
+    "Value",
+    "ask",
+    "check_answer",
+    "json_schema",
+    "parse_at",
+    "parse_from",
+    "parse_question",
+    "question_json",
+    "resolve_source",
+]
+
+MAX_LOCATION = 1000
+MAX_TEXT = 4000  # fits a request frame's text (sealtrace.sandbox.protocol.MAX_REQUEST_TEXT)
+MAX_DEPTH = 64
+
+
+def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]:
+    return {"max_length": limit, "help": help, "json": json_name}
+
+
+# -- questions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Where did this value come from: its backward slice, `depth` steps deep."""
+
+    kind: ClassVar[str] = "trace"
+    at: str = field(
+        default="crash",
+        metadata=_text(MAX_LOCATION, "FILE:LINE[#HIT], an instruction counter, crash or end"),
+    )
+    var: str = field(
+        default="", metadata=_text(MAX_TEXT, "a name, then .attributes and [literal keys]")
+    )
+    depth: int = field(
+        default=6, metadata={"minimum": 1, "maximum": MAX_DEPTH, "help": "steps back to follow"}
+    )
+
+
+@dataclass(frozen=True)
+class Flows:
+    """Where did this value go: every location that used it and every output it reached."""
+
+    kind: ClassVar[str] = "flows"
+    source: str = field(
+        default="",
+        metadata=_text(MAX_TEXT, "EXPR@LOCATION, or event:N for a recorded input", "from"),
+    )
+
+
+@dataclass(frozen=True)
+class InspectStack:
+    """The frames at a point of the run (the crash by default), with every local."""
+
+    kind: ClassVar[str] = "inspect-stack"
+    at: str = field(
+        default="crash",
+        metadata=_text(MAX_LOCATION, "FILE:LINE[#HIT], an instruction counter, crash or end"),
+    )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Replay the run once, serving and checking every external call: the receipt."""
+
+    kind: ClassVar[str] = "replay"
+
+
+Question = Trace | Flows | InspectStack | Replay
+KINDS: dict[str, type[Question]] = {q.kind: q for q in (Trace, Flows, InspectStack, Replay)}
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+class Value(TypedDict):
+    type: str
+    repr: str | None  # None where the value cannot be shown (sandboxed: no digest matched)
+    digest: str
+    # Inside the sandbox only: the fixed fields a VALUE frame carries (never leaves it).
+    sandbox: NotRequired[dict[str, Any]]
+
+
+class Origin(TypedDict):
+    kind: str  # external, constant, argv, env, unknown
+    call: str | None
+    event: int | None
+
+
+class Node(TypedDict):
+    counter: int
+    file: str
+    line: int
+    function: str
+    op: str
+    value: Value
+    origin: Origin | None
+    inputs: list["Node"]
+
+
+class StoppedAt(TypedDict):
+    counter: int
+    file: str | None
+    line: int | None
+    function: str | None
+
+
+class TraceQuery(TypedDict):
+    at: str
+    var: str
+    depth: int
+    stopped_at: StoppedAt
+    value: Value
+    slot: str
+    passes: int
+    truncated: bool
+
+
+class TraceAnswer(TypedDict):
+    query: TraceQuery
+    root: Node
+
+
+class FlowEvent(TypedDict):
+    index: int
+    call: str
+
+
+# Either the recorded input it started from (`event`), or where the value was found (the
+# sandbox does not say what it found there: its `value` is None and `counter` 0). `from` is
+# a keyword in Python and a key in JSON, hence the functional form.
+FlowsQuery = TypedDict(
+    "FlowsQuery",
+    {
+        "from": str,
+        "event": NotRequired[FlowEvent],
+        "counter": NotRequired[int],
+        "value": NotRequired[Value | None],
+    },
+)
+
+
+class FlowLocation(TypedDict):
+    file: str
+    function: str
+    line: int
+    counter: int
+    count: int
+
+
+class FlowOutput(TypedDict):
+    event: int
+    call: str
+    counter: int
+
+
+class FlowsAnswer(TypedDict):
+    query: FlowsQuery
+    locations: list[FlowLocation]
+    outputs: list[FlowOutput]
+    tainted_values: NotRequired[int]  # in-process only: no frame carries it
+
+
+class StackLocal(TypedDict):
+    name: str
+    value: Value
+    tag: int
+
+
+class StackFrame(TypedDict):
+    file: str
+    line: int
+    function: str
+    locals: list[StackLocal]
+
+
+class StackQuery(TypedDict):
+    at: str
+    counter: int
+
+
+class StackAnswer(TypedDict):
+    query: StackQuery
+    frames: list[StackFrame]
+
+
+class ExitStatus(TypedDict):
+    recorded: int | None
+    replayed: int | None
+
+
+class ReceiptAnswer(TypedDict):
+    status: str  # bit-exact, diverged, stopped
+    run_id: str | None
+    events_replayed: int
+    events_recorded: int
+    outputs_matched: int
+    output_bytes: int
+    exit_status: ExitStatus
+    stream_digest: str
+    divergence: dict[str, Any] | None
+    stop: dict[str, Any] | None
+    notes: list[dict[str, Any]]
+    seconds: float
+
+
+Answer = TraceAnswer | FlowsAnswer | StackAnswer | ReceiptAnswer
+ANSWERS: dict[str, Any] = {
+    Trace.kind: TraceAnswer,
+    Flows.kind: FlowsAnswer,
+    InspectStack.kind: StackAnswer,
+    Replay.kind: ReceiptAnswer,
+}
+
+
+class Answerer(Protocol):
+    """Something that answers questions about one recording: the in-process inquiry and the
+    sandbox client both are. Closing it ends every process it started."""
+
+    # The steps of the last trace with their operand names, for the text view: frames carry
+    # no names, so the sandbox client's is empty and the text shows fewer details.
+    last_nodes: dict[int, dict[str, Any]]
+
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def trace(self, question: Trace) -> TraceAnswer: ...
+    def flows(self, question: Flows) -> FlowsAnswer: ...
+    def inspect_stack(self, question: InspectStack) -> StackAnswer: ...
+    def replay(self, question: Replay) -> ReceiptAnswer: ...
+    def close(self) -> None: ...
+
+
+_METHODS: dict[str, str] = {
+    Trace.kind: "trace",
+    Flows.kind: "flows",
+    InspectStack.kind: "inspect_stack",
+    Replay.kind: "replay",
+}
+
+
+def ask(answerer: "Answerer", question: Question) -> Answer:
+    """The answer to any question, from any answerer: the one dispatch on kind."""
+    method: Any = getattr(answerer, _METHODS[question.kind])
+    answer: Answer = method(question)
+    return answer
+
+
+# -- the grammar of locations ----------------------------------------------------------------
+
+_AT = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?:#(?P<hit>\d+))?$")
+
+
+@dataclass(frozen=True)
+class At:
+    """Where a query stops: before a counter, a line's Nth execution, the crash or the end."""
+
+    text: str
+    counter: int | None = None
+    file: str | None = None
+    line: int | None = None
+    hit: int = 1
+    special: str | None = None
+
+
+def parse_at(text: str) -> At:
+    text = text.strip()
+    if text in ("crash", "end"):
+        return At(text, special=text)
+    if text.isdigit():
+        if int(text) < 1:
+            raise QueryError("instruction counters start at 1")
+        return At(text, counter=int(text))
+    m = _AT.match(text)
+    if m is None:
+        raise QueryError(f"--at {text!r}: expected FILE:LINE[#HIT], a counter, crash or end")
+    hit = int(m["hit"]) if m["hit"] else 1
+    if hit < 1:
+        raise QueryError(f"--at {text!r}: hits count from 1")
+    return At(text, file=m["file"], line=int(m["line"]), hit=hit)
+
+
+def resolve_source(name: str, files: list[str]) -> str:
+    """The recorded file `name` names: itself, or the one recorded path it is a suffix of; an
+    absolute path outside the recording (a library file) stands for itself."""
+    if name in files:
+        return name
+    suffix = name.lstrip("./")
+    matches = [f for f in files if f == suffix or f.endswith(os.sep + suffix)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise QueryError(f"{name} matches several recorded files: {', '.join(matches)}")
+    if os.path.isabs(name):
+        return name  # a library or stdlib file: counted as the replay runs it
+    raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
+
+
+def parse_from(source: str) -> tuple[int | None, str, str]:
+    """`--from`: (event, "", "") for event:N, or (None, EXPR, LOCATION) for EXPR@LOCATION."""
+    source = source.strip()
+    if source.startswith("event:"):
+        try:
+            return int(source.split(":", 1)[1]), "", ""
+        except ValueError:
+            raise QueryError(f"--from {source!r}: event:N takes an event number") from None
+    expr, sep, where = source.rpartition("@")
+    if not sep or not expr:
+        raise QueryError(f"--from {source!r}: expected EXPR@LOCATION or event:N")
+    return None, expr, where
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+
+def _json_name(f: dataclasses.Field[Any]) -> str:
+    return str(f.metadata.get("json") or f.name)
+
+
+def parse_question(doc: Mapping[str, Any]) -> Question:
+    """The question a JSON object asks; QueryError (exit 2, HTTP 422) for anything else:
+    an unknown kind, an unknown field, a wrong type, a value out of range."""
+    if not isinstance(doc, Mapping):
+        raise QueryError("a question is a JSON object")
+    kind = doc.get("kind")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise QueryError(f"unknown question {kind!r} (known: {', '.join(KINDS)})")
+    fields = {_json_name(f): f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(doc) - set(fields) - {"kind"})
+    if unknown:
+        raise QueryError(f"{kind}: unknown field(s) {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in doc:
+            continue
+        value = doc[name]
+        if f.type in ("int", int):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise QueryError(f"{kind}: {name} must be an integer")
+            low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise QueryError(f"{kind}: {name} must be between {low} and {high}")
+        else:
+            if not isinstance(value, str):
+                raise QueryError(f"{kind}: {name} must be a string")
+            if len(value) > f.metadata["max_length"]:
+                raise QueryError(f"{kind}: {name} is longer than {f.metadata['max_length']}")
+        values[f.name] = value
+    question: Question = cls(**values)
+    return question
+
+
+def question_json(question: Question) -> dict[str, Any]:
+    """The JSON form parse_question reads back."""
+    doc: dict[str, Any] = {"kind": question.kind}
+    for f in dataclasses.fields(question):
+        doc[_json_name(f)] = getattr(question, f.name)
+    return doc
+
+
+def check_answer(kind: str, doc: Any) -> list[str]:
+    """Where `doc` departs from its kind's answer shape: missing or unknown keys, wrong
+    types (empty when it conforms)."""
+    problems: list[str] = []
+    _check(ANSWERS[kind], doc, kind, problems)
+    return problems
+
+
+def _check(tp: Any, value: Any, where: str, problems: list[str]) -> None:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return
+    if origin in (Union, types.UnionType):
+        trials: list[list[str]] = []
+        for option in typing.get_args(tp):
+            found: list[str] = []
+            _check(option, value, where, found)
+            if not found:
+                return
+            trials.append(found)
+        fewest: list[str] = min(trials, key=len)
+        problems.extend(fewest)
+        return
+    if tp is type(None):
+        if value is not None:
+            problems.append(f"{where}: expected null")
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append(f"{where}: expected a list")
+            return
+        for i, item in enumerate(value):
+            _check(typing.get_args(tp)[0], item, f"{where}[{i}]", problems)
+        return
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected an object")
+        return
+    if typing.is_typeddict(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected an object")
+            return
+        hints = _hints(tp)
+        for key in tp.__required_keys__ - set(value):
+            problems.append(f"{where}: missing {key!r}")
+        for key in set(value) - set(hints):
+            problems.append(f"{where}: unexpected {key!r}")
+        for key, item in value.items():
+            if key in hints:
+                _check(hints[key], item, f"{where}.{key}", problems)
+        return
+    expected = _PLAIN[tp]
+    if not isinstance(value, expected) or (tp is int and isinstance(value, bool)):
+        problems.append(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
+
+
+_PLAIN: dict[Any, type | tuple[type, ...]] = {str: str, int: int, float: (int, float), bool: bool}
+
+
+def _hints(tp: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(tp)
+    return {k: _strip(v) for k, v in hints.items()}
+
+
+def _strip(tp: Any) -> Any:
+    while typing.get_origin(tp) in (NotRequired, typing.Required):
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def json_schema() -> dict[str, Any]:
+    """Questions and answers as JSON Schema (2020-12): `question` is the union of every
+    kind, `answers` maps each kind to its document."""
+    defs: dict[str, Any] = {}
+    questions = []
+    for kind, cls in KINDS.items():
+        props: dict[str, Any] = {"kind": {"const": kind}}
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            if f.type in ("int", int):
+                prop: dict[str, Any] = {"type": "integer", "default": f.default}
+                prop.update(minimum=meta["minimum"], maximum=meta["maximum"])
+            else:
+                prop = {"type": "string", "default": f.default, "maxLength": meta["max_length"]}
+            prop["description"] = meta["help"]
+            props[_json_name(f)] = prop
+        questions.append(
+            {
+                "title": cls.__name__,
+                "description": (cls.__doc__ or "").strip(),
+                "type": "object",
+                "properties": props,
+                "required": ["kind"],
+                "additionalProperties": False,
+            }
+        )
+    answers = {kind: _schema(tp, defs) for kind, tp in ANSWERS.items()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "question": {"oneOf": questions},
+        "answers": answers,
+        "$defs": defs,
+    }
+
+
+def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return {}
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_schema(t, defs) for t in typing.get_args(tp)]}
+    if tp is type(None):
+        return {"type": "null"}
+    if origin is list:
+        return {"type": "array", "items": _schema(typing.get_args(tp)[0], defs)}
+    if origin is dict or tp is dict:
+        return {"type": "object"}
+    if typing.is_typeddict(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # placeholder: a recursive shape (Node) refers to itself
+            hints = _hints(tp)
+            defs[name] = {
+                "type": "object",
+                "properties": {k: _schema(v, defs) for k, v in hints.items()},
+                "required": sorted(tp.__required_keys__),
+                "additionalProperties": False,
+            }
+        return {"$ref": f"#/$defs/{name}"}
+    return {"type": {str: "string", int: "integer", float: "number", bool: "boolean"}[tp]}
