@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from sealtrace.proxy import SealtraceError
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import CodecError, ParsedStream
 from sealtrace.sandbox._checkpoints import process_alive
 from sealtrace.sandbox._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from sealtrace.sandbox._protocol import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 from ._provenance import origin_tag_kind
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError

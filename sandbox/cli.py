@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from sealtrace.proxy import Identity, UsageError
-from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
+from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
 
 from ._session import load_recording, raise_for, replay_location
 from ._validate import validate
@@ -51,7 +51,7 @@ FromOpt = Annotated[
 ]
 
 
-@_guarded
+@guarded
 def replay(
     location: LocationArg,
     identity: IdentityOpt,
@@ -122,7 +122,7 @@ def _answer(doc: dict[str, Any], as_json: bool, text: Callable[[], str]) -> None
     typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text())
 
 
-@_guarded
+@guarded
 def trace(
     location: LocationArg,
     identity: IdentityOpt,
@@ -149,7 +149,7 @@ def trace(
     _answer(doc, as_json, lambda: render_trace(doc, session.last_nodes, src))
 
 
-@_guarded
+@guarded
 def flows(
     location: LocationArg,
     identity: IdentityOpt,
@@ -169,7 +169,7 @@ def flows(
     _answer(doc, as_json, lambda: render_flows(doc, src))
 
 
-@_guarded
+@guarded
 def inspect_stack(
     location: LocationArg,
     identity: IdentityOpt,
