@@ -1,11 +1,12 @@
 """sealtrace.proxy.format: the sealed recording, as the other components read and make it.
 
 The public seam onto the recorder's format modules for the sandbox, the agent, the server,
-bench/ and infra/: the value codec's error, the parsed event stream, the format's constants,
-keys, the sealed reader and writer, the stores, and the HPKE recipes (the recording key
-wrapped to a run, the recording key re-sealed to an agent for one session). Every name here is
-a re-export: the layouts, derivations and the HPKE suite are defined once in the private
-modules behind it, whose names may be part of recorded bytes and so never move.
+bench/ and infra/ (and for applications teaching the codec a type): the value codec's error
+and extension hook, the parsed event stream, the format's constants, keys, the sealed reader
+and writer, the stores, and the HPKE recipes (the recording key wrapped to a run, the
+recording key re-sealed to an agent for one session). Every name here is a re-export: the
+layouts, derivations and the HPKE suite are defined once in the private modules behind it,
+whose names may be part of recorded bytes and so never move.
 
 It must never define a layout, a derivation or a recipe of its own, never expose the HPKE
 suite or another hazardous primitive, and never import anything heavier than
@@ -14,7 +15,7 @@ suite or another hazardous primitive, and never import anything heavier than
 
 from __future__ import annotations
 
-from .._codec import CodecError
+from .._codec import CodecError, register_extension
 from .._format import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SEGMENT_SIZE,
@@ -72,6 +73,7 @@ __all__ = [
     "open_store",
     "parse_stream",
     "read_meta",
+    "register_extension",
     "seal_session_key",
     "unwrap_recording_key",
     "wrap_recording_key",

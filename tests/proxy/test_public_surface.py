@@ -98,6 +98,7 @@ FORMAT_EXPORTED = [
     "open_store",
     "parse_stream",
     "read_meta",
+    "register_extension",
     "seal_session_key",
     "unwrap_recording_key",
     "wrap_recording_key",
