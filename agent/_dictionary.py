@@ -16,8 +16,7 @@ import dis
 import os
 from typing import Any
 
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import CodecError, ParsedStream
 from sealtrace.sandbox import canonical_bytes, keyed_digest, summarize
 
 __all__ = ["Dictionary"]
@@ -25,7 +24,7 @@ __all__ = ["Dictionary"]
 
 def _boundary_calls() -> list[str]:
     """Every call name the boundary table can record, recorded in this run or not."""
-    from sealtrace.proxy._boundary import BUILTIN_LIBRARIES
+    from sealtrace.proxy.boundary import BUILTIN_LIBRARIES
 
     return [entry.name for library in BUILTIN_LIBRARIES for entry in library.entries]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 from ._podman import PodmanTransport, sweep_containers
 from ._sandbox import SandboxClient, SandboxError, sweep_session_directories

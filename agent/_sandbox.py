@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol, cast
 
 from sealtrace.proxy import SealtraceError
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import CodecError, ParsedStream
 from sealtrace.sandbox import (
     ARGV_TAG,
     ENV_TAG,

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import SealedReader, SealtraceError, open_store
-from sealtrace.proxy._keys import Identity
-from sealtrace.proxy._stream import parse_stream
+from sealtrace.proxy.format import Identity, parse_stream
 from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sealtrace.proxy._keys import generate_identity
+from sealtrace.proxy.format import generate_identity
 
 from ._contracts import ASSIGNMENT_TASK
 from ._server import ServerClient, ServerError

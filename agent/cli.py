@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sealtrace.proxy.cli import JsonOpt, _guarded
+from sealtrace.proxy.cli import JsonOpt, guarded
 
 __all__ = ["register"]
 
@@ -27,7 +27,7 @@ RequirementsOpt = Annotated[
 ]
 
 
-@_guarded
+@guarded
 def build_image(
     python: PythonOpt = sys.executable,
     requirements: RequirementsOpt = None,
@@ -63,7 +63,7 @@ def build_image(
         typer.echo(f"{reference}  {image.id}  {distributions} distributions")
 
 
-@_guarded
+@guarded
 def agent(
     server: Annotated[str, typer.Option("--server", envvar="SEALTRACE_AGENT_SERVER",
                                         help="The server's URL.")],

@@ -91,8 +91,7 @@ from typing import Any
 
 from _machine import machine
 
-from sealtrace.proxy import Identity
-from sealtrace.proxy._keys import write_keypair
+from sealtrace.proxy import Identity, write_keypair
 from sealtrace.sandbox import load_recording
 
 TARGET_CALL_NS = 2000.0

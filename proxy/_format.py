@@ -11,6 +11,13 @@ Objects of one recording (names relative to the recording's prefix or directory)
 A chunk record is CHUNK_PREFIX (ciphertext length, flags) then AES-256-GCM ciphertext+tag.
 Chunk counters run across segments; the nonce is STREAM-style (counter, final flag); the AAD
 binds the header digest, the segment index and the flags.
+
+Every HPKE recipe of sealtrace is here and nowhere else, each a safe operation on a recording
+key (nobody outside this module touches HPKE_SUITE):
+    wrap_recording_key / unwrap_recording_key   to a run's public key (the header's wrapped key),
+                                                run id and format version bound in `info`
+    seal_session_key / open_session_key         to an agent's public key for one session (what
+                                                crosses Redis), session and run ids bound in `info`
 """
 
 from __future__ import annotations
@@ -70,6 +77,8 @@ FLAG_SEGMENT_END = 0x02  # last chunk of its segment
 KNOWN_FLAGS = FLAG_FINAL | FLAG_SEGMENT_END
 
 HPKE_INFO_LABEL = b"sealtrace/recording-key"
+SESSION_INFO_LABEL = b"sealtrace-session-key-v1\x00"
+SESSION_BLOB_SIZE = ENC_SIZE + WRAPPED_KEY_SIZE  # enc || ciphertext || tag
 BODY_KEY_LABEL = b"sealtrace/body-key"
 
 
@@ -121,6 +130,37 @@ def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> byte
         ) from None
     if len(key) != RECORDING_KEY_SIZE:
         raise TamperedError("the unwrapped recording key has the wrong length")
+    return key
+
+
+def session_info(session_id: str, run_id: str) -> bytes:
+    """HPKE `info` of a session key: binds the sealed key to one session of one run."""
+    sid, rid = session_id.encode(), run_id.encode()
+    return SESSION_INFO_LABEL + struct.pack(">HH", len(sid), len(rid)) + sid + rid
+
+
+def seal_session_key(
+    recording_key: bytes, agent: Recipient, *, session_id: str, run_id: str
+) -> bytes:
+    """The recording key sealed (single-shot HPKE base mode) to the agent, for this session."""
+    if len(recording_key) != RECORDING_KEY_SIZE:
+        raise ValueError("a recording key is 32 bytes")
+    return HPKE_SUITE.encrypt(
+        recording_key, agent.public_key, info=session_info(session_id, run_id)
+    )
+
+
+def open_session_key(blob: bytes, agent: Identity, *, session_id: str, run_id: str) -> bytes:
+    """The recording key, or WrongIdentityError (another agent's blob, another session's or
+    run's, or altered)."""
+    try:
+        key = HPKE_SUITE.decrypt(blob, agent.private_key, info=session_info(session_id, run_id))
+    except (InvalidTag, ValueError):
+        raise WrongIdentityError(
+            "cannot open the session key: not this agent's, not this session's, or altered"
+        ) from None
+    if len(key) != RECORDING_KEY_SIZE:
+        raise WrongIdentityError("the session key has the wrong length")
     return key
 
 

@@ -50,9 +50,11 @@ from ._writer import SealedWriter
 __all__ = [
     "DEFAULT_ENV_ALLOW",
     "Recording",
+    "ReplayHooks",
     "describe_run",
     "installed_manifest",
     "passthrough_prefixes",
+    "replay_hooks",
     "start_recording",
 ]
 
@@ -107,6 +109,30 @@ def passthrough_prefixes() -> list[str]:
                 if p not in seen:
                     seen.append(p)
     return seen
+
+
+class ReplayHooks:
+    """What a replaying process may touch in the recorder, and nothing more: the REPLAYING
+    switch (start_recording() is then a no-op) and the passthrough prefixes, whose computation
+    warms the same sysconfig and site caches the recorder warmed before installing the
+    boundary. Exported as `replay_hooks` by sealtrace.proxy.boundary."""
+
+    # Named as the module global it stands for, so `hooks.REPLAYING = True` reads as before.
+    @property
+    def REPLAYING(self) -> bool:
+        return REPLAYING
+
+    @REPLAYING.setter
+    def REPLAYING(self, value: bool) -> None:
+        global REPLAYING
+        REPLAYING = value
+
+    @staticmethod
+    def passthrough_prefixes() -> list[str]:
+        return passthrough_prefixes()
+
+
+replay_hooks = ReplayHooks()
 
 
 def _allowed(name: str, patterns: Sequence[str]) -> bool:

@@ -28,6 +28,10 @@ from ._reader import SealedReader
 from ._store import open_store
 from ._writer import SealedWriter
 
+# What the other components' commands (sealtrace.sandbox.cli, .agent.cli, .server.cli, which
+# register under this app) build on.
+__all__ = ["IdentityOpt", "JsonOpt", "LocationArg", "RunIdOpt", "app", "guarded", "main"]
+
 app = typer.Typer(
     name="sealtrace",
     help="Record, seal, and open Python execution recordings.",
@@ -45,7 +49,7 @@ def _fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _guarded(func: F) -> F:
+def guarded(func: F) -> F:
     """Turn sealtrace errors into one line and their exit code."""
 
     @functools.wraps(func)
@@ -83,7 +87,7 @@ RunIdOpt = Annotated[
 
 
 @app.command()
-@_guarded
+@guarded
 def keygen(
     out: Annotated[Path, typer.Option("--out", help="Directory for NAME.pub and NAME.key.")],
     name: Annotated[str, typer.Option(help="Base name of the two files.")] = "sealtrace",
@@ -99,7 +103,7 @@ def keygen(
 
 
 @app.command()
-@_guarded
+@guarded
 def seal(
     recipient: Annotated[Path, typer.Option("--recipient", help="Recipient .pub file.")],
     run_id: Annotated[str, typer.Option("--run-id", help="The run this recording belongs to.")],
@@ -143,7 +147,7 @@ def seal(
 
 
 @app.command("open")
-@_guarded
+@guarded
 def open_(
     location: LocationArg,
     identity: IdentityOpt,
@@ -193,7 +197,7 @@ def _copy_to_file(reader: SealedReader, path: Path, *, keep_partial: bool) -> No
 
 
 @app.command()
-@_guarded
+@guarded
 def inspect(
     location: Annotated[str, typer.Argument(help="Directory or s3://bucket/prefix.")],
     identity: Annotated[
@@ -222,7 +226,7 @@ def inspect(
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
-@_guarded
+@guarded
 def record(
     recipient: Annotated[
         Path | None, typer.Option("--recipient", help="Recipient .pub file.")

@@ -181,7 +181,7 @@ def select(requirements: list[Requirement]) -> dict[str, Any]:
 def probe() -> None:
     """`python -c 'from sealtrace.sandbox._distributions import probe; probe()'`: select() on
     the requirements read as JSON from stdin (null: every installed distribution)."""
-    from sealtrace.proxy._recorder import installed_manifest
+    from sealtrace.proxy.boundary import installed_manifest
 
     asked = json.load(sys.stdin)
     if asked is None:

@@ -9,8 +9,7 @@ import time
 from typing import Any
 
 from sealtrace.proxy import UsageError
-from sealtrace.proxy._boundary import libraries
-from sealtrace.proxy._recorder import installed_manifest
+from sealtrace.proxy.boundary import installed_manifest, libraries
 
 __all__ = ["environment_problem", "manifest_problem"]
 

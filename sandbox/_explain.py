@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 from ._provenance import origin_tag_kind
 

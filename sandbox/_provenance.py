@@ -32,7 +32,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from sealtrace.proxy._runtime import is_own_code
+from sealtrace.proxy.boundary import is_own_code
 
 __all__ = [
     "ARGV_TAG",

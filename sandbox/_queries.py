@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, cast
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sealtrace.proxy._stream import ParsedStream
+from sealtrace.proxy.format import ParsedStream
 
 __all__ = ["INPUT_KINDS", "Candidate", "NamedConstants", "rank", "slice_origins"]
 

@@ -25,12 +25,17 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from sealtrace.proxy import _recorder
-from sealtrace.proxy._boundary import install, libraries
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._launch import Target, run_target
-from sealtrace.proxy._runtime import args_digest, is_own_code, path_under
-from sealtrace.proxy._stream import Event, ParsedStream, SourceFile, parse_stream
+from sealtrace.proxy.boundary import (
+    Target,
+    args_digest,
+    install,
+    is_own_code,
+    libraries,
+    path_under,
+    run_target,
+)
+from sealtrace.proxy.boundary import replay_hooks as _recorder
+from sealtrace.proxy.format import CodecError, Event, ParsedStream, SourceFile, parse_stream
 
 from . import _checkpoints  # noqa: F401 - keeps the real fork before the boundary replaces it
 from ._environment import environment_problem

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream, parse_stream, read_meta
+from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_meta
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 

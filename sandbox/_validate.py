@@ -38,7 +38,7 @@ from typing import Annotated, Any
 import typer
 
 from sealtrace.proxy import Identity, SealtraceError, UsageError, write_keypair
-from sealtrace.proxy.cli import JsonOpt, _guarded
+from sealtrace.proxy.cli import JsonOpt, guarded
 
 from ._errors import ValidationError
 from ._queries import Inquiry
@@ -296,7 +296,7 @@ JobsOpt = Annotated[
 ]
 
 
-@_guarded
+@guarded
 def validate(cases: CaseOpt = None, jobs: JobsOpt = 0, as_json: JsonOpt = False) -> None:
     """Check the provenance engine on programs with planted root causes.
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sealtrace.proxy import Identity, UsageError
-from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, _guarded
+from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
 
 from ._session import Receipt, load_recording, raise_for, replay_location
 from ._validate import validate
@@ -55,7 +55,7 @@ FromOpt = Annotated[
 ]
 
 
-@_guarded
+@guarded
 def replay(
     location: LocationArg,
     identity: IdentityOpt,
@@ -125,7 +125,7 @@ def _answer(doc: Any, as_json: bool, text: Callable[[], str]) -> None:
     typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text())
 
 
-@_guarded
+@guarded
 def trace(
     location: LocationArg,
     identity: IdentityOpt,
@@ -151,7 +151,7 @@ def trace(
     _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src))
 
 
-@_guarded
+@guarded
 def flows(
     location: LocationArg,
     identity: IdentityOpt,
@@ -171,7 +171,7 @@ def flows(
     _answer(doc, as_json, lambda: render_flows(doc, src))
 
 
-@_guarded
+@guarded
 def inspect_stack(
     location: LocationArg,
     identity: IdentityOpt,

@@ -18,8 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sealtrace.proxy._codec import CodecError
-from sealtrace.proxy._stream import ParsedStream, parse_stream
+from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream
 
 from ._checkpoints import CheckpointPolicy
 from ._errors import DivergenceError, QueryError, ReplayEnvironmentError

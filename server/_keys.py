@@ -20,9 +20,14 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sealtrace.agent._contracts import seal_session_key
-from sealtrace.proxy._format import ENC_SIZE, WRAPPED_KEY_SIZE, unwrap_recording_key
-from sealtrace.proxy._keys import Identity, Recipient
+from sealtrace.proxy.format import (
+    ENC_SIZE,
+    WRAPPED_KEY_SIZE,
+    Identity,
+    Recipient,
+    seal_session_key,
+    unwrap_recording_key,
+)
 
 from ._models import Run, RunStatus, owned
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sealtrace.proxy import UsageError
-from sealtrace.proxy.cli import JsonOpt, _guarded
+from sealtrace.proxy.cli import JsonOpt, guarded
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -32,7 +32,7 @@ def _settings() -> ServerSettings:
 
 
 @app.command("migrate")
-@_guarded
+@guarded
 def migrate() -> None:
     """Bring the database to the newest schema."""
     from ._db import migrate as upgrade
@@ -43,7 +43,7 @@ def migrate() -> None:
 
 
 @app.command("serve")
-@_guarded
+@guarded
 def serve(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8400,
@@ -60,7 +60,7 @@ def serve(
 
 
 @app.command("create-tenant")
-@_guarded
+@guarded
 def create_tenant(tenant: TenantOpt) -> None:
     from sqlalchemy.exc import IntegrityError
 
@@ -78,7 +78,7 @@ def create_tenant(tenant: TenantOpt) -> None:
 
 
 @app.command("create-user")
-@_guarded
+@guarded
 def create_user(
     tenant: TenantOpt,
     name: Annotated[str, typer.Option("--name")],
@@ -110,7 +110,7 @@ def create_user(
 
 
 @app.command("create-token")
-@_guarded
+@guarded
 def create_token(
     tenant: TenantOpt,
     scope: Annotated[str, typer.Option("--scope", help="record or agent")],
@@ -133,7 +133,7 @@ def create_token(
 
 
 @app.command("audit-verify")
-@_guarded
+@guarded
 def audit_verify(as_json: JsonOpt = False) -> None:
     """Check the audit log's hash chain. Exit 3 if it is broken."""
     from sqlalchemy import select

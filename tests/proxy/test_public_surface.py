@@ -1,4 +1,6 @@
-"""The recorder is imported into other people's processes: pin what it exports and imports."""
+"""The recorder is imported into other people's processes: pin what it exports and imports,
+and what its two public seams for the other components (sealtrace.proxy.format,
+sealtrace.proxy.boundary) and its command line export."""
 
 from __future__ import annotations
 
@@ -6,7 +8,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import sealtrace.proxy
+import sealtrace.proxy.boundary
+import sealtrace.proxy.cli
+import sealtrace.proxy.format
 
 FORBIDDEN = [
     "fastapi",
@@ -62,6 +69,74 @@ EXPORTED = [
 ]
 
 
+FORMAT_EXPORTED = [
+    "CodecError",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_SEGMENT_SIZE",
+    "DiscardSink",
+    "ENC_SIZE",
+    "Event",
+    "FORMAT_VERSION",
+    "Identity",
+    "Listing",
+    "LocalDirStore",
+    "MemoryStore",
+    "ParsedStream",
+    "RECORDING_KEY_SIZE",
+    "Recipient",
+    "RecordingSink",
+    "RecordingSource",
+    "RecordingStatus",
+    "SESSION_BLOB_SIZE",
+    "SealedReader",
+    "SealedWriter",
+    "SourceFile",
+    "StoredObject",
+    "WRAPPED_KEY_SIZE",
+    "generate_identity",
+    "open_session_key",
+    "open_store",
+    "parse_stream",
+    "read_meta",
+    "register_extension",
+    "seal_session_key",
+    "unwrap_recording_key",
+    "wrap_recording_key",
+    "write_keypair",
+]
+
+BOUNDARY_EXPORTED = [
+    "BUILTIN_LIBRARIES",
+    "Entry",
+    "Library",
+    "Target",
+    "args_digest",
+    "install",
+    "installed_manifest",
+    "is_own_code",
+    "libraries",
+    "path_under",
+    "register",
+    "replay_hooks",
+    "run_target",
+]
+
+CLI_EXPORTED = ["IdentityOpt", "JsonOpt", "LocationArg", "RunIdOpt", "app", "guarded", "main"]
+
+# What `import sealtrace.proxy` loads of sealtrace itself: the seams are not among them.
+RECORDER_MODULES = {
+    "sealtrace",
+    "sealtrace.proxy",
+    "sealtrace.proxy._errors",
+    "sealtrace.proxy._format",
+    "sealtrace.proxy._inspect",
+    "sealtrace.proxy._keys",
+    "sealtrace.proxy._reader",
+    "sealtrace.proxy._store",
+    "sealtrace.proxy._writer",
+}
+
+
 def _modules_after(statement: str) -> set[str]:
     code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
@@ -83,3 +158,49 @@ def test_exported_names_are_pinned() -> None:
     assert sorted(sealtrace.proxy.__all__) == sorted(EXPORTED)
     for name in EXPORTED:
         assert getattr(sealtrace.proxy, name) is not None
+
+
+def test_importing_the_recorder_loads_neither_seam() -> None:
+    loaded = _modules_after("import sealtrace.proxy")
+    assert {m for m in loaded if m.startswith("sealtrace")} == RECORDER_MODULES
+
+
+@pytest.mark.parametrize("seam", ["sealtrace.proxy.format", "sealtrace.proxy.boundary"])
+def test_a_seam_pulls_in_no_heavy_stack(seam: str) -> None:
+    loaded = _modules_after(f"import {seam}")
+    assert not [m for m in loaded for bad in FORBIDDEN if m == bad or m.startswith(bad + ".")]
+
+
+def test_the_format_seam_adds_only_the_stream_modules_and_stdlib() -> None:
+    extra = _modules_after("import sealtrace.proxy.format") - _modules_after(
+        "import sealtrace.proxy"
+    )
+    ours = {"sealtrace.proxy.format", "sealtrace.proxy._codec", "sealtrace.proxy._stream"}
+    assert {m for m in extra if m.split(".")[0].lstrip("_") not in sys.stdlib_module_names} <= ours
+
+
+def test_the_boundary_seam_loads_the_recorder_only_when_asked() -> None:
+    assert "sealtrace.proxy._recorder" not in _modules_after("import sealtrace.proxy.boundary")
+    assert "sealtrace.proxy._recorder" in _modules_after(
+        "from sealtrace.proxy.boundary import installed_manifest"
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "exported"),
+    [
+        (sealtrace.proxy.format, FORMAT_EXPORTED),
+        (sealtrace.proxy.boundary, BOUNDARY_EXPORTED),
+        (sealtrace.proxy.cli, CLI_EXPORTED),
+    ],
+)
+def test_seam_names_are_pinned(module: object, exported: list[str]) -> None:
+    assert sorted(module.__all__) == sorted(exported)  # type: ignore[attr-defined]
+    for name in exported:
+        assert getattr(module, name) is not None
+
+
+def test_negative_control_a_seam_refuses_a_name_it_does_not_export() -> None:
+    with pytest.raises(AttributeError):
+        sealtrace.proxy.boundary.Patcher  # noqa: B018 - the lookup is the test
+    assert not hasattr(sealtrace.proxy.format, "HPKE_SUITE")
