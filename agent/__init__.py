@@ -5,7 +5,7 @@ X25519 key pair at boot, registers with the server (`_server`), takes the one as
 its own queue, and exits. Serving it (`_serving`) means opening the recording key the server
 sealed to it (`_contracts`), reading the recording into memory, and driving the sandbox.
 
-The sandbox client (`_sandbox`) runs the replay runner in a hardened rootless Podman
+The sandbox client (`_sandbox_client`) runs the replay runner in a hardened rootless Podman
 container (`_podman`; `_local` finds the Podman service and image on this machine, for
 `--sandbox`) or as a local child process, streams the recording in, checks every frame and
 rebuilds the answers, showing strings only when a keyed digest matches a value it holds

@@ -24,7 +24,7 @@ from typing import Any
 from sealtrace.proxy.format import ParsedStream
 
 from ._podman import PodmanTransport, sweep_containers
-from ._sandbox import SandboxClient, SandboxError, sweep_session_directories
+from ._sandbox_client import SandboxClient, SandboxError, sweep_session_directories
 
 __all__ = ["open_sandbox", "podman_client", "sandbox_opener", "sandbox_user", "serve_podman"]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from sealtrace.sandbox import TMP_LABEL, process_alive
 
-from ._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
+from ._sandbox_client import DEFAULT_MEMORY_LIMIT, session_directory
 
 __all__ = [
     "AGENT_LABEL",

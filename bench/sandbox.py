@@ -65,7 +65,7 @@ def _record(work: Path, size: int) -> tuple[bytes, Any]:
 
 def main() -> None:
     from sealtrace.agent._podman import PodmanTransport
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
     from sealtrace.sandbox import Inquiry, build_image
 
     quick = "--quick" in sys.argv

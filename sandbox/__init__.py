@@ -2,10 +2,10 @@
 sandbox.
 
 Replay re-executes a recorded run with every external call served from the recording and
-checked: `_replay` is the replay process, `_session` starts it and returns its receipt,
+checked: `_replay` is the replay process, `_replay_process` starts it and returns its receipt,
 `_environment` says whether this interpreter can replay it, and `cli` holds `replay`,
 `trace`, `flows`, `inspect-stack` and `validate`. Provenance questions are answered by
-replaying with the engine attached (`_provenance` inside the replay, `_queries` for the
+replaying with the engine attached (`_provenance` inside the replay, `_inquiry` for the
 passes behind each question, `_checkpoints` for fork checkpoints, `_explain` for text), and
 checked on planted root causes (`_validate`, `_ranking`, `validation/`).
 
@@ -29,22 +29,22 @@ if TYPE_CHECKING:
         ValidationError,
     )
     from ._image import MANIFEST_LABEL, TMP_LABEL, build_image, image_problem, plan_image
+    from ._inquiry import Inquiry
     from ._provenance import ARGV_TAG, ENV_TAG, canonical_bytes, keyed_digest, summarize
-    from ._queries import Inquiry
     from ._replay import describe_event, output_preview
-    from ._session import Receipt, load_recording, raise_for, replay_location
+    from ._replay_process import Receipt, load_recording, raise_for, replay_location
 
 # The public names, each from the private module that holds it. Loaded on first use: the
 # runner and the replay process import this package and must not pay for what they don't use.
 _PUBLIC = {
     # answering questions in-process (the contract is sealtrace.sandbox.questions)
-    "Inquiry": "_queries",
+    "Inquiry": "_inquiry",
     "CheckpointPolicy": "_checkpoints",
     # replaying
-    "Receipt": "_session",
-    "load_recording": "_session",
-    "raise_for": "_session",
-    "replay_location": "_session",
+    "Receipt": "_replay_process",
+    "load_recording": "_replay_process",
+    "raise_for": "_replay_process",
+    "replay_location": "_replay_process",
     "describe_event": "_replay",
     "output_preview": "_replay",
     "process_alive": "_checkpoints",

@@ -1,7 +1,7 @@
 """Provenance queries inside the replaying process: the engine attached to a replay.
 
 sealtrace.sandbox._replay starts this when the parent asks a question. One replay answers
-one pass of a query (sealtrace.sandbox._queries runs as many passes as it needs):
+one pass of a query (sealtrace.sandbox._inquiry runs as many passes as it needs):
 
     slice    run to a counter keeping every instruction's input tags, then walk back from
              it: the counters of its backward slice, nearest first

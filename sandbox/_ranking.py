@@ -1,6 +1,6 @@
 """Candidate root causes of a traced value, ranked: the answer to "what made this value?".
 
-A trace (sealtrace.sandbox._queries, `trace --json`) is the value's backward slice: every
+A trace (sealtrace.sandbox._inquiry, `trace --json`) is the value's backward slice: every
 step that produced it, back to where data came into the program. This module reads that
 slice and ranks the places where a cause can enter.
 

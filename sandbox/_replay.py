@@ -1,7 +1,7 @@
 """The replaying process: re-executes a recorded run with every external call served from
 the recording and checked.
 
-Started by sealtrace.sandbox._session with the recorded hash seed, python options and
+Started by sealtrace.sandbox._replay_process with the recorded hash seed, python options and
 environment; it reads the plaintext event stream from an inherited pipe, installs the same
 boundary adapters the recorder used (backed by ReplayRuntime), imports application modules
 from the recorded sources only, runs the target, and writes one JSON receipt to its result

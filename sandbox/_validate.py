@@ -41,9 +41,9 @@ from sealtrace.proxy import Identity, SealtraceError, UsageError, write_keypair
 from sealtrace.proxy.cli import JsonOpt, guarded
 
 from ._errors import ValidationError
-from ._queries import Inquiry
+from ._inquiry import Inquiry
 from ._ranking import Candidate, NamedConstants, rank, slice_origins
-from ._session import load_recording
+from ._replay_process import load_recording
 from .questions import Trace
 from .validation.cases import CASES, Case
 

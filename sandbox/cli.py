@@ -13,7 +13,7 @@ import typer
 from sealtrace.proxy import Identity, UsageError
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
 
-from ._session import Receipt, load_recording, raise_for, replay_location
+from ._replay_process import Receipt, load_recording, raise_for, replay_location
 from ._validate import validate
 from .questions import Answerer, Flows, InspectStack, Replay, Trace
 
@@ -109,7 +109,7 @@ def _answerer(
     documents."""
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
-    from ._queries import Inquiry
+    from ._inquiry import Inquiry
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")

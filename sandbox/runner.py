@@ -3,7 +3,7 @@
     python -m sealtrace.sandbox.runner INPUT OUTPUT
 
 It reads requests and the plaintext recording from INPUT (a pipe or FIFO), answers with the
-provenance engine (sealtrace.sandbox._queries, replaying in child processes with fork
+provenance engine (sealtrace.sandbox._inquiry, replaying in child processes with fork
 checkpoints), and writes nothing but fixed-size frames (sealtrace.sandbox.protocol) to
 OUTPUT. Its own stdout and stderr, and the replayed program's, go nowhere: what the program
 prints is compared by the replay, never forwarded. Strings leave only as digests keyed with
@@ -22,9 +22,9 @@ from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream
 
 from ._checkpoints import CheckpointPolicy
 from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
+from ._inquiry import Inquiry
 from ._memory import MemoryWatch
 from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
-from ._queries import Inquiry
 from ._replay import describe_event
 from .protocol import (
     FRAME_SIZE,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox import LocalTransport, SandboxClient, SandboxError
+from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient, SandboxError
 
 from ..conftest import KeyFiles
 from ..sandbox.replaying import record, write_app
@@ -79,7 +79,7 @@ TIMEOUT = 3.0  # the silence case waits this long; a container opens its pipes i
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, object]:
     from sealtrace.proxy import write_keypair
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     work = tmp_path_factory.mktemp("hostile")
     keys = KeyFiles(*write_keypair(work / "keys", "h"))

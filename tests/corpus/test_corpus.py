@@ -476,7 +476,7 @@ def test_program_replays_bit_exact_with_its_inputs_deleted(
     # engine attached replays every event (a divergence would raise here), the run's end is
     # found, and the shadow stacks stay in step with the interpreter's.
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     data, parsed = load_recording(str(location), keys.identity)
     survey = Inquiry(data, parsed).survey()

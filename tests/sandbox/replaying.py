@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sealtrace.proxy import Identity
-from sealtrace.sandbox._session import load_recording
+from sealtrace.sandbox._replay_process import load_recording
 
 from ..conftest import KeyFiles, run_cli
 

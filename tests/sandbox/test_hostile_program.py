@@ -45,9 +45,9 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox import SandboxClient
+from sealtrace.agent._sandbox_client import SandboxClient
 from sealtrace.proxy._stream import ParsedStream
-from sealtrace.sandbox._session import load_recording
+from sealtrace.sandbox._replay_process import load_recording
 from sealtrace.sandbox.questions import InspectStack
 
 from ..conftest import KeyFiles

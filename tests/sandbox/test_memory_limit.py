@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from sealtrace.agent._podman import PodmanTransport, SandboxLimits
-from sealtrace.agent._sandbox import SandboxClient, SandboxError
-from sealtrace.sandbox._session import load_recording
+from sealtrace.agent._sandbox_client import SandboxClient, SandboxError
+from sealtrace.sandbox._replay_process import load_recording
 from sealtrace.sandbox.questions import InspectStack
 
 from ..conftest import KeyFiles

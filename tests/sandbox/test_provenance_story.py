@@ -285,7 +285,7 @@ def test_a_session_answers_later_passes_from_the_nearest_checkpoint(
 ) -> None:
     from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._checkpoints import CheckpointPolicy
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
@@ -325,9 +325,9 @@ def _same_answer(plain: dict[str, Any], boxed: dict[str, Any]) -> None:
 def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
     story: tuple[Path, KeyFiles],
 ) -> None:
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
@@ -356,9 +356,9 @@ def test_the_runner_speaks_only_frames_and_agrees_with_in_process(
 
 
 def test_sandboxed_flows_and_stack_agree_with_in_process(story: tuple[Path, KeyFiles]) -> None:
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     store, keys = story
     data, parsed = load_recording(str(store), keys.identity)
@@ -395,9 +395,9 @@ def test_the_story_in_a_hardened_rootless_container(
     story: tuple[Path, KeyFiles], podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
     from sealtrace.agent._podman import PodmanTransport
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     client, user, _socket = podman_service
     store, keys = story

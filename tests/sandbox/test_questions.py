@@ -50,7 +50,7 @@ def _samples(parsed: Any) -> dict[str, Question]:
 
 @pytest.fixture(scope="module")
 def answerers(story: tuple[Path, KeyFiles]) -> Iterator[tuple[Any, Any, Any]]:
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
     from sealtrace.sandbox import Inquiry, load_recording
 
     store, keys = story

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from sealtrace.agent._sandbox import LocalTransport, SandboxClient, SandboxError
-from sealtrace.sandbox._session import load_recording, replay_location
+from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient, SandboxError
+from sealtrace.sandbox._replay_process import load_recording, replay_location
 from sealtrace.sandbox.questions import InspectStack, Replay
 
 from ..conftest import KeyFiles, run_cli

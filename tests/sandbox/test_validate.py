@@ -26,7 +26,7 @@ from sealtrace.sandbox.validation.cases import CASES, PLANTED, TRACE, Origin, ma
 from ..conftest import run_cli
 
 if TYPE_CHECKING:
-    from sealtrace.agent._sandbox import Transport
+    from sealtrace.agent._sandbox_client import Transport
     from sealtrace.proxy._stream import ParsedStream
 
 KINDS = {"constant", "external", "env", "argv"}
@@ -145,7 +145,7 @@ def traced_cases() -> Iterator[list[Traced]]:
     """Every case recorded with the real CLI and traced in process, once for this module."""
     from sealtrace.proxy import Identity, write_keypair
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._session import load_recording
+    from sealtrace.sandbox._replay_process import load_recording
 
     with tempfile.TemporaryDirectory(prefix="sealtrace-validate-agree-") as tmp:
         work = Path(tmp)
@@ -177,7 +177,7 @@ def traced_cases() -> Iterator[list[Traced]]:
 def _sandboxed_traces_agree(cases: list[Traced], transport: Callable[[], Transport]) -> None:
     """Each case traced in a fresh sandbox session (one runner each) agrees with in-process;
     and the comparison can fail: one case's answer does not pass for another's."""
-    from sealtrace.agent._sandbox import SandboxClient
+    from sealtrace.agent._sandbox_client import SandboxClient
 
     answers = []
     for case in cases:
@@ -192,7 +192,7 @@ def _sandboxed_traces_agree(cases: list[Traced], transport: Callable[[], Transpo
 
 @pytest.mark.slow
 def test_sandboxed_traces_agree_with_in_process_on_every_case(traced_cases: list[Traced]) -> None:
-    from sealtrace.agent._sandbox import LocalTransport
+    from sealtrace.agent._sandbox_client import LocalTransport
 
     _sandboxed_traces_agree(traced_cases, LocalTransport)
 

@@ -25,7 +25,7 @@ from sealtrace.proxy.format import ParsedStream
 from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
 from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
-from ._session import Receipt, replay
+from ._replay_process import Receipt, replay
 from .questions import (
     At,
     Flows,
