@@ -2,8 +2,7 @@
 // and the slots it writes are tagged; container methods and builtins written in C are
 // modelled here too (model_call).
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -12,11 +11,11 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
 // -- instructions ---------------------------------------------------------------------------
-
 
 void Tracer::note_mismatch(const ShadowFrame& sf, const Instr& in, Tag counter) noexcept {
   if (stats_.depth_mismatches++ == 0) {
@@ -111,7 +110,8 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       PyObject* name = PyTuple_GET_ITEM(code->co_localsplusnames, in.oparg);
       const Slot* slot = nullptr;
       if (f->f_locals != nullptr) slot = slots_.slot(addr(f->f_locals), name_key(name));
-      if (slot == nullptr && lp[in.oparg] != nullptr) slot = slots_.slot(addr(lp[in.oparg]), kCellKey);
+      if (slot == nullptr && lp[in.oparg] != nullptr)
+        slot = slots_.slot(addr(lp[in.oparg]), kCellKey);
       remember(slot);
       break;
     }

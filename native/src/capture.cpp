@@ -1,8 +1,7 @@
 // Stops and captures: callbacks at a counter, a line or every n instructions; an
 // instruction's inputs and outputs captured for its description; a live frame's tags.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -10,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -40,8 +40,6 @@ void Tracer::every(std::uint64_t interval, PyObject* callback) {
   every_cb_ = callback;
   every_interval_ = callback != nullptr ? interval : 0;
 }
-
-
 
 void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post) {
   capture_.clear();
@@ -102,8 +100,9 @@ void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
     return;
   }
   for (int i = base; i < depth; ++i) {
-    PyObject* item = Py_BuildValue("(OK)", lp[i] != nullptr ? lp[i] : Py_None,
-                                   static_cast<unsigned long long>(sf.slots[static_cast<std::size_t>(i)]));
+    PyObject* item =
+        Py_BuildValue("(OK)", lp[i] != nullptr ? lp[i] : Py_None,
+                      static_cast<unsigned long long>(sf.slots[static_cast<std::size_t>(i)]));
     if (item != nullptr) {
       PyList_Append(outputs, item);
       Py_DECREF(item);
@@ -115,10 +114,9 @@ void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
     if (v != nullptr && callbacks != nullptr) PyList_Append(callbacks, v);
     Py_XDECREF(v);
   }
-  PyObject* r = PyObject_CallFunction(capture_post_, "KOOO",
-                                      static_cast<unsigned long long>(sf.p.counter), outputs,
-                                      sf.p.raised ? Py_True : Py_False,
-                                      callbacks != nullptr ? callbacks : Py_None);
+  PyObject* r = PyObject_CallFunction(
+      capture_post_, "KOOO", static_cast<unsigned long long>(sf.p.counter), outputs,
+      sf.p.raised ? Py_True : Py_False, callbacks != nullptr ? callbacks : Py_None);
   Py_XDECREF(callbacks);
   if (r == nullptr) {
     PyErr_Print();
@@ -168,8 +166,9 @@ PyObject* Tracer::frame_stack(PyFrameObject* frame) {
   if (out == nullptr || sf == nullptr || f->stacktop < 0) return out;
   for (int i = sf->code->nlocalsplus; i < f->stacktop; ++i) {
     PyObject* v = f->localsplus[i];
-    PyObject* item = Py_BuildValue("(OK)", v != nullptr ? v : Py_None,
-                                   static_cast<unsigned long long>(sf->slots[static_cast<std::size_t>(i)]));
+    PyObject* item =
+        Py_BuildValue("(OK)", v != nullptr ? v : Py_None,
+                      static_cast<unsigned long long>(sf->slots[static_cast<std::size_t>(i)]));
     if (item != nullptr) {
       PyList_Append(out, item);
       Py_DECREF(item);

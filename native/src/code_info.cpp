@@ -1,13 +1,13 @@
 // Per-code-object metadata: each instruction's opcode, rule, stack effects and line, built
 // once per code object and kept in the code object's extra slot; and its line stops.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -113,7 +113,6 @@ std::int64_t Tracer::code_index(PyObject* code) {
   CodeInfo* info = code_info(reinterpret_cast<PyCodeObject*>(code));
   return info == nullptr ? -1 : static_cast<std::int64_t>(info->index);
 }
-
 
 // The instructions of this code where the line stop is: computed when a code object is
 // first seen, and again when a stop is armed later (in a worker forked from a checkpoint).

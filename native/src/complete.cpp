@@ -1,8 +1,7 @@
 // The second half of an instruction: at the next event of its frame, what it left on the
 // stack is tagged by its opcode's rule; an exception lands in its handler with its tag.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -10,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 

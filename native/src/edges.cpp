@@ -1,16 +1,15 @@
 // Backward slices: the input tags every producing instruction keeps while a query pass
 // records edges, and the slice walked back from a tag.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
-
 
 // The inputs a description of this instruction names: a call's arguments (and self), not
 // the callable; the values Python code handed back to C while it ran.

@@ -1,8 +1,7 @@
 // The trace callback's events: a call, an instruction (the previous one completes, the next
 // begins, stops and captures fire), a return or yield, an exception.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -10,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -73,8 +73,7 @@ int Tracer::on_opcode(PyFrameObject* frame) {
     if (sf == nullptr) return 0;
   }
   const int depth = f->stacktop;
-  if (depth < sf->code->nlocalsplus ||
-      depth > sf->code->nlocalsplus + sf->code->stacksize) {
+  if (depth < sf->code->nlocalsplus || depth > sf->code->nlocalsplus + sf->code->stacksize) {
     return 0;  // not a state the interpreter traces; never guess
   }
   if (sf->p.active) complete(*sf, depth);
@@ -138,9 +137,9 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
         capture_.count(p.counter) != 0 && capture_post_ != nullptr) {
       PyObject* outputs = Py_BuildValue("[(OK)]", value, static_cast<unsigned long long>(ret));
       if (outputs != nullptr) {
-        PyObject* r = PyObject_CallFunction(capture_post_, "KOOO",
-                                            static_cast<unsigned long long>(p.counter), outputs,
-                                            Py_False, Py_None);
+        PyObject* r =
+            PyObject_CallFunction(capture_post_, "KOOO", static_cast<unsigned long long>(p.counter),
+                                  outputs, Py_False, Py_None);
         Py_XDECREF(r);
         Py_DECREF(outputs);
       }
@@ -167,8 +166,7 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
   }
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
-    if (!f->is_entry && caller != nullptr && caller->iframe == f->previous &&
-        caller->p.active) {
+    if (!f->is_entry && caller != nullptr && caller->iframe == f->previous && caller->p.active) {
       caller->p.has_return = true;
       caller->p.return_tag = ret;
     } else {
@@ -176,10 +174,10 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
       last_return_.tag = ret;
       last_return_.seq = ++return_seq_;
       // A generator's final return only ends the iteration; its yields are the values.
-      const bool final_return = !yielding && (f->f_code->co_flags &
-                                              (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
-      if (!final_return && caller != nullptr && caller->iframe == f->previous &&
-          caller->p.active) {
+      const bool final_return =
+          !yielding &&
+          (f->f_code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
+      if (!final_return && caller != nullptr && caller->iframe == f->previous && caller->p.active) {
         Pending& cp = caller->p;
         if (ret != 0 && cp.callbacks.size() < kMaxCallbacks &&
             (cp.callbacks.empty() || cp.callbacks.back() != ret)) {

@@ -12,11 +12,9 @@ std::uint64_t g_generation = 0;
 Py_ssize_t g_extra_index = -1;
 destructor g_subtype_dealloc = nullptr;
 
-
 void free_code_info(void* info) { delete static_cast<CodeInfo*>(info); }
 
 namespace {
-
 
 // Deallocation hooks: an object's slot tags die with it, before its address can be reused.
 struct Hook {
@@ -41,10 +39,9 @@ void fill_hook_functions(std::integer_sequence<int, N...>) {
 }  // namespace
 
 void install_hooks() {
-  PyTypeObject* types[kHooks] = {&PyList_Type,     &PyDict_Type,   &PyTuple_Type,
-                                 &PyCell_Type,     &PyBaseObject_Type, &PyFunction_Type,
-                                 &PyGen_Type,      &PyCoro_Type,   &PyAsyncGen_Type,
-                                 &PyType_Type};
+  PyTypeObject* types[kHooks] = {&PyList_Type,       &PyDict_Type,     &PyTuple_Type, &PyCell_Type,
+                                 &PyBaseObject_Type, &PyFunction_Type, &PyGen_Type,   &PyCoro_Type,
+                                 &PyAsyncGen_Type,   &PyType_Type};
   fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
   for (int i = 0; i < kHooks; ++i) {
     g_hooks[i].type = types[i];

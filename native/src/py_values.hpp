@@ -31,7 +31,6 @@ constexpr std::uint8_t kEndAsyncForOp = 54;
 
 inline std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-
 // Objects the interpreter shares between unrelated values: identity says nothing.
 inline bool shared(PyObject* v) {
   if (v == Py_None || v == Py_True || v == Py_False || v == Py_Ellipsis) return true;
@@ -81,7 +80,8 @@ inline std::uint64_t index_key(Py_ssize_t i) {
 }
 
 // The slot of container[key], for lists, tuples and dicts.
-inline bool subscript_key(PyObject* container, PyObject* key, std::uint64_t& out, PyObject** current) {
+inline bool subscript_key(PyObject* container, PyObject* key, std::uint64_t& out,
+                          PyObject** current) {
   *current = nullptr;
   if (PyList_Check(container) || PyTuple_Check(container)) {
     if (!PyLong_CheckExact(key)) return false;
@@ -94,8 +94,8 @@ inline bool subscript_key(PyObject* container, PyObject* key, std::uint64_t& out
     if (i < 0) i += n;
     if (i < 0 || i >= n) return false;
     out = index_key(i);
-    *current = PyList_Check(container) ? PyList_GET_ITEM(container, i)
-                                       : PyTuple_GET_ITEM(container, i);
+    *current =
+        PyList_Check(container) ? PyList_GET_ITEM(container, i) : PyTuple_GET_ITEM(container, i);
     return true;
   }
   if (PyDict_Check(container)) {
@@ -129,13 +129,11 @@ inline PyObject* namespace_of(PyObject* owner) {
 // 3.11 keeps these structs private (listobject.c, tupleobject.c, genobject.c); their
 // layouts are fixed for the release the engine is built for.
 struct SeqIterLayout {
-  PyObject_HEAD
-  Py_ssize_t it_index;  // of the next item
-  PyObject* it_seq;     // NULL once exhausted
+  PyObject_HEAD Py_ssize_t it_index;  // of the next item
+  PyObject* it_seq;                   // NULL once exhausted
 };
 struct AsyncGenWrappedLayout {
-  PyObject_HEAD
-  PyObject* agw_val;
+  PyObject_HEAD PyObject* agw_val;
 };
 
 // The slot tag of the item a list or tuple iterator just returned: iterators made in

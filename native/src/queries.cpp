@@ -1,7 +1,6 @@
 // Queries on a run: tainted values and where they reached, the instruction running now.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -9,6 +8,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -24,8 +24,8 @@ void Tracer::note_taint(ShadowFrame& sf) {
   }
   if (!p.tainted_inputs) return;
   const int line = sf.code->instrs[static_cast<std::size_t>(p.index)].line;
-  const std::uint64_t key = (static_cast<std::uint64_t>(sf.code->index) << 32) |
-                            static_cast<std::uint32_t>(line);
+  const std::uint64_t key =
+      (static_cast<std::uint64_t>(sf.code->index) << 32) | static_cast<std::uint32_t>(line);
   auto [it, inserted] = reach_.try_emplace(key, Reach{sf.code->index, line, p.counter, 0});
   ++it->second.count;
 }
@@ -54,7 +54,8 @@ std::vector<Reach> Tracer::reached() const {
   std::vector<Reach> out;
   out.reserve(reach_.size());
   for (const auto& [key, r] : reach_) out.push_back(r);
-  std::sort(out.begin(), out.end(), [](const Reach& a, const Reach& b) { return a.first < b.first; });
+  std::sort(out.begin(), out.end(),
+            [](const Reach& a, const Reach& b) { return a.first < b.first; });
   return out;
 }
 

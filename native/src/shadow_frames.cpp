@@ -1,13 +1,13 @@
 // Shadow frames: the tags of a traced frame's locals and value stack, taken from a pool,
 // found again after a resync, and bound to a call's argument tags when the callee starts.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -66,7 +66,6 @@ ShadowFrame* Tracer::resync(PyFrameObject* frame) {
   stack_.push_back(sf);
   return sf;
 }
-
 
 // A generator's arguments are bound when it is created, long before its first resume.
 void Tracer::adopt_generator(const Pending& p, PyObject* gen) {

@@ -1,8 +1,7 @@
 // Slot tags: the tags objects keep for their attributes, items and cell contents (the
 // SlotTable), written, read back and seeded.
 #define Py_BUILD_CORE 1
-#include "tracer.hpp"
-
+#include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
@@ -10,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "tracer.hpp"
 
 namespace sealtrace {
 
@@ -18,8 +18,6 @@ bool Tracer::trackable(PyObject* obj) const noexcept {
   while (t != nullptr && t->tp_dealloc == g_subtype_dealloc) t = t->tp_base;
   return t != nullptr && hooked(t->tp_dealloc);
 }
-
-
 
 // A slot copied from another object's record: its value may be gone (C code may have
 // replaced it unseen), so it is never dereferenced and never registered as a holder.
@@ -61,7 +59,8 @@ Tag Tracer::held_tag(PyObject* value) const noexcept {
 
 // A class attribute read through the class or one of its instances.
 Tag Tracer::class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const {
-  PyTypeObject* start = PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : Py_TYPE(owner);
+  PyTypeObject* start =
+      PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : Py_TYPE(owner);
   PyObject* mro = start->tp_mro;
   if (mro == nullptr || !PyTuple_Check(mro)) return 0;
   const std::uint64_t key = attr_key(name);
@@ -74,7 +73,6 @@ Tag Tracer::class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) c
   }
   return 0;
 }
-
 
 Tag Tracer::attr_tag(PyObject* owner, PyObject* name, PyObject* value) {
   PyObject* ns = namespace_of(owner);
@@ -111,7 +109,7 @@ bool Tracer::seed_attr(PyObject* owner, PyObject* name, PyObject* value, Tag tag
   PyObject* target = ns != nullptr ? ns : owner;
   if (!trackable(target)) return false;
   set_slot(addr(target), ns != nullptr ? name_key(name) : attr_key(name), tag, addr(value),
-             counter_.value());
+           counter_.value());
   return true;
 }
 

@@ -60,12 +60,12 @@ void Tracer::detach() {
   suspended_.clear();
 }
 
-
 void Tracer::on_dealloc(PyObject* obj) noexcept {
   if (!slots_.empty()) slots_.forget(addr(obj));
   if (!suspended_.empty() &&
       (PyGen_CheckExact(obj) || PyCoro_CheckExact(obj) || PyAsyncGen_CheckExact(obj))) {
-    auto* f = reinterpret_cast<_PyInterpreterFrame*>(reinterpret_cast<PyGenObject*>(obj)->gi_iframe);
+    auto* f =
+        reinterpret_cast<_PyInterpreterFrame*>(reinterpret_cast<PyGenObject*>(obj)->gi_iframe);
     auto it = suspended_.find(f);
     if (it != suspended_.end()) {
       release(it->second);
