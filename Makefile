@@ -36,6 +36,7 @@ podman:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	infra/local/clang-format-check.sh
 
 typecheck: setup
 	$(BIN)/mypy $(PACKAGES)

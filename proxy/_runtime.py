@@ -537,13 +537,13 @@ _CO_VARARGS = 0x04  # inspect.CO_VARARGS, without importing inspect into the hos
 
 class Hot(NamedTuple):
     """One of a proxy class's hot methods, as the C path can record it (a BoundaryMethod in
-    native/src/fastpath/fastpath.c): the callee's name, the real object's method, and what
+    native/src/fastpath/method.c): the callee's name, the real object's method, and what
     the method does around the call (its form)."""
 
     name: str
     method: Any  # its name; form "new": the real object's class
     form: str = "call"  # call | row | state | output | recv_into | new | cursor | close |
-    # timeout (see fastpath.c)
+    # timeout (see FORM_* in fastpath/fastpath_internal.h)
     guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
     # form "state": the real object's attributes after the call; form "new": the functions
     # of the real object that describe it, in the proxy's recorded description; form

@@ -49,7 +49,7 @@ class Cursor:
     arraysize = 1
 
     def __init__(self, connection: Connection, real: Any) -> None:
-        # As the C twin of Connection.execute makes a cursor (fastpath.c, FORM_CURSOR).
+        # As the C twin of Connection.execute makes a cursor (fastpath/method.c, FORM_CURSOR).
         self.connection = connection
         self._real: Any = real
         self._oid = self._rt.new_oid()

@@ -12,6 +12,8 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 command -v git >/dev/null || missing+=(git)
+# The native code's format is checked (clang-format-check.sh, Debian's 14).
+command -v clang-format >/dev/null || missing+=(clang-format)
 # The server's tests start a private PostgreSQL cluster and Redis server of their own.
 compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)

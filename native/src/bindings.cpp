@@ -1,8 +1,7 @@
 // Python bindings for the provenance engine. pybind11 appears in this file only.
+#include <patchlevel.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <patchlevel.h>
 
 #include "counter.hpp"
 #include "opcodes.hpp"
@@ -70,26 +69,17 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("counter", &Tracer::counter)
       .def_property_readonly("end_counter", &Tracer::end_counter)
       .def_property_readonly("crash_counter", &Tracer::crash_counter)
-      .def("stop_at_counter",
-           [](Tracer& t, std::uint64_t counter, py::object cb) {
-             t.stop_at_counter(counter, cb.ptr());
-           })
-      .def("stop_at_line",
-           [](Tracer& t, const std::string& file, int line, std::uint64_t hit, py::object cb) {
-             t.stop_at_line(file, line, hit, cb.ptr());
-           })
+      .def("stop_at_counter", [](Tracer& t, std::uint64_t counter,
+                                 py::object cb) { t.stop_at_counter(counter, cb.ptr()); })
+      .def("stop_at_line", [](Tracer& t, const std::string& file, int line, std::uint64_t hit,
+                              py::object cb) { t.stop_at_line(file, line, hit, cb.ptr()); })
       .def("set_end_file", &Tracer::set_end_file)
-      .def("every",
-           [](Tracer& t, std::uint64_t interval, py::object cb) {
-             t.every(interval, cb.is_none() ? nullptr : cb.ptr());
-           })
-      .def("capture",
-           [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
-              py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })
-      .def("record_edges",
-           [](Tracer& t, std::uint64_t upto, std::size_t limit, py::object on_done) {
-             t.record_edges(upto, limit, on_done.ptr());
-           })
+      .def("every", [](Tracer& t, std::uint64_t interval,
+                       py::object cb) { t.every(interval, cb.is_none() ? nullptr : cb.ptr()); })
+      .def("capture", [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
+                         py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })
+      .def("record_edges", [](Tracer& t, std::uint64_t upto, std::size_t limit,
+                              py::object on_done) { t.record_edges(upto, limit, on_done.ptr()); })
       .def("backward_slice",
            [](const Tracer& t, std::uint64_t root, int depth, std::size_t max_nodes) {
              bool truncated = false;
@@ -168,8 +158,8 @@ PYBIND11_MODULE(_engine, m) {
         d["mismatches_by_op"] = by_op;
         if (s.depth_mismatches != 0 && s.first_mismatch_code < t.codes().size()) {
           const auto& code = t.codes()[s.first_mismatch_code];
-          d["first_mismatch"] = py::make_tuple(code.filename, code.qualname,
-                                               s.first_mismatch_line, s.first_mismatch_counter);
+          d["first_mismatch"] = py::make_tuple(code.filename, code.qualname, s.first_mismatch_line,
+                                               s.first_mismatch_counter);
         }
         return d;
       });

@@ -138,43 +138,94 @@ const OpModel& op_model(std::uint8_t op) noexcept { return kTable[op]; }
 
 int op_pops(std::uint8_t op, int oparg) noexcept {
   switch (op) {
-    case 1: case 10: case 11: case 12: case 15:       // POP_TOP, UNARY_*
-    case 30: case 31: case 32:                         // GET_LEN, MATCH_MAPPING/SEQUENCE
-    case 35:                                           // PUSH_EXC_INFO
-    case 50: case 52: case 53:                         // GET_AITER, BEFORE_(ASYNC_)WITH
-    case 68: case 69: case 70: case 82: case 83:       // GET_ITER .. RETURN_VALUE
-    case 84: case 86: case 87: case 89: case 90:       // IMPORT_STAR .. STORE_NAME
-    case 92: case 94: case 96: case 97:                // UNPACK_*, DELETE_ATTR, STORE_GLOBAL
-    case 106: case 114: case 115: case 119:            // LOAD_ATTR, POP_JUMP_*, RERAISE
-    case 125: case 128: case 129: case 131:            // STORE_FAST, POP_JUMP_*, GET_AWAITABLE
-    case 138: case 145: case 146:                      // STORE_DEREF, LIST_APPEND, SET_ADD
-    case 160: case 162: case 163: case 164: case 165:  // LOAD_METHOD, *_EXTEND/UPDATE/MERGE
-    case 173: case 174: case 175: case 176:            // POP_JUMP_BACKWARD_*
+    case 1:
+    case 10:
+    case 11:
+    case 12:
+    case 15:  // POP_TOP, UNARY_*
+    case 30:
+    case 31:
+    case 32:  // GET_LEN, MATCH_MAPPING/SEQUENCE
+    case 35:  // PUSH_EXC_INFO
+    case 50:
+    case 52:
+    case 53:  // GET_AITER, BEFORE_(ASYNC_)WITH
+    case 68:
+    case 69:
+    case 70:
+    case 82:
+    case 83:  // GET_ITER .. RETURN_VALUE
+    case 84:
+    case 86:
+    case 87:
+    case 89:
+    case 90:  // IMPORT_STAR .. STORE_NAME
+    case 92:
+    case 94:
+    case 96:
+    case 97:  // UNPACK_*, DELETE_ATTR, STORE_GLOBAL
+    case 106:
+    case 114:
+    case 115:
+    case 119:  // LOAD_ATTR, POP_JUMP_*, RERAISE
+    case 125:
+    case 128:
+    case 129:
+    case 131:  // STORE_FAST, POP_JUMP_*, GET_AWAITABLE
+    case 138:
+    case 145:
+    case 146:  // STORE_DEREF, LIST_APPEND, SET_ADD
+    case 160:
+    case 162:
+    case 163:
+    case 164:
+    case 165:  // LOAD_METHOD, *_EXTEND/UPDATE/MERGE
+    case 173:
+    case 174:
+    case 175:
+    case 176:  // POP_JUMP_BACKWARD_*
       return 1;
-    case 25: case 33: case 36: case 37: case 54:       // BINARY_SUBSCR .. END_ASYNC_FOR
-    case 61: case 88: case 95: case 107: case 108:     // DELETE_SUBSCR .. IMPORT_NAME
-    case 117: case 118: case 122: case 147:            // IS_OP, CONTAINS_OP, BINARY_OP, MAP_ADD
-    case 123:                                          // SEND (value and receiver)
+    case 25:
+    case 33:
+    case 36:
+    case 37:
+    case 54:  // BINARY_SUBSCR .. END_ASYNC_FOR
+    case 61:
+    case 88:
+    case 95:
+    case 107:
+    case 108:  // DELETE_SUBSCR .. IMPORT_NAME
+    case 117:
+    case 118:
+    case 122:
+    case 147:  // IS_OP, CONTAINS_OP, BINARY_OP, MAP_ADD
+    case 123:  // SEND (value and receiver)
       return 2;
-    case 60: case 152:                                 // STORE_SUBSCR, MATCH_CLASS
+    case 60:
+    case 152:  // STORE_SUBSCR, MATCH_CLASS
       return 3;
-    case 102: case 103: case 104: case 130: case 133: case 157:
-      return oparg;                                    // BUILD_TUPLE/LIST/SET, RAISE, SLICE, STRING
+    case 102:
+    case 103:
+    case 104:
+    case 130:
+    case 133:
+    case 157:
+      return oparg;  // BUILD_TUPLE/LIST/SET, RAISE, SLICE, STRING
     case 105:
-      return 2 * oparg;                                // BUILD_MAP
+      return 2 * oparg;  // BUILD_MAP
     case 156:
-      return oparg + 1;                                // BUILD_CONST_KEY_MAP
-    case 132: {                                        // MAKE_FUNCTION: code + flagged extras
+      return oparg + 1;  // BUILD_CONST_KEY_MAP
+    case 132: {          // MAKE_FUNCTION: code + flagged extras
       int n = 1;
       for (int bit = 0; bit < 4; ++bit) n += (oparg >> bit) & 1;
       return n;
     }
     case 142:
-      return 3 + (oparg & 1);                          // CALL_FUNCTION_EX: NULL, func, args[, kw]
+      return 3 + (oparg & 1);  // CALL_FUNCTION_EX: NULL, func, args[, kw]
     case 155:
-      return 1 + ((oparg & 4) ? 1 : 0);                // FORMAT_VALUE [with spec]
+      return 1 + ((oparg & 4) ? 1 : 0);  // FORMAT_VALUE [with spec]
     case 171:
-      return oparg + 2;                                // CALL: NULL|method, callable|self, args
+      return oparg + 2;  // CALL: NULL|method, callable|self, args
     default:
       return 0;
   }
@@ -182,74 +233,138 @@ int op_pops(std::uint8_t op, int oparg) noexcept {
 
 int op_peeks(std::uint8_t op, int oparg) noexcept {
   switch (op) {
-    case 49: return 4;           // WITH_EXCEPT_START reads exit, lasti, prev exc, exc
-    case 51: return 1;           // GET_ANEXT
-    case 93: return 1;           // FOR_ITER reads the iterator
-    case 109: return 1;          // IMPORT_FROM reads the module
-    case 111: case 112: return 1;
-    case 120: return oparg;      // COPY
-    case 99: return oparg;       // SWAP
-    case 166: return oparg + 2;  // PRECALL may unpack a bound method in place
-    default: return 0;
+    case 49:
+      return 4;  // WITH_EXCEPT_START reads exit, lasti, prev exc, exc
+    case 51:
+      return 1;  // GET_ANEXT
+    case 93:
+      return 1;  // FOR_ITER reads the iterator
+    case 109:
+      return 1;  // IMPORT_FROM reads the module
+    case 111:
+    case 112:
+      return 1;
+    case 120:
+      return oparg;  // COPY
+    case 99:
+      return oparg;  // SWAP
+    case 166:
+      return oparg + 2;  // PRECALL may unpack a bound method in place
+    default:
+      return 0;
   }
 }
 
 std::string_view rule_name(Rule rule) noexcept {
   switch (rule) {
-    case Rule::kNone: return "none";
-    case Rule::kPop: return "pop";
-    case Rule::kCompute: return "compute";
-    case Rule::kKeep: return "keep-inputs+compute";
-    case Rule::kLoadFast: return "move:local->stack";
-    case Rule::kStoreFast: return "move:stack->local";
-    case Rule::kDeleteFast: return "clear-local";
-    case Rule::kLoadConst: return "constant";
-    case Rule::kLoadGlobal: return "move:global-slot->stack|builtin";
-    case Rule::kLoadName: return "move:name-slot->stack|builtin";
-    case Rule::kStoreName: return "move:stack->name-slot";
-    case Rule::kStoreGlobal: return "move:stack->global-slot";
-    case Rule::kDeleteName: return "clear-name-slot";
-    case Rule::kDeleteGlobal: return "clear-global-slot";
-    case Rule::kLoadAttr: return "move:attr-slot->stack|compute";
-    case Rule::kLoadMethod: return "compute+keep-self";
-    case Rule::kStoreAttr: return "move:stack->attr-slot";
-    case Rule::kDeleteAttr: return "clear-attr-slot";
-    case Rule::kBinarySubscr: return "move:item-slot->stack|compute";
-    case Rule::kStoreSubscr: return "move:stack->item-slot";
-    case Rule::kDeleteSubscr: return "clear-item-slot";
-    case Rule::kLoadDeref: return "move:cell->stack";
-    case Rule::kLoadClassDeref: return "move:name-slot|cell->stack";
-    case Rule::kStoreDeref: return "move:stack->cell";
-    case Rule::kDeleteDeref: return "clear-cell";
-    case Rule::kCopy: return "move:copy";
-    case Rule::kSwap: return "move:swap";
-    case Rule::kBuildSeq: return "compute+item-slots";
-    case Rule::kBuildMap: return "compute+key-slots";
-    case Rule::kBuildConstKeyMap: return "compute+key-slots";
-    case Rule::kListAppend: return "move:stack->item-slot";
-    case Rule::kMapAdd: return "move:stack->key-slot";
-    case Rule::kListExtend: return "move:items->item-slots";
-    case Rule::kDictUpdate: return "move:key-slots->key-slots";
-    case Rule::kUnpackSequence: return "move:item-slots->stack|compute";
-    case Rule::kUnpackEx: return "move:item-slots->stack|compute";
-    case Rule::kGetIter: return "compute+iteration";
-    case Rule::kForIter: return "move:item-slot->stack|compute";
-    case Rule::kPrecall: return "move:bound-method->self";
-    case Rule::kCall: return "move:return|compute|external";
-    case Rule::kCallFunctionEx: return "move:return|compute|external";
-    case Rule::kReturn: return "move:return";
-    case Rule::kYield: return "move:yield";
-    case Rule::kRaise: return "move:exception";
-    case Rule::kPushExcInfo: return "keep-exception";
-    case Rule::kImportFrom: return "move:module-slot->stack|compute";
-    case Rule::kMove: return "move";
-    case Rule::kSend: return "move:return|compute";
-    case Rule::kNotTraced: return "not-traced";
-    case Rule::kResume: return "call-event:bind-arguments";
-    case Rule::kExtendedArg: return "prefix:modelled-with-the-next-instruction";
-    case Rule::kMatchKeys: return "keep-inputs+compute+item-slots";
-    case Rule::kMatchClass: return "compute+attr-slots";
-    case Rule::kImportStar: return "move:module-slots->name-slots";
+    case Rule::kNone:
+      return "none";
+    case Rule::kPop:
+      return "pop";
+    case Rule::kCompute:
+      return "compute";
+    case Rule::kKeep:
+      return "keep-inputs+compute";
+    case Rule::kLoadFast:
+      return "move:local->stack";
+    case Rule::kStoreFast:
+      return "move:stack->local";
+    case Rule::kDeleteFast:
+      return "clear-local";
+    case Rule::kLoadConst:
+      return "constant";
+    case Rule::kLoadGlobal:
+      return "move:global-slot->stack|builtin";
+    case Rule::kLoadName:
+      return "move:name-slot->stack|builtin";
+    case Rule::kStoreName:
+      return "move:stack->name-slot";
+    case Rule::kStoreGlobal:
+      return "move:stack->global-slot";
+    case Rule::kDeleteName:
+      return "clear-name-slot";
+    case Rule::kDeleteGlobal:
+      return "clear-global-slot";
+    case Rule::kLoadAttr:
+      return "move:attr-slot->stack|compute";
+    case Rule::kLoadMethod:
+      return "compute+keep-self";
+    case Rule::kStoreAttr:
+      return "move:stack->attr-slot";
+    case Rule::kDeleteAttr:
+      return "clear-attr-slot";
+    case Rule::kBinarySubscr:
+      return "move:item-slot->stack|compute";
+    case Rule::kStoreSubscr:
+      return "move:stack->item-slot";
+    case Rule::kDeleteSubscr:
+      return "clear-item-slot";
+    case Rule::kLoadDeref:
+      return "move:cell->stack";
+    case Rule::kLoadClassDeref:
+      return "move:name-slot|cell->stack";
+    case Rule::kStoreDeref:
+      return "move:stack->cell";
+    case Rule::kDeleteDeref:
+      return "clear-cell";
+    case Rule::kCopy:
+      return "move:copy";
+    case Rule::kSwap:
+      return "move:swap";
+    case Rule::kBuildSeq:
+      return "compute+item-slots";
+    case Rule::kBuildMap:
+      return "compute+key-slots";
+    case Rule::kBuildConstKeyMap:
+      return "compute+key-slots";
+    case Rule::kListAppend:
+      return "move:stack->item-slot";
+    case Rule::kMapAdd:
+      return "move:stack->key-slot";
+    case Rule::kListExtend:
+      return "move:items->item-slots";
+    case Rule::kDictUpdate:
+      return "move:key-slots->key-slots";
+    case Rule::kUnpackSequence:
+      return "move:item-slots->stack|compute";
+    case Rule::kUnpackEx:
+      return "move:item-slots->stack|compute";
+    case Rule::kGetIter:
+      return "compute+iteration";
+    case Rule::kForIter:
+      return "move:item-slot->stack|compute";
+    case Rule::kPrecall:
+      return "move:bound-method->self";
+    case Rule::kCall:
+      return "move:return|compute|external";
+    case Rule::kCallFunctionEx:
+      return "move:return|compute|external";
+    case Rule::kReturn:
+      return "move:return";
+    case Rule::kYield:
+      return "move:yield";
+    case Rule::kRaise:
+      return "move:exception";
+    case Rule::kPushExcInfo:
+      return "keep-exception";
+    case Rule::kImportFrom:
+      return "move:module-slot->stack|compute";
+    case Rule::kMove:
+      return "move";
+    case Rule::kSend:
+      return "move:return|compute";
+    case Rule::kNotTraced:
+      return "not-traced";
+    case Rule::kResume:
+      return "call-event:bind-arguments";
+    case Rule::kExtendedArg:
+      return "prefix:modelled-with-the-next-instruction";
+    case Rule::kMatchKeys:
+      return "keep-inputs+compute+item-slots";
+    case Rule::kMatchClass:
+      return "compute+attr-slots";
+    case Rule::kImportStar:
+      return "move:module-slots->name-slots";
   }
   return "?";
 }

@@ -12,34 +12,34 @@
 namespace sealtrace {
 
 enum class Rule : std::uint8_t {
-  kNone,          // no value moves (jumps, NOP, RESUME, KW_NAMES)
-  kPop,           // consumes inputs, pushes nothing
-  kCompute,       // every pushed value is new, derived from the inputs
-  kKeep,          // re-pushes its inputs unchanged, then pushes new values
-  kLoadFast,      // move: local -> stack
-  kStoreFast,     // move: stack -> local
+  kNone,       // no value moves (jumps, NOP, RESUME, KW_NAMES)
+  kPop,        // consumes inputs, pushes nothing
+  kCompute,    // every pushed value is new, derived from the inputs
+  kKeep,       // re-pushes its inputs unchanged, then pushes new values
+  kLoadFast,   // move: local -> stack
+  kStoreFast,  // move: stack -> local
   kDeleteFast,
-  kLoadConst,     // constant origin
-  kLoadGlobal,    // move from a globals slot, or a builtin
-  kLoadName,      // move from a locals/globals slot, or a builtin
-  kStoreName,     // move: stack -> locals slot
-  kStoreGlobal,   // move: stack -> globals slot
+  kLoadConst,    // constant origin
+  kLoadGlobal,   // move from a globals slot, or a builtin
+  kLoadName,     // move from a locals/globals slot, or a builtin
+  kStoreName,    // move: stack -> locals slot
+  kStoreGlobal,  // move: stack -> globals slot
   kDeleteName,
   kDeleteGlobal,
-  kLoadAttr,      // move from an attribute slot, or computed from the owner
+  kLoadAttr,  // move from an attribute slot, or computed from the owner
   kLoadMethod,
-  kStoreAttr,     // move: stack -> attribute slot
+  kStoreAttr,  // move: stack -> attribute slot
   kDeleteAttr,
   kBinarySubscr,  // move from an item slot, or computed
   kStoreSubscr,   // move: stack -> item slot
   kDeleteSubscr,
-  kLoadDeref,     // move from a cell
+  kLoadDeref,  // move from a cell
   kLoadClassDeref,
-  kStoreDeref,    // move: stack -> cell
+  kStoreDeref,  // move: stack -> cell
   kDeleteDeref,
   kCopy,
   kSwap,
-  kBuildSeq,      // tuple/list: items keep their tags in the new container
+  kBuildSeq,  // tuple/list: items keep their tags in the new container
   kBuildMap,
   kBuildConstKeyMap,
   kListAppend,
@@ -58,14 +58,14 @@ enum class Rule : std::uint8_t {
   kRaise,
   kPushExcInfo,
   kImportFrom,
-  kMove,          // one value in, the same value out (GET_YIELD_FROM_ITER, ASYNC_GEN_WRAP)
+  kMove,  // one value in, the same value out (GET_YIELD_FROM_ITER, ASYNC_GEN_WRAP)
   kSend,
-  kNotTraced,     // runs before a frame's first traceable instruction
-  kResume,        // no opcode event: its call event binds the arguments (when oparg is 0)
-  kExtendedArg,   // modelled as the instruction it extends, at the same counter
-  kMatchKeys,     // keep subject and keys; the values tuple's items keep the dict's slot tags
-  kMatchClass,    // compute; the attributes tuple's items keep the subject's attribute tags
-  kImportStar,    // move: the module's name slots -> this namespace's name slots
+  kNotTraced,    // runs before a frame's first traceable instruction
+  kResume,       // no opcode event: its call event binds the arguments (when oparg is 0)
+  kExtendedArg,  // modelled as the instruction it extends, at the same counter
+  kMatchKeys,    // keep subject and keys; the values tuple's items keep the dict's slot tags
+  kMatchClass,   // compute; the attributes tuple's items keep the subject's attribute tags
+  kImportStar,   // move: the module's name slots -> this namespace's name slots
 };
 
 struct OpModel {

@@ -45,8 +45,8 @@ struct Instr {
 struct CodeInfo {
   std::uint64_t generation = 0;  // the tracer that built it
   std::uint32_t index = 0;
-  bool own = false;           // sealtrace's own code or the import system: not traced
-  bool watch_end = false;     // the main module's body: "end" is its last instruction
+  bool own = false;        // sealtrace's own code or the import system: not traced
+  bool watch_end = false;  // the main module's body: "end" is its last instruction
   int nlocalsplus = 0;
   int stacksize = 0;
   int argslots = 0;
@@ -80,7 +80,7 @@ struct Pending {
   std::uint64_t return_seq = 0;
   Tag return_tag = 0;
   Tag aux_tag = 0;
-  PyObject* aux_value = nullptr;  // compared, never dereferenced
+  PyObject* aux_value = nullptr;   // compared, never dereferenced
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;

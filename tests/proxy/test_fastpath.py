@@ -388,7 +388,7 @@ _PENDING_KEYS = [
 
 def test_pending_keys_get_the_digest_that_python_makes() -> None:
     """A plain key's record carries its encoding and the pipeline's thread makes its repr
-    (plain_repr in fastpath.c), and an enum key's its fingerprint encoding: each must come
+    (plain_repr in fastpath/material.c), and an enum key's its fingerprint encoding: each must come
     to the digest that args_digest makes of the key."""
     expected = [args_digest(key) for key in _PENDING_KEYS]  # Python meets the enum classes
     out = _Out()

@@ -1,0 +1,180 @@
+// Stops and captures: callbacks at a counter, a line or every n instructions; an
+// instruction's inputs and outputs captured for its description; a live frame's tags.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include <algorithm>
+
+#include "hooks.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+void Tracer::stop_at_counter(std::uint64_t counter, PyObject* callback) {
+  Py_XDECREF(stop_counter_cb_);
+  Py_XINCREF(callback);
+  stop_counter_cb_ = callback;
+  stop_counter_ = counter;
+}
+
+void Tracer::stop_at_line(const std::string& filename, int line, std::uint64_t hit,
+                          PyObject* callback) {
+  Py_XDECREF(stop_line_cb_);
+  Py_XINCREF(callback);
+  stop_line_cb_ = callback;
+  stop_file_ = filename;
+  stop_line_ = line;
+  stop_hit_ = hit == 0 ? 1 : hit;
+  hits_ = 0;
+  ++breakpoint_generation_;
+}
+
+void Tracer::set_end_file(const std::string& filename) { end_file_ = filename; }
+
+void Tracer::every(std::uint64_t interval, PyObject* callback) {
+  Py_XDECREF(every_cb_);
+  Py_XINCREF(callback);
+  every_cb_ = callback;
+  every_interval_ = callback != nullptr ? interval : 0;
+}
+
+void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post) {
+  capture_.clear();
+  capture_.insert(counters.begin(), counters.end());
+  capture_min_ = counters.empty() ? 1 : *std::min_element(counters.begin(), counters.end());
+  capture_max_ = counters.empty() ? 0 : *std::max_element(counters.begin(), counters.end());
+  Py_XDECREF(capture_pre_);
+  Py_XDECREF(capture_post_);
+  Py_XINCREF(pre);
+  Py_XINCREF(post);
+  capture_pre_ = pre;
+  capture_post_ = post;
+}
+
+void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
+  PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
+                                      static_cast<unsigned long long>(counter_.value()));
+  if (r == nullptr) {
+    PyErr_Print();
+    ++stats_.callback_errors;
+  }
+  Py_XDECREF(r);
+}
+
+void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
+  if (capture_pre_ == nullptr) return;
+  PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));
+  if (inputs == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  for (std::size_t i = 0; i < p.in_objs.size(); ++i) {
+    PyObject* item = Py_BuildValue("(OK)", p.in_objs[i] != nullptr ? p.in_objs[i] : Py_None,
+                                   static_cast<unsigned long long>(p.in_tags[i]));
+    if (item == nullptr) {
+      PyErr_Clear();
+      item = Py_None;
+      Py_INCREF(item);
+    }
+    PyList_SET_ITEM(inputs, static_cast<Py_ssize_t>(i), item);
+  }
+  PyObject* r = PyObject_CallFunction(capture_pre_, "OKiO", reinterpret_cast<PyObject*>(frame),
+                                      static_cast<unsigned long long>(p.counter), p.index, inputs);
+  if (r == nullptr) {
+    PyErr_Print();
+    ++stats_.callback_errors;
+  }
+  Py_XDECREF(r);
+  Py_DECREF(inputs);
+}
+
+void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
+  if (capture_post_ == nullptr) return;
+  PyObject** lp = sf.iframe->localsplus;
+  PyObject* outputs = PyList_New(0);
+  if (outputs == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  for (int i = base; i < depth; ++i) {
+    PyObject* item =
+        Py_BuildValue("(OK)", lp[i] != nullptr ? lp[i] : Py_None,
+                      static_cast<unsigned long long>(sf.slots[static_cast<std::size_t>(i)]));
+    if (item != nullptr) {
+      PyList_Append(outputs, item);
+      Py_DECREF(item);
+    }
+  }
+  PyObject* callbacks = PyList_New(0);
+  for (Tag t : sf.p.callbacks) {
+    PyObject* v = PyLong_FromUnsignedLongLong(t);
+    if (v != nullptr && callbacks != nullptr) PyList_Append(callbacks, v);
+    Py_XDECREF(v);
+  }
+  PyObject* r = PyObject_CallFunction(
+      capture_post_, "KOOO", static_cast<unsigned long long>(sf.p.counter), outputs,
+      sf.p.raised ? Py_True : Py_False, callbacks != nullptr ? callbacks : Py_None);
+  Py_XDECREF(callbacks);
+  if (r == nullptr) {
+    PyErr_Print();
+    ++stats_.callback_errors;
+  }
+  Py_XDECREF(r);
+  Py_DECREF(outputs);
+}
+
+PyObject* Tracer::frame_locals(PyFrameObject* frame) {
+  ShadowFrame* sf = find_shadow(frame);
+  _PyInterpreterFrame* f = frame->f_frame;
+  PyCodeObject* code = f->f_code;
+  PyObject* out = PyList_New(0);
+  if (out == nullptr) return nullptr;
+  for (int i = 0; i < code->co_nlocalsplus; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(code->co_localsplusnames, i);
+    PyObject* v = f->localsplus[i];
+    Tag tag = sf != nullptr ? sf->slots[static_cast<std::size_t>(i)] : 0;
+    const int kind = sf != nullptr ? sf->code->kinds[static_cast<std::size_t>(i)] : 0;
+    if ((kind & (CO_FAST_CELL | CO_FAST_FREE)) != 0 && v != nullptr && PyCell_Check(v)) {
+      PyObject* content = PyCell_GET(v);
+      tag = slots_.get(addr(v), kCellKey, addr(content));
+      v = content;
+    }
+    PyObject* item = Py_BuildValue("(OOK)", name, v != nullptr ? v : Py_None,
+                                   static_cast<unsigned long long>(tag));
+    if (item == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (v == nullptr) {
+      // An unbound local: say so rather than show None.
+      Py_DECREF(item);
+      continue;
+    }
+    PyList_Append(out, item);
+    Py_DECREF(item);
+  }
+  return out;
+}
+
+PyObject* Tracer::frame_stack(PyFrameObject* frame) {
+  ShadowFrame* sf = find_shadow(frame);
+  _PyInterpreterFrame* f = frame->f_frame;
+  PyObject* out = PyList_New(0);
+  if (out == nullptr || sf == nullptr || f->stacktop < 0) return out;
+  for (int i = sf->code->nlocalsplus; i < f->stacktop; ++i) {
+    PyObject* v = f->localsplus[i];
+    PyObject* item =
+        Py_BuildValue("(OK)", v != nullptr ? v : Py_None,
+                      static_cast<unsigned long long>(sf->slots[static_cast<std::size_t>(i)]));
+    if (item != nullptr) {
+      PyList_Append(out, item);
+      Py_DECREF(item);
+    }
+  }
+  return out;
+}
+
+}  // namespace sealtrace

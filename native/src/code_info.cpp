@@ -1,0 +1,132 @@
+// Per-code-object metadata: each instruction's opcode, rule, stack effects and line, built
+// once per code object and kept in the code object's extra slot; and its line stops.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include "hooks.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+// -- code objects ---------------------------------------------------------------------------
+
+CodeInfo* Tracer::code_info(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  auto* info = static_cast<CodeInfo*>(extra);
+  if (info != nullptr && info->generation == generation_) return info;
+  // An older tracer's record is freed by _PyCode_SetExtra when it is replaced.
+  info = build_code_info(code);
+  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, info) < 0) {
+    PyErr_Clear();
+    delete info;
+    return nullptr;
+  }
+  return info;
+}
+
+CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
+  auto* info = new CodeInfo;
+  info->generation = generation_;
+  info->index = static_cast<std::uint32_t>(code_names_.size());
+  std::string filename = utf8(code->co_filename);
+  std::string qualname = utf8(code->co_qualname);
+  code_names_.push_back({filename, qualname, code->co_firstlineno});
+  info->own = filename.rfind("<frozen ", 0) == 0;
+  if (!info->own && own_code_ != nullptr) {
+    PyObject* r = PyObject_CallOneArg(own_code_, code->co_filename);
+    if (r == nullptr) {
+      PyErr_Clear();
+      ++stats_.callback_errors;
+    } else {
+      info->own = PyObject_IsTrue(r) == 1;
+      Py_DECREF(r);
+    }
+  }
+  if (info->own) return info;
+  info->nlocalsplus = code->co_nlocalsplus;
+  info->stacksize = code->co_stacksize;
+  info->argslots = code->co_argcount + code->co_kwonlyargcount +
+                   ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+                   ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  if (code->co_localspluskinds != nullptr && PyBytes_Check(code->co_localspluskinds)) {
+    const char* k = PyBytes_AS_STRING(code->co_localspluskinds);
+    info->kinds.assign(k, k + PyBytes_GET_SIZE(code->co_localspluskinds));
+  }
+  info->kinds.resize(static_cast<std::size_t>(info->nlocalsplus), 0);
+  // co_code gives the de-specialised instructions, as the tracer sees them executed.
+  PyObject* bytes = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_code");
+  if (bytes == nullptr || !PyBytes_Check(bytes)) {
+    PyErr_Clear();
+    Py_XDECREF(bytes);
+    info->own = true;  // cannot model it: leave it untraced rather than guess
+    return info;
+  }
+  const auto* raw = reinterpret_cast<const std::uint8_t*>(PyBytes_AS_STRING(bytes));
+  const Py_ssize_t units = PyBytes_GET_SIZE(bytes) / 2;
+  info->instrs.resize(static_cast<std::size_t>(units));
+  Py_ssize_t run_start = -1;
+  std::int32_t ext = 0;
+  for (Py_ssize_t i = 0; i < units; ++i) {
+    const std::uint8_t op = raw[2 * i];
+    const std::uint8_t arg = raw[2 * i + 1];
+    if (op == kExtendedArg) {
+      if (run_start < 0) run_start = i;
+      ext = (ext | arg) << 8;
+      continue;
+    }
+    Instr in;
+    in.op = op;
+    in.rule = op_model(op).rule;
+    in.oparg = ext | arg;
+    in.line = PyCode_Addr2Line(code, static_cast<int>(i * 2));
+    int e0 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 0);
+    int e1 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 1);
+    in.effect = e0;
+    in.effect_jump = e1;
+    if (PyErr_Occurred()) PyErr_Clear();
+    // The compiler books CALL's argument pops on PRECALL; at run time CALL does them.
+    if (op == kPrecallOp) in.effect = in.effect_jump = 0;
+    if (op == kCallOp) {
+      in.effect = in.effect_jump = -(in.oparg + 1);
+    }
+    for (Py_ssize_t j = (run_start < 0 ? i : run_start); j <= i; ++j) {
+      info->instrs[static_cast<std::size_t>(j)] = in;
+    }
+    run_start = -1;
+    ext = 0;
+  }
+  Py_DECREF(bytes);
+  refresh_breakpoints(*info);
+  info->watch_end = !end_file_.empty() && filename == end_file_ && qualname == "<module>";
+  return info;
+}
+
+std::int64_t Tracer::code_index(PyObject* code) {
+  if (!PyCode_Check(code)) return -1;
+  CodeInfo* info = code_info(reinterpret_cast<PyCodeObject*>(code));
+  return info == nullptr ? -1 : static_cast<std::int64_t>(info->index);
+}
+
+// The instructions of this code where the line stop is: computed when a code object is
+// first seen, and again when a stop is armed later (in a worker forked from a checkpoint).
+void Tracer::refresh_breakpoints(CodeInfo& info) {
+  info.breakpoint_generation = breakpoint_generation_;
+  info.breakpoint.clear();
+  if (stop_file_.empty() || info.index >= code_names_.size() ||
+      code_names_[info.index].filename != stop_file_) {
+    return;
+  }
+  info.breakpoint.assign(info.instrs.size(), 0);
+  for (std::size_t i = 0; i < info.instrs.size(); ++i) {
+    info.breakpoint[i] = info.instrs[i].line == stop_line_ ? 1 : 0;
+  }
+}
+
+}  // namespace sealtrace

@@ -1,0 +1,72 @@
+// The tracer's hooks into the interpreter (hooks.hpp).
+#include "hooks.hpp"
+
+#include <utility>
+
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+Tracer* g_tracer = nullptr;
+std::uint64_t g_generation = 0;
+Py_ssize_t g_extra_index = -1;
+destructor g_subtype_dealloc = nullptr;
+
+void free_code_info(void* info) { delete static_cast<CodeInfo*>(info); }
+
+namespace {
+
+// Deallocation hooks: an object's slot tags die with it, before its address can be reused.
+struct Hook {
+  PyTypeObject* type;
+  destructor original;
+  destructor hook;
+};
+constexpr int kHooks = 10;
+Hook g_hooks[kHooks];
+
+template <int N>
+void hooked_dealloc(PyObject* obj) {
+  if (g_tracer != nullptr) g_tracer->on_dealloc(obj);
+  g_hooks[N].original(obj);
+}
+
+template <int... N>
+void fill_hook_functions(std::integer_sequence<int, N...>) {
+  ((g_hooks[N].hook = &hooked_dealloc<N>), ...);
+}
+
+}  // namespace
+
+void install_hooks() {
+  PyTypeObject* types[kHooks] = {&PyList_Type,       &PyDict_Type,     &PyTuple_Type, &PyCell_Type,
+                                 &PyBaseObject_Type, &PyFunction_Type, &PyGen_Type,   &PyCoro_Type,
+                                 &PyAsyncGen_Type,   &PyType_Type};
+  fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
+  for (int i = 0; i < kHooks; ++i) {
+    g_hooks[i].type = types[i];
+    if (types[i]->tp_dealloc != g_hooks[i].hook) {
+      g_hooks[i].original = types[i]->tp_dealloc;
+      types[i]->tp_dealloc = g_hooks[i].hook;
+    }
+  }
+}
+
+void remove_hooks() {
+  for (auto& h : g_hooks) {
+    if (h.type != nullptr && h.type->tp_dealloc == h.hook) h.type->tp_dealloc = h.original;
+  }
+}
+
+bool hooked(destructor d) {
+  for (const auto& h : g_hooks) {
+    if (h.hook == d) return true;
+  }
+  return false;
+}
+
+int trampoline(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+  Tracer* t = g_tracer;
+  return t == nullptr ? 0 : t->on_event(frame, what, arg);
+}
+}  // namespace sealtrace

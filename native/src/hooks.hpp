@@ -1,0 +1,26 @@
+// The one attached tracer and its hooks into the interpreter: the trace trampoline, the
+// code-object extra slot, and the deallocation hooks that drop an object's slot tags before
+// its address can be reused.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+namespace sealtrace {
+
+class Tracer;
+
+extern Tracer* g_tracer;
+extern std::uint64_t g_generation;
+extern Py_ssize_t g_extra_index;
+extern destructor g_subtype_dealloc;
+
+void free_code_info(void* info);
+void install_hooks();
+void remove_hooks();
+// Whether d is one of the deallocation hooks (the type's slots are tracked).
+bool hooked(destructor d);
+int trampoline(PyObject*, PyFrameObject* frame, int what, PyObject* arg);
+
+}  // namespace sealtrace

@@ -1,0 +1,62 @@
+// Queries on a run: tainted values and where they reached, the instruction running now.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include <algorithm>
+
+#include "hooks.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+// -- queries --------------------------------------------------------------------------------
+
+void Tracer::note_taint(ShadowFrame& sf) {
+  Pending& p = sf.p;
+  for (Tag t : p.in_tags) {
+    if (t != 0 && tainted_.count(t) != 0) {
+      p.tainted_inputs = true;
+      break;
+    }
+  }
+  if (!p.tainted_inputs) return;
+  const int line = sf.code->instrs[static_cast<std::size_t>(p.index)].line;
+  const std::uint64_t key =
+      (static_cast<std::uint64_t>(sf.code->index) << 32) | static_cast<std::uint32_t>(line);
+  auto [it, inserted] = reach_.try_emplace(key, Reach{sf.code->index, line, p.counter, 0});
+  ++it->second.count;
+}
+
+void Tracer::taint(const std::vector<Tag>& tags) {
+  tainting_ = true;
+  tainted_.insert(tags.begin(), tags.end());
+}
+
+void Tracer::taint_current() noexcept {
+  tainting_ = true;
+  if (!stack_.empty() && stack_.back()->p.active) stack_.back()->p.taint_source = true;
+}
+
+bool Tracer::current_tainted() const noexcept {
+  if (stack_.empty() || !stack_.back()->p.active) return false;
+  return stack_.back()->p.tainted_inputs;
+}
+
+std::uint64_t Tracer::current() const noexcept {
+  if (stack_.empty() || !stack_.back()->p.active) return 0;
+  return stack_.back()->p.counter;
+}
+
+std::vector<Reach> Tracer::reached() const {
+  std::vector<Reach> out;
+  out.reserve(reach_.size());
+  for (const auto& [key, r] : reach_) out.push_back(r);
+  std::sort(out.begin(), out.end(),
+            [](const Reach& a, const Reach& b) { return a.first < b.first; });
+  return out;
+}
+
+}  // namespace sealtrace
