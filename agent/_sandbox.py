@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from sealtrace.proxy import SealtraceError
 from sealtrace.proxy._codec import CodecError
 from sealtrace.proxy._stream import ParsedStream
 from sealtrace.sandbox._checkpoints import process_alive
@@ -49,11 +48,12 @@ from sealtrace.sandbox._session import Receipt
 from sealtrace.sandbox.runner import sources_of
 
 from ._dictionary import Dictionary
+from ._errors import SandboxError
+from ._settings import AgentSettings
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "LocalTransport",
-    "SandboxError",
     "SandboxSession",
     "Transport",
     "session_directory",
@@ -71,14 +71,8 @@ _KINDS: dict[int, str] = {
 }  # fmt: skip
 
 
-class SandboxError(SealtraceError):
-    """The sandbox refused or failed, or its runner broke the protocol (exit 5)."""
-
-    exit_code = 5
-
-
 def _session_base() -> str | None:
-    base = os.environ.get("SEALTRACE_SESSION_DIR")
+    base = AgentSettings().session_dir
     if not base and os.path.isdir(_TMPFS):
         base = _TMPFS
     return base

@@ -23,7 +23,8 @@ from sealtrace.proxy._stream import parse_stream
 from sealtrace.sandbox._queries import parse_at
 
 from ._contracts import open_session_key
-from ._server import ServerClient, ServerError
+from ._errors import ServerError
+from ._server import ServerClient
 
 __all__ = ["Assignment", "answer", "serve"]
 

@@ -2,14 +2,35 @@
 
 Built: settings (`_settings`), the database and its migrations (`_db`, `_models`,
 `migrations/`), passwords, scoped API tokens and the role table (`_auth`), the hash-chained
-audit log (`_audit`), the KMS key service (`_keys`), and the v1 API (`_app`, `_deps`,
-`_routes`) run by `sealtrace server serve`. Not yet: agents, sessions, the console and MCP.
+audit log (`_audit`), the KMS key service (`_key_service`), sessions and their relay
+(`_sessions`, `_relay`), the errors (`_errors`), and the v1 API (`_app`, `_deps`, `_routes`,
+`_session_routes`) run by `sealtrace server serve`. Not yet: the console and MCP.
 Nothing imports this package; it imports the agent's contracts, the sandbox and the proxy.
 """
 
 from typing import Any
 
-__all__ = ["ServerSettings", "create_app"]
+from ._errors import (
+    AgentGone,
+    DispatchError,
+    KeyServiceError,
+    NoAgent,
+    RunNotFound,
+    SessionClosed,
+    SessionNotFound,
+)
+
+__all__ = [
+    "AgentGone",
+    "DispatchError",
+    "KeyServiceError",
+    "NoAgent",
+    "RunNotFound",
+    "ServerSettings",
+    "SessionClosed",
+    "SessionNotFound",
+    "create_app",
+]
 
 
 def __getattr__(name: str) -> Any:

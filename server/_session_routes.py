@@ -13,10 +13,16 @@ from pydantic import BaseModel, Field
 
 from ._auth import Principal
 from ._deps import ServicesDep, needs, require
-from ._keys import KeyServiceError, RunNotFound
+from ._errors import (
+    AgentGone,
+    DispatchError,
+    KeyServiceError,
+    NoAgent,
+    RunNotFound,
+    SessionClosed,
+    SessionNotFound,
+)
 from ._models import Session
-from ._relay import AgentGone, SessionClosed
-from ._sessions import DispatchError, NoAgent, SessionNotFound
 
 __all__ = ["router"]
 

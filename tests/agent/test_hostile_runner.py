@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from sealtrace.agent import SandboxError
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox import LocalTransport, SandboxError, SandboxSession
+from sealtrace.agent._sandbox import LocalTransport, SandboxSession
 
 from ..conftest import KeyFiles
 from ..sandbox.replaying import record, write_app

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from sealtrace.agent import SandboxError
 from sealtrace.agent._podman import PodmanTransport, SandboxLimits
-from sealtrace.agent._sandbox import SandboxError, SandboxSession
+from sealtrace.agent._sandbox import SandboxSession
 from sealtrace.sandbox._queries import parse_at
 from sealtrace.sandbox._session import load_recording
 

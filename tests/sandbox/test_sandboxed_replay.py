@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from sealtrace.agent._sandbox import LocalTransport, SandboxError, SandboxSession
+from sealtrace.agent import SandboxError
+from sealtrace.agent._sandbox import LocalTransport, SandboxSession
 from sealtrace.sandbox._session import load_recording, replay_location
 
 from ..conftest import KeyFiles, run_cli
