@@ -9,9 +9,24 @@ The sandbox client (`_sandbox_client`) runs the replay runner in a hardened root
 container (`_podman`; `_local` finds the Podman service and image on this machine, for
 `--sandbox`) or as a local child process, streams the recording in, checks every frame and
 rebuilds the answers, showing strings only when a keyed digest matches a value it holds
-(`_dictionary`). `sealtrace sandbox build-image` is in `cli`. The agent must never trust
+(`_dictionary`). `sealtrace sandbox build-image` is in `cli`; the agent's settings are one
+`AgentSettings` (`_settings`), its errors are in `_errors`. The agent must never trust
 anything the runner sends past the first bad frame, and never write the plaintext or the key
 anywhere.
 """
 
-__all__: list[str] = []
+from typing import Any
+
+from ._errors import SandboxError, ServerError
+
+__all__ = ["AgentSettings", "SandboxError", "ServerError"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the `sealtrace` command loads this package's CLI on every run,
+    # and must not need pydantic-settings to record or replay.
+    if name == "AgentSettings":
+        from ._settings import AgentSettings
+
+        return AgentSettings
+    raise AttributeError(name)

@@ -1,11 +1,13 @@
 """Sandboxed queries on this machine: the rootless Podman service of the sandbox user, the
 replay image, and a hardened container for one session.
 
-Settings (environment): SEALTRACE_PODMAN_USER (default sealtrace-sbx, the user
-infra/local/podman-setup.sh creates), SEALTRACE_PODMAN_SOCKET (default that user's
-/run/user/UID/podman/podman.sock) and SEALTRACE_REPLAY_IMAGE (an image `sealtrace sandbox
-build-image` printed; default: the image of this interpreter's whole environment, built if
-missing). A recording the image cannot replay is refused (exit 2) before a container starts.
+Settings (sealtrace.agent._settings.AgentSettings, from the environment): the sandbox user
+(SEALTRACE_PODMAN_USER, default sealtrace-sbx, the user infra/local/podman-setup.sh
+creates), its service's socket (SEALTRACE_PODMAN_SOCKET, default that user's
+/run/user/UID/podman/podman.sock), the OCI runtime and cgroup manager of a service started
+here, and the replay image (SEALTRACE_REPLAY_IMAGE, an image `sealtrace sandbox build-image`
+printed; default: the image of this interpreter's whole environment, built if missing). A
+recording the image cannot replay is refused (exit 2) before a container starts.
 
 sealtrace.sandbox's CLI finds this module through the `sealtrace.sandbox_client` entry
 point, so the sandbox package never imports the agent.
@@ -23,14 +25,16 @@ from typing import Any
 
 from sealtrace.proxy.format import ParsedStream
 
+from ._errors import SandboxError
 from ._podman import PodmanTransport, sweep_containers
-from ._sandbox_client import SandboxClient, SandboxError, sweep_session_directories
+from ._sandbox_client import SandboxClient, sweep_session_directories
+from ._settings import AgentSettings
 
 __all__ = ["open_sandbox", "podman_client", "sandbox_opener", "sandbox_user", "serve_podman"]
 
 
-def sandbox_user() -> pwd.struct_passwd:
-    name = os.environ.get("SEALTRACE_PODMAN_USER", "sealtrace-sbx")
+def sandbox_user(settings: AgentSettings | None = None) -> pwd.struct_passwd:
+    name = (settings or AgentSettings()).podman_user
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -43,7 +47,8 @@ def serve_podman(socket: Path, *, wait: float = 10.0) -> subprocess.Popen[bytes]
     """Start the sandbox user's rootless Podman API service on `socket` (as root: the way
     the local stack, the tests and the benchmarks get one; production runs it as a systemd
     user unit). The caller stops it with terminate()."""
-    user = sandbox_user()
+    settings = AgentSettings()
+    user = sandbox_user(settings)
     run_dir = Path(f"/run/user/{user.pw_uid}")
     (run_dir / "podman").mkdir(parents=True, exist_ok=True)
     for path in (run_dir, run_dir / "podman"):
@@ -54,7 +59,8 @@ def serve_podman(socket: Path, *, wait: float = 10.0) -> subprocess.Popen[bytes]
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
     service = subprocess.Popen(
-        ["runuser", "-u", user.pw_name, "--", "podman", "system", "service", "--time=0",
+        ["runuser", "-u", user.pw_name, "--", "podman", f"--runtime={settings.podman_runtime}",
+         f"--cgroup-manager={settings.podman_cgroup_manager}", "system", "service", "--time=0",
          f"unix://{socket}"],
         env=env, cwd=user.pw_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -68,13 +74,12 @@ def serve_podman(socket: Path, *, wait: float = 10.0) -> subprocess.Popen[bytes]
     return service
 
 
-def podman_client() -> Any:
+def podman_client(settings: AgentSettings | None = None) -> Any:
     from podman import PodmanClient
 
-    user = sandbox_user()
-    socket = os.environ.get(
-        "SEALTRACE_PODMAN_SOCKET", f"unix:///run/user/{user.pw_uid}/podman/podman.sock"
-    )
+    settings = settings or AgentSettings()
+    user = sandbox_user(settings)
+    socket = settings.podman_socket or f"unix:///run/user/{user.pw_uid}/podman/podman.sock"
     path = socket.removeprefix("unix://")
     if not os.path.exists(path):
         raise SandboxError(
@@ -95,9 +100,10 @@ def sandbox_opener() -> Callable[..., SandboxClient]:
     Returns open_sandbox with those settled."""
     from sealtrace.sandbox import ReplayEnvironmentError, build_image, image_problem
 
-    client = podman_client()
-    user = sandbox_user()
-    image = os.environ.get("SEALTRACE_REPLAY_IMAGE") or build_image(client)
+    settings = AgentSettings()
+    client = podman_client(settings)
+    user = sandbox_user(settings)
+    image = settings.replay_image or build_image(client)
 
     def opener(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:
         sweep_containers(client)  # what agents killed mid-session left behind
@@ -105,7 +111,9 @@ def sandbox_opener() -> Callable[..., SandboxClient]:
         problem = image_problem(client, image, parsed.meta)
         if problem is not None:
             raise ReplayEnvironmentError(problem)
-        transport = PodmanTransport(client, image, uid=user.pw_uid, gid=user.pw_gid)
+        transport = PodmanTransport(
+            client, image, uid=user.pw_uid, gid=user.pw_gid, settings=settings
+        )
         return SandboxClient(data, parsed, transport, receipt_only=receipt_only)
 
     return opener

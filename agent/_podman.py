@@ -9,6 +9,9 @@ hosts), an environment of only what the runtime sets (HOSTNAME, HOME), a size-ca
 tmpfs at /tmp, and one bind mount: the directory holding the two FIFOs. The FIFOs and that
 directory belong to the Podman user, so the container's root (that user, mapped) can open
 them and nothing else of the agent's.
+
+The runtime and the limits are settings (sealtrace.agent._settings.AgentSettings), read when
+a transport is made.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from sealtrace.sandbox import TMP_LABEL, process_alive
 
 from ._sandbox_client import DEFAULT_MEMORY_LIMIT, session_directory
+from ._settings import AgentSettings
 
 __all__ = [
     "AGENT_LABEL",
@@ -55,6 +59,16 @@ class SandboxLimits:
     memory: int = DEFAULT_MEMORY_LIMIT  # bytes, all the container's processes together
     tmpfs_bytes: int = 64 << 20  # free space in the container's /tmp
     python: str = ""  # the interpreter path inside the image (default: this one's)
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> SandboxLimits:
+        return cls(
+            nproc=settings.sandbox_nproc,
+            nofile=settings.sandbox_nofile,
+            address_space=settings.sandbox_address_space,
+            memory=settings.sandbox_memory,
+            tmpfs_bytes=settings.sandbox_tmpfs_bytes,
+        )
 
 
 def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
@@ -99,7 +113,9 @@ def sweep_containers(client: Any) -> list[str]:
 
 
 class PodmanTransport:
-    """One session container. `client` is a podman.PodmanClient on the rootless service."""
+    """One session container. `client` is a podman.PodmanClient on the rootless service;
+    `limits` (default: the settings') and the runtime come from `settings` (default: the
+    environment's)."""
 
     def __init__(
         self,
@@ -109,12 +125,15 @@ class PodmanTransport:
         uid: int,
         gid: int,
         limits: SandboxLimits | None = None,
+        settings: AgentSettings | None = None,
     ) -> None:
+        settings = settings or AgentSettings()
         self.client = client
         self.image = image
         self.uid = uid
         self.gid = gid
-        self.limits = limits or SandboxLimits()
+        self.runtime = settings.podman_runtime
+        self.limits = limits or SandboxLimits.from_settings(settings)
         self.directory = session_directory("sealtrace-pipes-")
         self.private = session_directory("sealtrace-seccomp-")
         for path in (self.directory, self.private):
@@ -144,7 +163,7 @@ class PodmanTransport:
             "no_new_privileges": True,
             "seccomp_profile_path": str(self.profile),
             "environment": {},
-            "runtime": "runc",
+            "runtime": self.runtime,
             "mounts": [
                 {
                     "type": "bind",

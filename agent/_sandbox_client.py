@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, cast
 
-from sealtrace.proxy import SealtraceError
 from sealtrace.proxy.format import CodecError, ParsedStream
 from sealtrace.sandbox import (
     ARGV_TAG,
@@ -63,12 +62,13 @@ from sealtrace.sandbox.questions import (
 )
 
 from ._dictionary import Dictionary
+from ._errors import SandboxError
+from ._settings import AgentSettings
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "LocalTransport",
     "SandboxClient",
-    "SandboxError",
     "Transport",
     "session_directory",
     "sweep_session_directories",
@@ -85,14 +85,8 @@ _KINDS: dict[int, str] = {
 }  # fmt: skip
 
 
-class SandboxError(SealtraceError):
-    """The sandbox refused or failed, or its runner broke the protocol (exit 5)."""
-
-    exit_code = 5
-
-
 def _session_base() -> str | None:
-    base = os.environ.get("SEALTRACE_SESSION_DIR")
+    base = AgentSettings().session_dir
     if not base and os.path.isdir(_TMPFS):
         base = _TMPFS
     return base

@@ -13,17 +13,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from sealtrace.proxy import SealtraceError
+from ._errors import ServerError
 
-__all__ = ["ServerClient", "ServerError"]
-
-
-class ServerError(SealtraceError):
-    exit_code = 1
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
+__all__ = ["ServerClient"]
 
 
 class ServerClient:

@@ -23,7 +23,8 @@ from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
 
 from ._contracts import open_session_key
-from ._server import ServerClient, ServerError
+from ._errors import ServerError
+from ._server import ServerClient
 
 __all__ = ["Assignment", "answer", "serve"]
 

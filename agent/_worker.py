@@ -18,7 +18,8 @@ from typing import Any
 from sealtrace.proxy.format import generate_identity
 
 from ._contracts import ASSIGNMENT_TASK
-from ._server import ServerClient, ServerError
+from ._errors import ServerError
+from ._server import ServerClient
 from ._serving import Assignment, serve
 
 __all__ = ["run_agent"]

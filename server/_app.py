@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from ._db import connect
 from ._deps import Services
-from ._keys import KeyService, KeyWrapper, KmsKeyWrapper
+from ._key_service import KeyService, KeyWrapper, KmsKeyWrapper
 from ._relay import Relay
 from ._routes import router
 from ._session_routes import router as session_router

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import _audit
 from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
-from ._keys import KeyService
+from ._key_service import KeyService
 from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings

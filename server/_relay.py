@@ -18,15 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AgentGone", "Question", "Relay", "SessionClosed"]
+from ._errors import AgentGone, SessionClosed
 
-
-class SessionClosed(Exception):
-    """The session was closed (or failed) while a question waited."""
-
-
-class AgentGone(Exception):
-    """The agent stopped polling while a question waited."""
+__all__ = ["Question", "Relay"]
 
 
 @dataclass

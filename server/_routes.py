@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from ._audit import verify
 from ._auth import Principal, issue_token, verify_password
 from ._deps import DB, Keys, ServicesDep, Settings, needs, require
-from ._keys import KeyServiceError, RunNotFound
+from ._errors import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
 
 __all__ = ["router"]

@@ -16,10 +16,16 @@ from sealtrace.sandbox.questions import json_schema, parse_question, question_js
 
 from ._auth import Principal
 from ._deps import ServicesDep, needs, require
-from ._keys import KeyServiceError, RunNotFound
+from ._errors import (
+    AgentGone,
+    DispatchError,
+    KeyServiceError,
+    NoAgent,
+    RunNotFound,
+    SessionClosed,
+    SessionNotFound,
+)
 from ._models import Session
-from ._relay import AgentGone, SessionClosed
-from ._sessions import DispatchError, NoAgent, SessionNotFound
 
 __all__ = ["router"]
 

@@ -1,5 +1,5 @@
 """Sessions: an authorised user opens one on a run, the server picks an idle agent of the
-tenant, re-seals the run's recording key to that agent (sealtrace.server._keys) and, after
+tenant, re-seals the run's recording key to that agent (sealtrace.server._key_service) and, after
 the database commit, hands the assignment to the agent's own queue. Only the sealed key
 crosses the queue. Questions and answers then go through the relay (sealtrace.server._relay).
 
@@ -19,34 +19,15 @@ from sqlalchemy.orm import sessionmaker
 
 from sealtrace.agent._contracts import ASSIGNMENT_TASK
 
-from ._keys import KeyService, KeyServiceError, RunNotFound
+from ._errors import DispatchError, KeyServiceError, NoAgent, RunNotFound, SessionNotFound
+from ._key_service import KeyService
 from ._models import Agent, Run, RunStatus, Session, owned
 from ._relay import Relay
 
-__all__ = [
-    "AGENT_FRESH",
-    "CeleryDispatcher",
-    "DispatchError",
-    "Dispatcher",
-    "NoAgent",
-    "SessionNotFound",
-    "SessionService",
-]
+__all__ = ["AGENT_FRESH", "CeleryDispatcher", "Dispatcher", "SessionService"]
 
 AGENT_FRESH = dt.timedelta(seconds=30)  # an idle agent heard from this recently is alive
 _OPENABLE = (RunStatus.COMPLETE, RunStatus.INCOMPLETE)
-
-
-class NoAgent(Exception):
-    """No idle agent for the tenant."""
-
-
-class SessionNotFound(Exception):
-    """No such session for this tenant."""
-
-
-class DispatchError(Exception):
-    """The assignment could not be queued (Redis unreachable); the session has failed."""
 
 
 class Dispatcher(Protocol):

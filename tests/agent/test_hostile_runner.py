@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from sealtrace.agent import SandboxError
 from sealtrace.agent._podman import PodmanTransport
-from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient, SandboxError
+from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient
 
 from ..conftest import KeyFiles
 from ..sandbox.replaying import record, write_app

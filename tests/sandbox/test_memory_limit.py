@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from sealtrace.agent import SandboxError
 from sealtrace.agent._podman import PodmanTransport, SandboxLimits
-from sealtrace.agent._sandbox_client import SandboxClient, SandboxError
+from sealtrace.agent._sandbox_client import SandboxClient
 from sealtrace.sandbox._replay_process import load_recording
 from sealtrace.sandbox.questions import InspectStack
 

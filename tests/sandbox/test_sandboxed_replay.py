@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient, SandboxError
+from sealtrace.agent import SandboxError
+from sealtrace.agent._sandbox_client import LocalTransport, SandboxClient
 from sealtrace.sandbox._replay_process import load_recording, replay_location
 from sealtrace.sandbox.questions import InspectStack, Replay
 

@@ -25,7 +25,7 @@ from sqlalchemy import text
 
 from sealtrace.server._app import create_app
 from sealtrace.server._auth import hash_password, issue_token
-from sealtrace.server._keys import KmsKeyWrapper
+from sealtrace.server._key_service import KmsKeyWrapper
 from sealtrace.server._models import Role, Scope, Tenant, User
 from sealtrace.server._settings import ServerSettings
 

@@ -24,13 +24,8 @@ from sealtrace.proxy._errors import WrongIdentityError
 from sealtrace.proxy._format import RecordingHeader, unwrap_recording_key
 from sealtrace.proxy._keys import generate_identity
 from sealtrace.proxy._store import LocalDirStore
-from sealtrace.server._keys import (
-    KeyService,
-    KeyServiceError,
-    KmsKeyWrapper,
-    RunNotFound,
-    _context,
-)
+from sealtrace.server import KeyServiceError, RunNotFound
+from sealtrace.server._key_service import KeyService, KmsKeyWrapper, _context
 from sealtrace.server._models import Run, RunStatus, Tenant
 
 

@@ -29,26 +29,12 @@ from sealtrace.proxy.format import (
     unwrap_recording_key,
 )
 
+from ._errors import KeyServiceError, RunNotFound
 from ._models import Run, RunStatus, owned
 
-__all__ = [
-    "KeyService",
-    "KeyServiceError",
-    "KeyWrapper",
-    "KmsKeyWrapper",
-    "Lease",
-    "RunNotFound",
-]
+__all__ = ["KeyService", "KeyWrapper", "KmsKeyWrapper", "Lease"]
 
 PURPOSE = "run-private-key"
-
-
-class KeyServiceError(Exception):
-    """The key service could not do what was asked (KMS refused, a run in the wrong state)."""
-
-
-class RunNotFound(KeyServiceError):
-    """No such run for this tenant (callers answer 404, whether it exists elsewhere or not)."""
 
 
 class KeyWrapper(Protocol):

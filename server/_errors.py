@@ -1,0 +1,59 @@
+"""Every error sealtrace.server raises of its own. None reaches a command line: routes turn
+each into an HTTP status (shown after the arrow), so none carries an exit code.
+
+    Exception
+    ├── KeyServiceError                 the key service could not do what was asked: KMS
+    │   │                               refused, a run in the wrong state, a bad wrapped key
+    │   │                               → 409 (runs), 503 (leases, sessions)
+    │   └── RunNotFound                 no such run for this tenant → 404
+    ├── NoAgent                         no idle agent for the tenant → 503
+    ├── SessionNotFound                 no such session (or agent) for this tenant → 404
+    ├── DispatchError                   the assignment could not be queued (Redis
+    │                                   unreachable); the session has failed → 503
+    ├── SessionClosed                   the session closed (or failed) while a question
+    │                                   waited → 409; to the agent's poll, a close
+    └── AgentGone                       the agent stopped polling while a question waited;
+                                        the session fails → 502
+
+A question that waits past its time is the standard library's TimeoutError (→ 504).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentGone",
+    "DispatchError",
+    "KeyServiceError",
+    "NoAgent",
+    "RunNotFound",
+    "SessionClosed",
+    "SessionNotFound",
+]
+
+
+class KeyServiceError(Exception):
+    """The key service could not do what was asked (KMS refused, a run in the wrong state)."""
+
+
+class RunNotFound(KeyServiceError):
+    """No such run for this tenant (callers answer 404, whether it exists elsewhere or not)."""
+
+
+class NoAgent(Exception):
+    """No idle agent for the tenant."""
+
+
+class SessionNotFound(Exception):
+    """No such session for this tenant."""
+
+
+class DispatchError(Exception):
+    """The assignment could not be queued (Redis unreachable); the session has failed."""
+
+
+class SessionClosed(Exception):
+    """The session was closed (or failed) while a question waited."""
+
+
+class AgentGone(Exception):
+    """The agent stopped polling while a question waited."""
