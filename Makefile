@@ -34,6 +34,7 @@ podman:
 	infra/local/podman-setup.sh
 
 lint: setup
+	$(BIN)/python infra/local/check-seams.py
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	infra/local/clang-format-check.sh

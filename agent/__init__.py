@@ -15,18 +15,49 @@ anything the runner sends past the first bad frame, and never write the plaintex
 anywhere.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._contracts import ASSIGNMENT_TASK
 from ._errors import SandboxError, ServerError
 
-__all__ = ["AgentSettings", "SandboxError", "ServerError"]
+if TYPE_CHECKING:
+    from ._local import open_sandbox, sandbox_user, serve_podman
+    from ._podman import PodmanTransport
+    from ._sandbox_client import LocalTransport, SandboxClient, Transport
+    from ._settings import AgentSettings
+
+__all__ = [
+    "ASSIGNMENT_TASK",
+    "AgentSettings",
+    "LocalTransport",
+    "PodmanTransport",
+    "SandboxClient",
+    "SandboxError",
+    "ServerError",
+    "Transport",
+    "open_sandbox",
+    "sandbox_user",
+    "serve_podman",
+]
+
+# Imported on first use: the `sealtrace` command loads this package's CLI on every run, and
+# must not need pydantic-settings or podman-py to record or replay.
+_LAZY = {
+    "AgentSettings": "_settings",
+    "LocalTransport": "_sandbox_client",
+    "PodmanTransport": "_podman",
+    "SandboxClient": "_sandbox_client",
+    "Transport": "_sandbox_client",
+    "open_sandbox": "_local",
+    "sandbox_user": "_local",
+    "serve_podman": "_local",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use: the `sealtrace` command loads this package's CLI on every run,
-    # and must not need pydantic-settings to record or replay.
-    if name == "AgentSettings":
-        from ._settings import AgentSettings
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return AgentSettings
-    raise AttributeError(name)
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -34,7 +34,7 @@ APP = "import sys\ndata = open(sys.argv[1], 'rb').read()\nprint(len(data), sum(d
 def _service() -> tuple[Any, Any, subprocess.Popen[bytes]]:
     from podman import PodmanClient
 
-    from sealtrace.agent._local import sandbox_user, serve_podman
+    from sealtrace.agent import sandbox_user, serve_podman
 
     user = sandbox_user()
     sock = Path(f"/run/user/{user.pw_uid}/podman/sealtrace-bench-{os.getpid()}.sock")
@@ -64,8 +64,7 @@ def _record(work: Path, size: int) -> tuple[bytes, Any]:
 
 
 def main() -> None:
-    from sealtrace.agent._podman import PodmanTransport
-    from sealtrace.agent._sandbox_client import SandboxClient
+    from sealtrace.agent import PodmanTransport, SandboxClient
     from sealtrace.sandbox import Inquiry, build_image
 
     quick = "--quick" in sys.argv

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session as DbSession
 from sqlalchemy.orm import sessionmaker
 
-from sealtrace.agent._contracts import ASSIGNMENT_TASK
+from sealtrace.agent import ASSIGNMENT_TASK
 
 from ._errors import DispatchError, KeyServiceError, NoAgent, RunNotFound, SessionNotFound
 from ._key_service import KeyService

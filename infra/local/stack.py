@@ -172,7 +172,7 @@ class Stack:
                 raise RuntimeError(f"cannot sign in as {name}: {got}")
             self.tokens[name] = got["token"]
         if self.podman_socket is None:
-            from sealtrace.agent._local import sandbox_user, serve_podman
+            from sealtrace.agent import sandbox_user, serve_podman
 
             user = sandbox_user()
             sock = Path(f"/run/user/{user.pw_uid}/podman/sealtrace-stack-{os.getpid()}.sock")
