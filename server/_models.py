@@ -26,18 +26,18 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-_Owned = TypeVar("_Owned", "Run", "Session", "Agent")
+_Owned = TypeVar("_Owned", "Run", "PlatformSession", "Agent")
 
 __all__ = [
     "Agent",
     "ApiToken",
     "AuditEvent",
     "Base",
+    "PlatformSession",
     "Role",
     "Run",
     "RunStatus",
     "Scope",
-    "Session",
     "Tenant",
     "User",
     "UtcDateTime",
@@ -176,7 +176,7 @@ class Agent(Base):
     seen: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
 
 
-class Session(Base):
+class PlatformSession(Base):
     __tablename__ = "sessions"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -25,7 +25,7 @@ from ._errors import (
     SessionClosed,
     SessionNotFound,
 )
-from ._models import Session
+from ._models import PlatformSession
 
 __all__ = ["router"]
 
@@ -41,7 +41,7 @@ class SessionView(BaseModel):
     detail: str | None
 
 
-def _view(session: Session) -> SessionView:
+def _view(session: PlatformSession) -> SessionView:
     return SessionView(
         session_id=session.id,
         run_id=session.run_id,
@@ -80,7 +80,9 @@ def open_session(
     return _view(session)
 
 
-def _agents_session(services: Any, who: Principal, agent_id: str, session_id: str) -> Session:
+def _agents_session(
+    services: Any, who: Principal, agent_id: str, session_id: str
+) -> PlatformSession:
     """The session, if it is this agent's (404 otherwise, as for any other tenant's)."""
     session = _session_or_404(services, who, session_id)
     if session.agent_id != agent_id:
@@ -88,9 +90,9 @@ def _agents_session(services: Any, who: Principal, agent_id: str, session_id: st
     return session
 
 
-def _session_or_404(services: Any, who: Principal, session_id: str) -> Session:
+def _session_or_404(services: Any, who: Principal, session_id: str) -> PlatformSession:
     try:
-        session: Session = services.sessions.get(who.tenant_id, session_id)
+        session: PlatformSession = services.sessions.get(who.tenant_id, session_id)
     except SessionNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return session

@@ -21,7 +21,7 @@ from sealtrace.agent import ASSIGNMENT_TASK
 
 from ._errors import DispatchError, KeyServiceError, NoAgent, RunNotFound, SessionNotFound
 from ._key_service import KeyService
-from ._models import Agent, Run, RunStatus, Session, owned
+from ._models import Agent, PlatformSession, Run, RunStatus, owned
 from ._relay import Relay
 
 __all__ = ["AGENT_FRESH", "CeleryDispatcher", "Dispatcher", "SessionService"]
@@ -101,7 +101,7 @@ class SessionService:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def open(self, tenant_id: int, user_id: int, run_id: str) -> Session:
+    def open(self, tenant_id: int, user_id: int, run_id: str) -> PlatformSession:
         """Assign an idle agent; KeyServiceError if KMS refuses (the session is then failed),
         NoAgent if none is idle, RunNotFound for a run that is not this tenant's."""
         session_id = f"sess-{secrets.token_hex(12)}"
@@ -113,7 +113,7 @@ class SessionService:
             if agent is None:
                 raise NoAgent("no idle agent: start one (sealtrace agent)")
             agent.status = "busy"
-            session = Session(id=session_id, tenant_id=tenant_id, run_id=run_id,
+            session = PlatformSession(id=session_id, tenant_id=tenant_id, run_id=run_id,
                               user_id=user_id, agent_id=agent.id, status="assigned")  # fmt: skip
             db.add(session)
             db.commit()
@@ -150,7 +150,7 @@ class SessionService:
             query = query.with_for_update(skip_locked=True)
         return db.scalars(query).first()
 
-    def get(self, tenant_id: int, session_id: str) -> Session:
+    def get(self, tenant_id: int, session_id: str) -> PlatformSession:
         """The session; one its agent never took up within `assign_timeout` has failed."""
         with self.factory() as db:
             session = self._session(db, tenant_id, session_id)
@@ -161,7 +161,7 @@ class SessionService:
 
     def agent_state(
         self, tenant_id: int, agent_id: str, session_id: str, state: str, detail: str = ""
-    ) -> Session:
+    ) -> PlatformSession:
         """The agent reports its session ready, failed or closed."""
         if state not in ("ready", "failed", "closed"):
             raise ValueError(f"an agent reports ready, failed or closed, not {state!r}")
@@ -177,7 +177,7 @@ class SessionService:
                 return session
         return self._end(tenant_id, session_id, state, detail)
 
-    def close(self, tenant_id: int, session_id: str) -> Session:
+    def close(self, tenant_id: int, session_id: str) -> PlatformSession:
         self.relay.close(session_id)
         return self._end(tenant_id, session_id, "closed", "closed by the user")
 
@@ -189,7 +189,7 @@ class SessionService:
         detail: str,
         *,
         agent_after: str = "gone",  # disposable: an agent serves one session
-    ) -> Session:
+    ) -> PlatformSession:
         """End the session. An agent that never received it (the key or the queue failed
         first) goes back to idle; one that did is done."""
         with self.factory() as db:
@@ -207,8 +207,8 @@ class SessionService:
         return session
 
     @staticmethod
-    def _session(db: DbSession, tenant_id: int, session_id: str) -> Session:
-        session = owned(db, Session, session_id, tenant_id)
+    def _session(db: DbSession, tenant_id: int, session_id: str) -> PlatformSession:
+        session = owned(db, PlatformSession, session_id, tenant_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         return session

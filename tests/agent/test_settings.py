@@ -14,7 +14,7 @@ import pytest
 
 from sealtrace.agent import AgentSettings, _podman
 from sealtrace.agent._podman import PodmanTransport, SandboxLimits
-from sealtrace.agent._sandbox import DEFAULT_MEMORY_LIMIT, session_directory
+from sealtrace.agent._sandbox_client import DEFAULT_MEMORY_LIMIT, session_directory
 
 
 @pytest.fixture(autouse=True)

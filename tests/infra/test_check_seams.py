@@ -51,13 +51,13 @@ PLANTED = {
         "def later():\n"
         "    from sealtrace.agent._contracts import ASSIGNMENT_TASK\n"  # line 8
     ),
-    "proxy/_leak.py": "from sealtrace.server._keys import KeyService\n",
+    "proxy/_leak.py": "from sealtrace.server._key_service import KeyService\n",
     "infra/local/stack.py": "from sealtrace.agent._local import open_sandbox\n",
 }
 
 EXPECTED = [
     "infra/local/stack.py:1: imports sealtrace.agent._local (private to agent)",
-    "proxy/_leak.py:1: imports sealtrace.server._keys (private to server)",
+    "proxy/_leak.py:1: imports sealtrace.server._key_service (private to server)",
     "sandbox/runner.py:2: imports sealtrace.proxy._codec (private to proxy)",
     "sandbox/runner.py:3: imports sealtrace.proxy._stream (private to proxy)",
     "sandbox/runner.py:4: imports sealtrace.proxy._recorder (private to proxy)",
