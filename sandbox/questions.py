@@ -70,6 +70,12 @@ def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]
     return {"max_length": limit, "help": help, "json": json_name}
 
 
+def _at() -> Any:
+    """Where a question stops the run (a trace's or a stack's `at`)."""
+    help = "FILE:LINE[#HIT], an instruction counter, crash or end"
+    return field(default="crash", metadata=_text(MAX_LOCATION, help))
+
+
 # -- questions ----------------------------------------------------------------------------
 
 
@@ -78,10 +84,7 @@ class Trace:
     """Where did this value come from: its backward slice, `depth` steps deep."""
 
     kind: ClassVar[str] = "trace"
-    at: str = field(
-        default="crash",
-        metadata=_text(MAX_LOCATION, "FILE:LINE[#HIT], an instruction counter, crash or end"),
-    )
+    at: str = _at()
     var: str = field(
         default="", metadata=_text(MAX_TEXT, "a name, then .attributes and [literal keys]")
     )
@@ -106,10 +109,7 @@ class InspectStack:
     """The frames at a point of the run (the crash by default), with every local."""
 
     kind: ClassVar[str] = "inspect-stack"
-    at: str = field(
-        default="crash",
-        metadata=_text(MAX_LOCATION, "FILE:LINE[#HIT], an instruction counter, crash or end"),
-    )
+    at: str = _at()
 
 
 @dataclass(frozen=True)

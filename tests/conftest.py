@@ -3,6 +3,7 @@ a service that cannot start is an error, never a skip."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -187,3 +188,10 @@ def replay_image(podman_service: tuple[Any, Any, str]) -> str:
 
     client, _user, _socket = podman_service
     return build_image(client)
+
+
+def modules_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running `statement`."""
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
+    return set(json.loads(out.stdout))

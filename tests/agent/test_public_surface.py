@@ -3,11 +3,9 @@ the local stack may use. The `sealtrace` command imports this package on every r
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import sealtrace.agent
+
+from ..conftest import modules_after
 
 EXPORTED = [
     "ASSIGNMENT_TASK",
@@ -38,7 +36,5 @@ def test_the_sandbox_client_entry_point_is_the_public_opener() -> None:
 
 
 def test_importing_the_package_loads_neither_podman_nor_settings() -> None:
-    code = "import sys, json, sealtrace.agent\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
-    loaded = set(json.loads(out.stdout))
+    loaded = modules_after("import sealtrace.agent")
     assert not {m for m in loaded if m.split(".")[0] in {"podman", "pydantic_settings"}}

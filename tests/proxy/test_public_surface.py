@@ -4,8 +4,6 @@ sealtrace.proxy.boundary) and its command line export."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +12,8 @@ import sealtrace.proxy
 import sealtrace.proxy.boundary
 import sealtrace.proxy.cli
 import sealtrace.proxy.format
+
+from ..conftest import modules_after
 
 FORBIDDEN = [
     "fastapi",
@@ -137,20 +137,14 @@ RECORDER_MODULES = {
 }
 
 
-def _modules_after(statement: str) -> set[str]:
-    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
-    return set(json.loads(out.stdout))
-
-
 def test_importing_the_recorder_pulls_in_no_heavy_stack() -> None:
-    loaded = _modules_after("import sealtrace.proxy")
+    loaded = modules_after("import sealtrace.proxy")
     assert "sealtrace.proxy" in loaded
     assert not [m for m in loaded for bad in FORBIDDEN if m == bad or m.startswith(bad + ".")]
 
 
 def test_negative_control_the_s3_store_does_load_boto3_when_asked() -> None:
-    loaded = _modules_after("import sealtrace.proxy as p; p.S3Store")
+    loaded = modules_after("import sealtrace.proxy as p; p.S3Store")
     assert "boto3" in loaded
 
 
@@ -161,27 +155,25 @@ def test_exported_names_are_pinned() -> None:
 
 
 def test_importing_the_recorder_loads_neither_seam() -> None:
-    loaded = _modules_after("import sealtrace.proxy")
+    loaded = modules_after("import sealtrace.proxy")
     assert {m for m in loaded if m.startswith("sealtrace")} == RECORDER_MODULES
 
 
 @pytest.mark.parametrize("seam", ["sealtrace.proxy.format", "sealtrace.proxy.boundary"])
 def test_a_seam_pulls_in_no_heavy_stack(seam: str) -> None:
-    loaded = _modules_after(f"import {seam}")
+    loaded = modules_after(f"import {seam}")
     assert not [m for m in loaded for bad in FORBIDDEN if m == bad or m.startswith(bad + ".")]
 
 
 def test_the_format_seam_adds_only_the_stream_modules_and_stdlib() -> None:
-    extra = _modules_after("import sealtrace.proxy.format") - _modules_after(
-        "import sealtrace.proxy"
-    )
+    extra = modules_after("import sealtrace.proxy.format") - modules_after("import sealtrace.proxy")
     ours = {"sealtrace.proxy.format", "sealtrace.proxy._codec", "sealtrace.proxy._stream"}
     assert {m for m in extra if m.split(".")[0].lstrip("_") not in sys.stdlib_module_names} <= ours
 
 
 def test_the_boundary_seam_loads_the_recorder_only_when_asked() -> None:
-    assert "sealtrace.proxy._recorder" not in _modules_after("import sealtrace.proxy.boundary")
-    assert "sealtrace.proxy._recorder" in _modules_after(
+    assert "sealtrace.proxy._recorder" not in modules_after("import sealtrace.proxy.boundary")
+    assert "sealtrace.proxy._recorder" in modules_after(
         "from sealtrace.proxy.boundary import installed_manifest"
     )
 

@@ -3,13 +3,11 @@ process and the agent import it, and must not pay for what they do not use."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import sealtrace.sandbox
 import sealtrace.sandbox.protocol
 import sealtrace.sandbox.questions
+
+from ..conftest import modules_after
 
 EXPORTED = [
     "ARGV_TAG",
@@ -53,20 +51,12 @@ def test_the_contract_and_the_protocol_export_what_they_define() -> None:
             assert getattr(module, name) is not None, (module.__name__, name)
 
 
-def _modules_after(statement: str) -> set[str]:
-    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
-    return set(json.loads(out.stdout))
-
-
 def test_importing_the_package_and_its_contract_loads_no_engine_and_no_agent() -> None:
-    loaded = _modules_after("import sealtrace.sandbox, sealtrace.sandbox.questions")
+    loaded = modules_after("import sealtrace.sandbox, sealtrace.sandbox.questions")
     heavy = {"sealtrace._engine", "sealtrace.agent", "sealtrace.server", "pydantic", "podman"}
     assert not {m for m in loaded if m in heavy or m.split(".")[0] in heavy}
     assert "sealtrace.sandbox._inquiry" not in loaded
 
 
 def test_negative_control_asking_for_the_inquiry_loads_it() -> None:
-    assert "sealtrace.sandbox._inquiry" in _modules_after(
-        "import sealtrace.sandbox as s; s.Inquiry"
-    )
+    assert "sealtrace.sandbox._inquiry" in modules_after("import sealtrace.sandbox as s; s.Inquiry")
