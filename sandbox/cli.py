@@ -12,6 +12,7 @@ import typer
 
 from sealtrace.proxy import Identity, UsageError
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
+from sealtrace.proxy.format import ParsedStream
 
 from ._replay_process import Receipt, load_recording, raise_for, replay_location
 from ._validate import validate
@@ -69,7 +70,8 @@ def replay(
     2 if this interpreter (or the sandbox's image) cannot replay it, 5 if the sandbox fails.
     """
     if sandbox:
-        with _sandboxed(location, identity, run_id, receipt_only=True) as client:
+        data, parsed = load_recording(location, Identity.load(identity), run_id)
+        with _sandboxed(data, parsed, receipt_only=True) as client:
             receipt = Receipt(dict(client.replay(Replay())))
     else:
         receipt = replay_location(location, Identity.load(identity), run_id=run_id)
@@ -89,16 +91,17 @@ def replay(
     raise_for(receipt)
 
 
-def _sandboxed(location: str, identity: Any, run_id: str | None, **options: Any) -> Any:
+def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
     """The answerer in the sandbox, from the installed sandbox client (sealtrace.agent, found
-    through the `sealtrace.sandbox_client` entry point: this package never imports it)."""
+    through the `sealtrace.sandbox_client` entry point: this package never imports it). The
+    opener's answerer is held to the contract by tests/sandbox/test_questions.py."""
     from importlib.metadata import entry_points
 
     clients = list(entry_points(group="sealtrace.sandbox_client"))
     if not clients:
         raise UsageError("--sandbox needs sealtrace's agent package, which is not installed")
-    data, parsed = load_recording(location, Identity.load(identity), run_id)
-    return clients[0].load()(data, parsed, **options)
+    opener: Callable[..., Answerer] = clients[0].load()
+    return opener(data, parsed, **options)
 
 
 def _answerer(
@@ -113,10 +116,9 @@ def _answerer(
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
-    if sandbox:
-        client = _sandboxed(location, identity, run_id)
-        return client, SourceLines(client.parsed)
     data, parsed = load_recording(location, Identity.load(identity), run_id)
+    if sandbox:
+        return _sandboxed(data, parsed), SourceLines(parsed)
     policy = CheckpointPolicy(every, cap) if every else None
     return Inquiry(data, parsed, checkpoints=policy), SourceLines(parsed)
 
