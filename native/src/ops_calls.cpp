@@ -87,10 +87,101 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
   return p.counter;
 }
 
+// A list method: append, pop and extend move values in or out of item slots; the methods
+// that reorder or remove forget them.
+inline void Tracer::model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                                      const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  const Py_ssize_t len = PyList_GET_SIZE(self);
+  if (is("append") && argc == 1) {
+    set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
+  } else if (is("pop") && argc <= 1) {
+    Py_ssize_t i = len - 1;
+    if (argc == 1 && PyLong_CheckExact(args[0])) {
+      i = PyLong_AsSsize_t(args[0]);
+      if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+      if (i < 0) i += len;
+    }
+    if (i >= 0 && i < len) {
+      PyObject* item = PyList_GET_ITEM(self, i);
+      p.aux_tag = slots_.get(addr(self), index_key(i), addr(item));
+      p.aux_value = p.aux_tag != 0 ? item : nullptr;
+    }
+    if (i == len - 1) {
+      slots_.erase(addr(self), index_key(i), now);
+    } else {
+      slots_.drop_slots(addr(self), now);
+    }
+  } else if (is("extend") && argc == 1 && (PyList_Check(args[0]) || PyTuple_Check(args[0])) &&
+             static_cast<std::size_t>(Py_SIZE(args[0])) <= kMaxCopiedItems) {
+    for (Py_ssize_t j = 0; j < Py_SIZE(args[0]); ++j) {
+      PyObject* item = seq_item(args[0], j);
+      Tag t = slots_.get(addr(args[0]), index_key(j), addr(item));
+      set_slot(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
+    }
+  } else if (is("insert") || is("remove") || is("sort") || is("reverse") || is("clear") ||
+             is("extend") || is("__setitem__") || is("__delitem__")) {
+    slots_.drop_slots(addr(self), now);
+  }
+}
+
+// A dict method: get, __getitem__, pop and setdefault read a slot; update copies slots.
+inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                                      const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  std::uint64_t key = 0;
+  if (argc >= 1 && (is("get") || is("__getitem__") || is("pop") || is("setdefault")) &&
+      item_key(args[0], key)) {
+    PyObject* current = PyDict_GetItemWithError(self, args[0]);
+    if (current == nullptr) PyErr_Clear();
+    if (current != nullptr) {
+      p.aux_tag = slots_.get(addr(self), key, addr(current));
+      p.aux_value = p.aux_tag != 0 ? current : nullptr;
+    } else if (is("setdefault") && argc == 2) {
+      set_slot(addr(self), key, tags[1], addr(args[1]), now);
+      p.aux_tag = tags[1];
+      p.aux_value = args[1];
+    } else if (argc == 2) {  // get/pop default
+      p.aux_tag = tags[1];
+      p.aux_value = args[1];
+    }
+    if (is("pop")) slots_.erase(addr(self), key, now);
+  } else if (is("update") && argc == 1 && PyDict_Check(args[0])) {
+    const ObjectRecord* record = slots_.find(addr(args[0]));
+    if (record != nullptr) {
+      std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
+      for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
+    }
+  } else if (is("clear") || is("popitem") || is("update")) {
+    slots_.drop_slots(addr(self), now);
+  }
+}
+
+// getattr(owner, name[, default]) reads an attribute slot, setattr writes one.
+inline void Tracer::model_builtin_attr(Pending& p, const char* name, PyObject** args,
+                                       const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  PyObject* owner = args[0];
+  PyObject* ns = namespace_of(owner);
+  PyObject* target = ns != nullptr ? ns : owner;
+  const std::uint64_t key = ns != nullptr ? name_key(args[1]) : attr_key(args[1]);
+  if (is("getattr")) {
+    const Slot* slot = slots_.slot(addr(target), key);
+    if (slot != nullptr) {
+      p.aux_tag = slot->tag;
+      p.aux_value = reinterpret_cast<PyObject*>(slot->value);
+    }
+  } else if (is("setattr") && argc == 3 && trackable(target)) {
+    set_slot(addr(target), key, tags[2], addr(args[2]), now);
+  }
+}
+
 // Container methods and builtins implemented in C that move values in or out of slots.
 void Tracer::model_call(ShadowFrame& sf) {
   Pending& p = sf.p;
-  const Tag now = p.counter;
   PyObject* self = nullptr;
   const char* name = nullptr;
   PyObject* head = p.in_objs[0];
@@ -106,81 +197,12 @@ void Tracer::model_call(ShadowFrame& sf) {
   PyObject** args = p.in_objs.data() + 2;
   const Tag* tags = p.in_tags.data() + 2;
   const int argc = p.oparg;
-  auto is = [&](const char* n) { return std::strcmp(name, n) == 0; };
   if (PyList_Check(self) && trackable(self)) {
-    const Py_ssize_t len = PyList_GET_SIZE(self);
-    if (is("append") && argc == 1) {
-      set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
-    } else if (is("pop") && argc <= 1) {
-      Py_ssize_t i = len - 1;
-      if (argc == 1 && PyLong_CheckExact(args[0])) {
-        i = PyLong_AsSsize_t(args[0]);
-        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
-        if (i < 0) i += len;
-      }
-      if (i >= 0 && i < len) {
-        PyObject* item = PyList_GET_ITEM(self, i);
-        p.aux_tag = slots_.get(addr(self), index_key(i), addr(item));
-        p.aux_value = p.aux_tag != 0 ? item : nullptr;
-      }
-      if (i == len - 1) {
-        slots_.erase(addr(self), index_key(i), now);
-      } else {
-        slots_.drop_slots(addr(self), now);
-      }
-    } else if (is("extend") && argc == 1 && (PyList_Check(args[0]) || PyTuple_Check(args[0])) &&
-               static_cast<std::size_t>(Py_SIZE(args[0])) <= kMaxCopiedItems) {
-      for (Py_ssize_t j = 0; j < Py_SIZE(args[0]); ++j) {
-        PyObject* item = seq_item(args[0], j);
-        Tag t = slots_.get(addr(args[0]), index_key(j), addr(item));
-        set_slot(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
-      }
-    } else if (is("insert") || is("remove") || is("sort") || is("reverse") || is("clear") ||
-               is("extend") || is("__setitem__") || is("__delitem__")) {
-      slots_.drop_slots(addr(self), now);
-    }
+    model_list_method(p, self, name, args, tags, argc);
   } else if (PyDict_Check(self) && trackable(self)) {
-    std::uint64_t key = 0;
-    if (argc >= 1 && (is("get") || is("__getitem__") || is("pop") || is("setdefault")) &&
-        item_key(args[0], key)) {
-      PyObject* current = PyDict_GetItemWithError(self, args[0]);
-      if (current == nullptr) PyErr_Clear();
-      if (current != nullptr) {
-        p.aux_tag = slots_.get(addr(self), key, addr(current));
-        p.aux_value = p.aux_tag != 0 ? current : nullptr;
-      } else if (is("setdefault") && argc == 2) {
-        set_slot(addr(self), key, tags[1], addr(args[1]), now);
-        p.aux_tag = tags[1];
-        p.aux_value = args[1];
-      } else if (argc == 2) {  // get/pop default
-        p.aux_tag = tags[1];
-        p.aux_value = args[1];
-      }
-      if (is("pop")) slots_.erase(addr(self), key, now);
-    } else if (is("update") && argc == 1 && PyDict_Check(args[0])) {
-      const ObjectRecord* record = slots_.find(addr(args[0]));
-      if (record != nullptr) {
-        std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(),
-                                                         record->slots.end());
-        for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
-      }
-    } else if (is("clear") || is("popitem") || is("update")) {
-      slots_.drop_slots(addr(self), now);
-    }
+    model_dict_method(p, self, name, args, tags, argc);
   } else if (self == builtins_ && argc >= 2 && PyUnicode_Check(args[1])) {
-    PyObject* owner = args[0];
-    PyObject* ns = namespace_of(owner);
-    PyObject* target = ns != nullptr ? ns : owner;
-    const std::uint64_t key = ns != nullptr ? name_key(args[1]) : attr_key(args[1]);
-    if (is("getattr")) {
-      const Slot* slot = slots_.slot(addr(target), key);
-      if (slot != nullptr) {
-        p.aux_tag = slot->tag;
-        p.aux_value = reinterpret_cast<PyObject*>(slot->value);
-      }
-    } else if (is("setattr") && argc == 3 && trackable(target)) {
-      set_slot(addr(target), key, tags[2], addr(args[2]), now);
-    }
+    model_builtin_attr(p, name, args, tags, argc);
   }
 }
 

@@ -288,6 +288,11 @@ class Tracer {
   void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
   Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
   void model_call(ShadowFrame& sf);
+  void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                         const Tag* tags, int argc);
+  void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                         const Tag* tags, int argc);
+  void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
   void capture_pre(PyFrameObject* frame, const Pending& p);
