@@ -209,10 +209,71 @@ class Tracer {
   ShadowFrame* resync(PyFrameObject* frame);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
   void release(ShadowFrame* frame);
+  // An instruction's two halves: begin reads its inputs before it runs, complete tags what
+  // it left on the stack; each dispatches on the opcode's rule to its family's helpers.
   void begin(ShadowFrame& sf, int index, int depth);
+  void begin_pending(ShadowFrame& sf, const Instr& in, int index, int depth);
   void note_mismatch(const ShadowFrame& sf, const Instr& in, Tag counter) noexcept;
   void complete(ShadowFrame& sf, int depth);
+  // The helpers of the halves by opcode family. begin_*(sf, in[, depth]) run before the
+  // instruction; complete_*(sf, base, depth) after it, when it has pushed from base to depth.
+  // Locals and the value stack (complete.cpp).
+  void complete_load_fast(ShadowFrame& sf, int base, int depth);
+  void complete_store_fast(ShadowFrame& sf);
+  void complete_delete_fast(ShadowFrame& sf);
+  void complete_swap(ShadowFrame& sf);
+  void complete_copy(ShadowFrame& sf, int base, int depth);
+  void complete_keep(ShadowFrame& sf, int base, int depth);
+  void complete_move(ShadowFrame& sf, int base, int depth);
+  void complete_computed(ShadowFrame& sf, int base, int depth);
+  // Names, globals, cells and `import *` (ops_names.cpp).
+  void begin_name_store(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_name_load(ShadowFrame& sf, const Instr& in);
+  void begin_class_deref(ShadowFrame& sf, const Instr& in);
+  void begin_deref_load(ShadowFrame& sf, const Instr& in);
+  void begin_deref_store(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_import_star(ShadowFrame& sf, int depth);
+  void complete_slot_load(ShadowFrame& sf, int base, int depth);
+  // Attributes (ops_attributes.cpp).
+  void begin_attr_load(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_attr_store(ShadowFrame& sf, const Instr& in, int depth);
+  void complete_load_method(ShadowFrame& sf, int base, int depth);
+  // Subscripts (ops_subscripts.cpp).
+  void begin_subscr_load(ShadowFrame& sf, int depth);
+  void begin_subscr_store(ShadowFrame& sf, int depth);
+  void begin_subscr_delete(ShadowFrame& sf, int depth);
+  // Building and extending containers (ops_containers.cpp).
+  void begin_list_append(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_map_add(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_list_extend(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_dict_update(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_build_map(ShadowFrame& sf, const Instr& in);
+  void begin_build_const_key_map(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_build_seq(ShadowFrame& sf, const Instr& in, int depth);
+  void complete_build_seq(ShadowFrame& sf, int base, int depth);
+  void complete_build_map(ShadowFrame& sf, int base, int depth);
+  // Unpacking and pattern matching (ops_unpack.cpp).
+  void begin_unpack_sequence(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_unpack_ex(ShadowFrame& sf, int depth);
+  void begin_match_keys(ShadowFrame& sf, int depth);
+  void begin_match_class(ShadowFrame& sf, const Instr& in, int depth);
+  void complete_unpack_sequence(ShadowFrame& sf, int base, int depth);
+  void complete_unpack_ex(ShadowFrame& sf, int base, int depth);
+  void complete_match(ShadowFrame& sf, int base, int depth);
+  // Calls (ops_calls.cpp).
+  void begin_precall(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_call(ShadowFrame& sf);
+  void complete_precall(ShadowFrame& sf);
+  void complete_call(ShadowFrame& sf, int base, int depth);
+  // Raising and handling exceptions (ops_exceptions.cpp).
+  void begin_raise(ShadowFrame& sf, const Instr& in);
+  void begin_push_exc_info(ShadowFrame& sf, int depth);
+  void begin_handler_exit(ShadowFrame& sf, const Instr& in);
+  void complete_push_exc_info(ShadowFrame& sf, int base, int depth);
   void land_exception(ShadowFrame& sf, int depth);
+  // Iteration (ops_iteration.cpp).
+  void complete_get_iter(ShadowFrame& sf, int base, int depth);
+  void complete_for_iter(ShadowFrame& sf, int base, int depth);
   void bind_arguments(const Pending& p, ShadowFrame& callee);
   Tag match_argument(const Pending& p, PyObject* value, int position, int posbase,
                      PyObject* function);
@@ -227,6 +288,11 @@ class Tracer {
   void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
   Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
   void model_call(ShadowFrame& sf);
+  void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                         const Tag* tags, int argc);
+  void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                         const Tag* tags, int argc);
+  void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
   void capture_pre(PyFrameObject* frame, const Pending& p);

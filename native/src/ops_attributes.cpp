@@ -1,0 +1,66 @@
+// Attributes: an object's attribute slots, or a module's namespace slots when the owner is a
+// module. A load remembers the slot it reads (a class attribute when the instance has none);
+// LOAD_METHOD's second half tags the [method, self] or [NULL, attribute] pair it pushed.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include <cstdint>
+
+#include "ops.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+// LOAD_ATTR, LOAD_METHOD, IMPORT_FROM.
+void Tracer::begin_attr_load(ShadowFrame& sf, const Instr& in, int depth) {
+  Pending& p = sf.p;
+  PyObject* owner = stack_top(sf, depth, 0);
+  PyObject* name = PyTuple_GET_ITEM(sf.iframe->f_code->co_names, in.oparg);
+  PyObject* ns = namespace_of(owner);
+  remember(p, ns != nullptr ? slots_.slot(addr(ns), name_key(name))
+                            : slots_.slot(addr(owner), attr_key(name)));
+  if (p.aux_tag == 0 && ns == nullptr && in.rule != Rule::kImportFrom) {
+    PyObject* v = nullptr;
+    p.aux_tag = class_attr_slot(owner, name, &v);
+    p.aux_value = v;
+  }
+}
+
+// STORE_ATTR, DELETE_ATTR.
+void Tracer::begin_attr_store(ShadowFrame& sf, const Instr& in, int depth) {
+  const Tag now = sf.p.counter;
+  PyObject* owner = stack_top(sf, depth, 0);
+  PyObject* name = PyTuple_GET_ITEM(sf.iframe->f_code->co_names, in.oparg);
+  PyObject* ns = namespace_of(owner);
+  PyObject* target = ns != nullptr ? ns : owner;
+  const std::uint64_t key = ns != nullptr ? name_key(name) : attr_key(name);
+  if (!trackable(target)) {
+    ++stats_.untracked_writes;
+  } else if (in.rule == Rule::kStoreAttr) {
+    set_slot(addr(target), key, stack_top_tag(sf, depth, 1), addr(stack_top(sf, depth, 1)), now);
+  } else {
+    slots_.erase(addr(target), key, now);
+  }
+}
+
+// LOAD_METHOD pushes [method, self] (self keeps its tag) or [NULL, attribute] (a load).
+void Tracer::complete_load_method(ShadowFrame& sf, int base, int depth) {
+  const Pending& p = sf.p;
+  PyObject** lp = sf.iframe->localsplus;
+  Tag* s = sf.slots.data();
+  fill(sf, base, depth);
+  if (depth - base == 2) {
+    if (lp[base] != nullptr) {
+      s[base + 1] = p.in_tags.back();  // [method, self]
+    } else {
+      s[base] = 0;  // [NULL, attribute]
+      PyObject* v = lp[base + 1];
+      s[base + 1] = (p.aux_tag != 0 && v == p.aux_value) ? p.aux_tag : computed(p, v);
+    }
+  }
+}
+
+}  // namespace sealtrace

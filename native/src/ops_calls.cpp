@@ -1,0 +1,209 @@
+// Calls: PRECALL keeps a bound method's self for the call; CALL models the container methods
+// and builtins written in C that move values in or out of slots (model_call), and its result
+// is what the callee returned, an input passed through or a value the tracer holds a tag for.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "ops.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+// PRECALL: a bound method whose NULL slot CALL will fill with self.
+void Tracer::begin_precall(ShadowFrame& sf, const Instr& in, int depth) {
+  Pending& p = sf.p;
+  PyObject** lp = sf.iframe->localsplus;
+  const int null_slot = depth - in.oparg - 2;
+  if (lp[null_slot] == nullptr && PyMethod_Check(lp[null_slot + 1])) {
+    p.flag = true;
+    p.aux_tag = sf.slots.data()[null_slot + 1];
+  }
+}
+
+// CALL: keyword calls (after KW_NAMES) are not modelled.
+void Tracer::begin_call(ShadowFrame& sf) {
+  Pending& p = sf.p;
+  p.kw = sf.kw_pending;
+  sf.kw_pending = false;
+  if (!p.kw) model_call(sf);
+}
+
+// PRECALL unpacked the bound method into [function, self]: both keep the method's tag.
+void Tracer::complete_precall(ShadowFrame& sf) {
+  const Pending& p = sf.p;
+  if (p.flag) {
+    const int null_slot = p.before - p.oparg - 2;
+    if (sf.iframe->localsplus[null_slot] != nullptr) {
+      Tag* s = sf.slots.data();
+      s[null_slot] = p.aux_tag;
+      s[null_slot + 1] = p.aux_tag;
+    }
+  }
+}
+
+// CALL, CALL_FUNCTION_EX.
+void Tracer::complete_call(ShadowFrame& sf, int base, int depth) {
+  Tag* s = sf.slots.data();
+  fill(sf, base, depth);
+  if (depth - base == 1) s[base] = call_result(sf, sf.iframe->localsplus[base]);
+}
+
+Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
+  Pending& p = sf.p;
+  if (p.has_return) return p.return_tag;
+  if (result == nullptr) return 0;
+  if (last_return_.seq > p.return_seq && last_return_.value == result) return last_return_.tag;
+  if (p.aux_value == result && p.aux_tag != 0) return p.aux_tag;
+  if (!shared(result)) {
+    const std::size_t first = p.in_objs[0] != nullptr ? 1 : 2;
+    for (std::size_t j = first; j < p.in_objs.size(); ++j) {
+      if (p.in_objs[j] == result) return p.in_tags[j];
+    }
+  }
+  if (PyGen_CheckExact(result) || PyCoro_CheckExact(result) || PyAsyncGen_CheckExact(result)) {
+    adopt_generator(p, result);
+  }
+  if (PyType_Check(result) && class_slots_seq_ > p.return_seq && !class_slots_.empty()) {
+    // __build_class__ made this class from the body that just returned: its attributes
+    // keep the tags they had in the class namespace.
+    for (const auto& cs : class_slots_) {
+      slots_.set(addr(result), cs.key, cs.tag, cs.value, p.counter, false);
+    }
+    class_slots_.clear();
+  }
+  if (!shared(result)) {
+    const Tag held = held_tag(result);
+    if (held != 0) return held;
+  }
+  if (trackable(result) && Py_REFCNT(result) == 1) slots_.mark_created(addr(result), p.counter);
+  return p.counter;
+}
+
+// A list method: append, pop and extend move values in or out of item slots; the methods
+// that reorder or remove forget them.
+inline void Tracer::model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                                      const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  const Py_ssize_t len = PyList_GET_SIZE(self);
+  if (is("append") && argc == 1) {
+    set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
+  } else if (is("pop") && argc <= 1) {
+    Py_ssize_t i = len - 1;
+    if (argc == 1 && PyLong_CheckExact(args[0])) {
+      i = PyLong_AsSsize_t(args[0]);
+      if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+      if (i < 0) i += len;
+    }
+    if (i >= 0 && i < len) {
+      PyObject* item = PyList_GET_ITEM(self, i);
+      p.aux_tag = slots_.get(addr(self), index_key(i), addr(item));
+      p.aux_value = p.aux_tag != 0 ? item : nullptr;
+    }
+    if (i == len - 1) {
+      slots_.erase(addr(self), index_key(i), now);
+    } else {
+      slots_.drop_slots(addr(self), now);
+    }
+  } else if (is("extend") && argc == 1 && (PyList_Check(args[0]) || PyTuple_Check(args[0])) &&
+             static_cast<std::size_t>(Py_SIZE(args[0])) <= kMaxCopiedItems) {
+    for (Py_ssize_t j = 0; j < Py_SIZE(args[0]); ++j) {
+      PyObject* item = seq_item(args[0], j);
+      Tag t = slots_.get(addr(args[0]), index_key(j), addr(item));
+      set_slot(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
+    }
+  } else if (is("insert") || is("remove") || is("sort") || is("reverse") || is("clear") ||
+             is("extend") || is("__setitem__") || is("__delitem__")) {
+    slots_.drop_slots(addr(self), now);
+  }
+}
+
+// A dict method: get, __getitem__, pop and setdefault read a slot; update copies slots.
+inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                                      const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  std::uint64_t key = 0;
+  if (argc >= 1 && (is("get") || is("__getitem__") || is("pop") || is("setdefault")) &&
+      item_key(args[0], key)) {
+    PyObject* current = PyDict_GetItemWithError(self, args[0]);
+    if (current == nullptr) PyErr_Clear();
+    if (current != nullptr) {
+      p.aux_tag = slots_.get(addr(self), key, addr(current));
+      p.aux_value = p.aux_tag != 0 ? current : nullptr;
+    } else if (is("setdefault") && argc == 2) {
+      set_slot(addr(self), key, tags[1], addr(args[1]), now);
+      p.aux_tag = tags[1];
+      p.aux_value = args[1];
+    } else if (argc == 2) {  // get/pop default
+      p.aux_tag = tags[1];
+      p.aux_value = args[1];
+    }
+    if (is("pop")) slots_.erase(addr(self), key, now);
+  } else if (is("update") && argc == 1 && PyDict_Check(args[0])) {
+    const ObjectRecord* record = slots_.find(addr(args[0]));
+    if (record != nullptr) {
+      std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
+      for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
+    }
+  } else if (is("clear") || is("popitem") || is("update")) {
+    slots_.drop_slots(addr(self), now);
+  }
+}
+
+// getattr(owner, name[, default]) reads an attribute slot, setattr writes one.
+inline void Tracer::model_builtin_attr(Pending& p, const char* name, PyObject** args,
+                                       const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  PyObject* owner = args[0];
+  PyObject* ns = namespace_of(owner);
+  PyObject* target = ns != nullptr ? ns : owner;
+  const std::uint64_t key = ns != nullptr ? name_key(args[1]) : attr_key(args[1]);
+  if (is("getattr")) {
+    const Slot* slot = slots_.slot(addr(target), key);
+    if (slot != nullptr) {
+      p.aux_tag = slot->tag;
+      p.aux_value = reinterpret_cast<PyObject*>(slot->value);
+    }
+  } else if (is("setattr") && argc == 3 && trackable(target)) {
+    set_slot(addr(target), key, tags[2], addr(args[2]), now);
+  }
+}
+
+// Container methods and builtins implemented in C that move values in or out of slots.
+void Tracer::model_call(ShadowFrame& sf) {
+  Pending& p = sf.p;
+  PyObject* self = nullptr;
+  const char* name = nullptr;
+  PyObject* head = p.in_objs[0];
+  PyObject* callable = p.in_objs[1];
+  if (head != nullptr && Py_TYPE(head) == &PyMethodDescr_Type) {
+    self = callable;
+    name = reinterpret_cast<PyMethodDescrObject*>(head)->d_method->ml_name;
+  } else if (head == nullptr && PyCFunction_Check(callable)) {
+    self = PyCFunction_GET_SELF(callable);
+    name = reinterpret_cast<PyCFunctionObject*>(callable)->m_ml->ml_name;
+  }
+  if (self == nullptr || name == nullptr) return;
+  PyObject** args = p.in_objs.data() + 2;
+  const Tag* tags = p.in_tags.data() + 2;
+  const int argc = p.oparg;
+  if (PyList_Check(self) && trackable(self)) {
+    model_list_method(p, self, name, args, tags, argc);
+  } else if (PyDict_Check(self) && trackable(self)) {
+    model_dict_method(p, self, name, args, tags, argc);
+  } else if (self == builtins_ && argc >= 2 && PyUnicode_Check(args[1])) {
+    model_builtin_attr(p, name, args, tags, argc);
+  }
+}
+
+}  // namespace sealtrace

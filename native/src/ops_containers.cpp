@@ -1,0 +1,142 @@
+// Building and extending containers: an item keeps, in its new container's slot, the tag it
+// had on the stack or in the container it was copied from. The first half of a build reads
+// what the second half needs (a map's keys, a list's item tags for LIST_TO_TUPLE); the
+// appends and updates write their slots before they run.
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ops.hpp"
+#include "py_values.hpp"
+#include "tracer.hpp"
+
+namespace sealtrace {
+
+// LIST_APPEND: a comprehension's list sits oparg values below the top.
+void Tracer::begin_list_append(ShadowFrame& sf, const Instr& in, int depth) {
+  PyObject* list = sf.iframe->localsplus[depth - 1 - in.oparg];
+  if (PyList_Check(list) && trackable(list)) {
+    set_slot(addr(list), index_key(PyList_GET_SIZE(list)), stack_top_tag(sf, depth, 0),
+             addr(stack_top(sf, depth, 0)), sf.p.counter);
+  }
+}
+
+// MAP_ADD.
+void Tracer::begin_map_add(ShadowFrame& sf, const Instr& in, int depth) {
+  PyObject* map = sf.iframe->localsplus[depth - 2 - in.oparg];
+  std::uint64_t key = 0;
+  if (PyDict_Check(map) && trackable(map) && item_key(stack_top(sf, depth, 1), key)) {
+    set_slot(addr(map), key, stack_top_tag(sf, depth, 0), addr(stack_top(sf, depth, 0)),
+             sf.p.counter);
+  }
+}
+
+// LIST_EXTEND: items of a list or tuple keep their slot tags, or take the source's.
+void Tracer::begin_list_extend(ShadowFrame& sf, const Instr& in, int depth) {
+  const Tag now = sf.p.counter;
+  PyObject* list = sf.iframe->localsplus[depth - 1 - in.oparg];
+  PyObject* src = stack_top(sf, depth, 0);
+  if (!PyList_Check(list) || !trackable(list)) return;
+  if ((PyList_Check(src) || PyTuple_Check(src)) &&
+      static_cast<std::size_t>(Py_SIZE(src)) <= kMaxCopiedItems) {
+    const Py_ssize_t base = PyList_GET_SIZE(list);
+    for (Py_ssize_t j = 0; j < Py_SIZE(src); ++j) {
+      PyObject* item = seq_item(src, j);
+      Tag t = slots_.get(addr(src), index_key(j), addr(item));
+      set_slot(addr(list), index_key(base + j), t != 0 ? t : stack_top_tag(sf, depth, 0),
+               addr(item), now);
+    }
+  } else {
+    slots_.mark_updated(addr(list), now);
+  }
+}
+
+// DICT_UPDATE, DICT_MERGE: a dict's slots are copied along.
+void Tracer::begin_dict_update(ShadowFrame& sf, const Instr& in, int depth) {
+  const Tag now = sf.p.counter;
+  PyObject* dict = sf.iframe->localsplus[depth - 1 - in.oparg];
+  PyObject* src = stack_top(sf, depth, 0);
+  const ObjectRecord* record = slots_.find(addr(src));
+  if (!PyDict_Check(dict) || !trackable(dict)) return;
+  if (record != nullptr && PyDict_Check(src)) {
+    std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
+    for (const auto& [key, slot] : copy) copy_slot(addr(dict), key, slot, now);
+  } else {
+    slots_.mark_updated(addr(dict), now);
+  }
+}
+
+// BUILD_MAP: the keys of its key/value pairs.
+void Tracer::begin_build_map(ShadowFrame& sf, const Instr& in) {
+  Pending& p = sf.p;
+  p.keys.assign(static_cast<std::size_t>(in.oparg), 0);
+  for (int i = 0; i < in.oparg; ++i) {
+    item_key(p.in_objs[static_cast<std::size_t>(2 * i)], p.keys[static_cast<std::size_t>(i)]);
+  }
+}
+
+// BUILD_CONST_KEY_MAP: the keys of its keys tuple.
+void Tracer::begin_build_const_key_map(ShadowFrame& sf, const Instr& in, int depth) {
+  Pending& p = sf.p;
+  PyObject* keys = stack_top(sf, depth, 0);
+  p.keys.assign(static_cast<std::size_t>(in.oparg), 0);
+  if (PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == in.oparg) {
+    for (int i = 0; i < in.oparg; ++i) {
+      item_key(PyTuple_GET_ITEM(keys, i), p.keys[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+// BUILD_TUPLE, BUILD_LIST and LIST_TO_TUPLE: the last reads its list's item tags.
+void Tracer::begin_build_seq(ShadowFrame& sf, const Instr& in, int depth) {
+  Pending& p = sf.p;
+  if (in.op != kListToTuple) return;
+  PyObject* list = stack_top(sf, depth, 0);
+  p.items.assign(static_cast<std::size_t>(PyList_Check(list) ? PyList_GET_SIZE(list) : 0), 0);
+  for (std::size_t j = 0; j < p.items.size() && j < kMaxCopiedItems; ++j) {
+    const auto i = static_cast<Py_ssize_t>(j);
+    p.items[j] = slots_.get(addr(list), index_key(i), addr(PyList_GET_ITEM(list, i)));
+  }
+}
+
+// A new tuple or list: its items keep their stack tags (or, from LIST_TO_TUPLE, the list's).
+void Tracer::complete_build_seq(ShadowFrame& sf, int base, int depth) {
+  const Pending& p = sf.p;
+  const Tag now = p.counter;
+  fill(sf, base, depth);
+  PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
+  if (obj == nullptr || !trackable(obj)) return;
+  slots_.mark_created(addr(obj), now);
+  const bool from_list = p.op == kListToTuple;
+  const Py_ssize_t size = Py_SIZE(obj);
+  const auto count = static_cast<Py_ssize_t>(from_list ? p.items.size() : p.in_tags.size());
+  for (Py_ssize_t i = 0; i < count && i < size; ++i) {
+    const Tag t =
+        from_list ? p.items[static_cast<std::size_t>(i)] : p.in_tags[static_cast<std::size_t>(i)];
+    if (t != 0) set_slot(addr(obj), index_key(i), t, addr(seq_item(obj, i)), now);
+  }
+}
+
+// BUILD_MAP, BUILD_CONST_KEY_MAP: each value keeps its stack tag in the new dict.
+void Tracer::complete_build_map(ShadowFrame& sf, int base, int depth) {
+  const Pending& p = sf.p;
+  const Tag now = p.counter;
+  fill(sf, base, depth);
+  PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
+  if (obj == nullptr || !PyDict_Check(obj) || !trackable(obj)) return;
+  slots_.mark_created(addr(obj), now);
+  const bool pairs = p.rule == Rule::kBuildMap;
+  for (std::size_t i = 0; i < p.keys.size(); ++i) {
+    if (p.keys[i] == 0) continue;
+    const std::size_t vi = pairs ? 2 * i + 1 : i;
+    if (vi >= p.in_objs.size()) break;
+    set_slot(addr(obj), p.keys[i], p.in_tags[vi], addr(p.in_objs[vi]), now);
+  }
+}
+
+}  // namespace sealtrace
