@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sealtrace.proxy import UsageError
 from sealtrace.proxy.format import ParsedStream
 
 from ._errors import SandboxError
@@ -81,6 +83,12 @@ def podman_client(settings: AgentSettings | None = None) -> Any:
     user = sandbox_user(settings)
     socket = settings.podman_socket or f"unix:///run/user/{user.pw_uid}/podman/podman.sock"
     path = socket.removeprefix("unix://")
+    if not os.path.exists(path) and shutil.which("podman") is None:
+        # Nothing to start a service with: an install step, not a sandbox failure.
+        raise UsageError(
+            "the sandbox needs Podman, which is not installed: apt-get install podman uidmap, "
+            "then set up its rootless user (README, Install: the analyst's machine)"
+        )
     if not os.path.exists(path):
         raise SandboxError(
             f"no rootless Podman service at {path}: start one with "

@@ -21,6 +21,7 @@ import click
 import typer
 
 from ._errors import IncompleteRecordingError, SealtraceError, UsageError
+from ._extras import missing_extra
 from ._format import DEFAULT_CHUNK_SIZE, DEFAULT_SEGMENT_SIZE
 from ._inspect import describe_recording
 from ._keys import Identity, Recipient, write_keypair
@@ -35,7 +36,7 @@ __all__ = ["IdentityOpt", "JsonOpt", "LocationArg", "RunIdOpt", "app", "guarded"
 app = typer.Typer(
     name="sealtrace",
     help="Record, seal, and open Python execution recordings.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -67,6 +68,10 @@ def guarded(func: F) -> F:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(1) from None
         except Exception as exc:
+            # An optional dependency of another role that this install lacks: say which.
+            missing = missing_extra(exc) if isinstance(exc, ModuleNotFoundError) else None
+            if missing is not None:
+                _fail(str(missing), missing.exit_code)
             if os.environ.get("SEALTRACE_DEBUG"):
                 raise
             _fail(f"unexpected {exc.__class__.__name__}: {exc} (SEALTRACE_DEBUG=1 shows more)", 1)
@@ -299,6 +304,29 @@ def record(
     raise typer.Exit(code)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"sealtrace {version('sealtrace')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("sealtrace (not installed)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Record, seal, and open Python execution recordings."""
+
+
 def _load_commands() -> None:
     """Commands of other sealtrace components, registered without the recorder importing them."""
     from importlib.metadata import entry_points
@@ -308,6 +336,12 @@ def _load_commands() -> None:
 
 
 def main() -> None:
+    if sys.version_info[:2] != (3, 11) or sys.implementation.name != "cpython":
+        # The engine and the recording format are CPython 3.11's (docs/architecture.md).
+        version = ".".join(map(str, sys.version_info[:3]))
+        typer.echo(f"sealtrace: error: sealtrace needs CPython 3.11, not "
+                   f"{sys.implementation.name} {version}", err=True)  # fmt: skip
+        raise SystemExit(2)
     # `record` starts the program under test: it needs no other component's commands.
     if sys.argv[1:2] != ["record"]:
         _load_commands()
