@@ -2,7 +2,7 @@
 
 /* -- the per-call path ---------------------------------------------------------------- */
 
-PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
+FP_DEFINE PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
 
 static PyObject* callpath_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   (void)args;
@@ -273,7 +273,7 @@ static PyType_Slot callpath_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec callpath_spec = {
+FP_DEFINE PyType_Spec callpath_spec = {
     .name = "sealtrace.proxy._fastpath.CallPath",
     .basicsize = sizeof(CallPath),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,

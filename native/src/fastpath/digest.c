@@ -2,7 +2,7 @@
 
 /* -- argument digests (args_digest in proxy/_runtime.py) -------------------------------- */
 
-unsigned char empty_digest[ARGS_DIGEST_SIZE];
+FP_DEFINE unsigned char empty_digest[ARGS_DIGEST_SIZE];
 
 COLD int key_shape(PyObject* key, int depth) {
   int shape = 0;
@@ -45,7 +45,7 @@ static PyObject* remember(PyObject* recent, PyObject* key, PyObject* digest) {
   return digest;
 }
 
-unsigned char repr_class[128];
+FP_DEFINE unsigned char repr_class[128];
 
 /* repr() of a plain key's parts, written as UTF-8, for the commonest ones: ints of 62
  * bits, None, tuples, and ASCII strs that need no escape. DEFERRED for anything else, which

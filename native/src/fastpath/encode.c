@@ -48,7 +48,7 @@ static int put_str(Scratch* s, PyObject* text) {
 
 /* The int enum classes the recorder has met (proxy/_runtime.py's _int_enums, a set it fills):
  * in argument fingerprints their members count as their int. */
-PyObject* int_enums;
+FP_DEFINE PyObject* int_enums;
 
 /* The last few classes found in int_enums (which only grows): most keys with enum members
  * hold one of AddressFamily, SocketKind and a few more. */

@@ -31,8 +31,19 @@
 
 #include "blake2b.h"
 
-/* Shared between the module's files, not exported from it. */
+/* Shared between the module's files, not exported from it. The module is compiled as one
+ * translation unit (fastpath.c includes the files, FP_UNITY), as it was before it was split
+ * into files of one idea: what the files share is then static, so the compiler inlines and
+ * lays out the per-call path as it did. Compiled file by file, they are hidden instead. */
+#ifdef FP_UNITY
+#define FP_HIDDEN static
+#define FP_SHARED static
+#define FP_DEFINE static
+#else
 #define FP_HIDDEN __attribute__((visibility("hidden")))
+#define FP_SHARED extern FP_HIDDEN
+#define FP_DEFINE
+#endif
 
 /* The recording format's constants (proxy/_stream.py, proxy/_codec.py). The module exports
  * them and tests/proxy/test_fastpath.py checks them against the Python definitions. */
@@ -143,7 +154,7 @@ static inline int put_varint(Scratch* s, uint64_t value) {
 
 /* -- the value encoding (encode.c) ---------------------------------------------------- */
 
-extern FP_HIDDEN PyObject* int_enums; /* configure(): the int enum classes */
+FP_SHARED PyObject* int_enums; /* configure(): the int enum classes */
 
 FP_HIDDEN int encode(Scratch* s, PyObject* value, int depth, int lenient);
 FP_HIDDEN int put_payload(Scratch* s, const char* raw, Py_ssize_t n, Py_ssize_t* inserted);
@@ -233,9 +244,9 @@ typedef struct {
 /* What repr() does with an ASCII character in a str: keeps it, or (REPR_ESCAPED) escapes it;
  * quotes decide which quote the repr uses. Filled by PyInit__fastpath. */
 enum { REPR_SINGLE = 1, REPR_DOUBLE = 2, REPR_QUOTES = 3, REPR_ESCAPED = 4 };
-extern FP_HIDDEN unsigned char repr_class[128];
+FP_SHARED unsigned char repr_class[128];
 
-extern FP_HIDDEN unsigned char empty_digest[ARGS_DIGEST_SIZE];
+FP_SHARED unsigned char empty_digest[ARGS_DIGEST_SIZE];
 
 FP_HIDDEN COLD int key_shape(PyObject* key, int depth);
 FP_HIDDEN COLD PyObject* key_object(Key* key);
@@ -288,7 +299,7 @@ typedef struct {
   PyObject *head_names[HEAD_CACHE], *head_values[HEAD_CACHE];
 } CallPath;
 
-extern FP_HIDDEN PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
+FP_SHARED PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
 
 FP_HIDDEN COLD void forget_heads(CallPath* self);
 FP_HIDDEN int start_record(CallPath* self, PyObject* name, Key* key);
@@ -434,10 +445,10 @@ typedef struct {
   int cursor_state;                  /* FORM_STATE: `state` is CursorState's three */
 } BoundaryMethod;
 
-extern FP_HIDDEN PyTypeObject *callpath_type, *method_type, *proxy_type;
-extern FP_HIDDEN PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
+FP_SHARED PyTypeObject *callpath_type, *method_type, *proxy_type;
+FP_SHARED PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
     *s_closed, *s_io_refs, *s_getdefaulttimeout, *empty_tuple;
-extern FP_HIDDEN PyType_Spec callpath_spec, method_spec;
+FP_SHARED PyType_Spec callpath_spec, method_spec;
 
 /* -- proxy state (proxy_state.c) ------------------------------------------------------- */
 
@@ -470,9 +481,9 @@ typedef struct {
 
 #define SOCKET_FIELD(i) (offsetof(SocketState, fields) + (i) * sizeof(PyObject*))
 
-extern FP_HIDDEN PyTypeObject *cursor_state_type, *socket_state_type;
-extern FP_HIDDEN PyObject* cursor_state_names; /* ("description", "rowcount", "lastrowid") */
-extern FP_HIDDEN PyType_Spec proxy_spec, cursor_state_spec, socket_state_spec;
+FP_SHARED PyTypeObject *cursor_state_type, *socket_state_type;
+FP_SHARED PyObject* cursor_state_names; /* ("description", "rowcount", "lastrowid") */
+FP_SHARED PyType_Spec proxy_spec, cursor_state_spec, socket_state_spec;
 
 FP_HIDDEN void free_cleared(PyObject* self, inquiry clear);
 FP_HIDDEN long int_attribute(PyObject* self, PyTypeObject* state, size_t offset, PyObject* name,

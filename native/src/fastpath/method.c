@@ -14,9 +14,9 @@
  * in its ProxyState when it has one; the key is (_oid, *arguments), defaults included, as
  * the Python method makes it. */
 
-PyTypeObject *callpath_type, *method_type, *proxy_type;
-PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection, *s_closed,
-    *s_io_refs, *s_getdefaulttimeout, *empty_tuple;
+FP_DEFINE PyTypeObject *callpath_type, *method_type, *proxy_type;
+FP_DEFINE PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
+    *s_closed, *s_io_refs, *s_getdefaulttimeout, *empty_tuple;
 static PyObject* socket_module; /* imported by the first socket set up (setup_socket) */
 
 /* What to call for real.<m->method>: the method descriptor found on real's type, kept for
@@ -551,7 +551,7 @@ static PyType_Slot method_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec method_spec = {
+FP_DEFINE PyType_Spec method_spec = {
     .name = "sealtrace.proxy._fastpath.BoundaryMethod",
     .basicsize = sizeof(BoundaryMethod),
     /* Immutable as a method descriptor type must be for the interpreter to specialise

@@ -71,7 +71,7 @@ static PyType_Slot proxy_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec proxy_spec = {
+FP_DEFINE PyType_Spec proxy_spec = {
     .name = "sealtrace.proxy._fastpath.ProxyState",
     .basicsize = sizeof(ProxyState),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
@@ -82,8 +82,8 @@ _Static_assert(offsetof(CursorState, connection) == sizeof(ProxyState) &&
                    STATE_FIELDS(CursorState) == 5,
                "CursorState adds its five object fields right after ProxyState");
 
-PyTypeObject* cursor_state_type;
-PyObject* cursor_state_names; /* ("description", "rowcount", "lastrowid") */
+FP_DEFINE PyTypeObject* cursor_state_type;
+FP_DEFINE PyObject* cursor_state_names; /* ("description", "rowcount", "lastrowid") */
 
 static PyObject* cursor_state_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   (void)args;
@@ -131,7 +131,7 @@ static PyType_Slot cursor_state_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec cursor_state_spec = {
+FP_DEFINE PyType_Spec cursor_state_spec = {
     .name = "sealtrace.proxy._fastpath.CursorState",
     .basicsize = sizeof(CursorState),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
@@ -142,7 +142,7 @@ _Static_assert(offsetof(SocketState, fields) == sizeof(ProxyState) &&
                    STATE_FIELDS(SocketState) == SOCK_FIELDS,
                "SocketState adds its fields right after ProxyState");
 
-PyTypeObject* socket_state_type;
+FP_DEFINE PyTypeObject* socket_state_type;
 
 static int socket_state_traverse(SocketState* self, visitproc visit, void* arg) {
   return fields_traverse(&self->proxy, STATE_FIELDS(SocketState), visit, arg);
@@ -177,7 +177,7 @@ static PyType_Slot socket_state_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec socket_state_spec = {
+FP_DEFINE PyType_Spec socket_state_spec = {
     .name = "sealtrace.proxy._fastpath.SocketState",
     .basicsize = sizeof(SocketState),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
