@@ -20,6 +20,7 @@ import json
 import marshal
 import os
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -240,12 +241,17 @@ def write_rootfs(out: Path, files: list[str]) -> int:
 
 
 def image_tag(files: list[str]) -> str:
-    """16 hex digits naming this tree: every path with its size, mode and modification time."""
+    """16 hex digits naming this tree: every file with its size, mode and modification time,
+    every directory with its mode. A directory's own times change whenever Python writes a
+    __pycache__ into it (which the image leaves out), so they name nothing the image holds."""
     digest = hashlib.sha256(f"sealtrace-image {IMAGE_FORMAT}\n".encode())
     for path in files:
         try:
             st = os.lstat(path)
         except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            digest.update(f"{path}\0dir\0{st.st_mode}\n".encode())
             continue
         digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
     return digest.hexdigest()[:16]

@@ -187,3 +187,24 @@ def test_an_image_of_the_environments_freeze_replays_the_recording(
     )  # fmt: skip
     assert replayed.returncode == 0, replayed.stderr.decode()
     assert json.loads(replayed.stdout)["status"] == "bit-exact"
+
+
+def test_the_image_tag_ignores_a_pycache_written_into_a_package(tmp_path: Path) -> None:
+    """Importing a package of a fresh checkout writes its __pycache__, which changes the
+    directory's own times but nothing the image holds: the tag must stay, so an image built
+    at the start of a session is found again later. A changed file must change it."""
+    import os
+
+    from sealtrace.sandbox._image import _tree, image_tag
+
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    module = package / "mod.py"
+    module.write_text("x = 1\n")
+    os.utime(package, ns=(1, 1))
+    before = image_tag(sorted(_tree(str(tmp_path / "pkg"))))
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"compiled")
+    assert image_tag(sorted(_tree(str(tmp_path / "pkg")))) == before
+    module.write_text("x = 2\n")  # negative control: what the image holds changed
+    assert image_tag(sorted(_tree(str(tmp_path / "pkg")))) != before
