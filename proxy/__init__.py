@@ -2,8 +2,11 @@
 
 It must never block or crash the host application, never hold a private key, and never import
 web, queue, container or engine stacks (FastAPI, Celery, podman, SQLAlchemy, sealtrace._engine);
-boto3 is imported only when an s3:// store is used. The public surface is `__all__`; the
-modules behind it are private.
+boto3 is imported only when an s3:// store is used. The public surface is `__all__` here and
+in three public modules: `sealtrace.proxy.format` (codec, event stream, sealed format, keys,
+reader, writer, stores, every HPKE recipe), `sealtrace.proxy.boundary` (the boundary table,
+what replay needs of the runtime, launch) and `sealtrace.proxy.cli` (the root command); the
+modules behind them are private, and `make lint` fails on another package importing one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """sealtrace.sandbox: replay, provenance queries, and the runner that answers from inside the
 sandbox.
 
+Public: this package's `__all__`, the question contract (`questions`: every question and
+answer typed once, the `Answerer` protocol and `ask`) and the pipe protocol (`protocol`).
+
 Replay re-executes a recorded run with every external call served from the recording and
 checked: `_replay` is the replay process, `_replay_process` starts it and returns its receipt,
 `_environment` says whether this interpreter can replay it, and `cli` holds `replay`,
@@ -10,7 +13,7 @@ passes behind each question, `_checkpoints` for fork checkpoints, `_explain` for
 checked on planted root causes (`_validate`, `_ranking`, `validation/`).
 
 The sandbox side: the runner (`runner`) that the agent starts in a container, the fixed-frame
-pipe protocol it speaks (`protocol`, public), its memory watch (`_memory`), and the offline replay
+pipe protocol it speaks (`protocol`), its memory watch (`_memory`), and the offline replay
 image (`_image`, `_distributions`). Errors and their exit codes are in `_errors`. From inside
 a container the runner must never emit anything but fixed-size frames, and this package
 never imports the agent: `--sandbox` finds it through an entry point.
