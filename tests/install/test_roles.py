@@ -7,7 +7,9 @@ own `sealtrace` and `python`, a working directory outside the repository and no 
   program's), `inspect` says the recording is complete; `import sealtrace.proxy` works and
   brings none of the other roles' stacks;
 - analyst (`[analyst]`): `replay` is bit-exact and `trace` finds the value, in-process; and
-  `replay --sandbox` (rootless Podman, the image built from this venv) agrees with it;
+  `replay --sandbox` (rootless Podman, the image built from this venv) agrees with it; and
+  the recorder's run, replayed and traced in the sandbox from an image of the production
+  venv's distributions (`sandbox build-image --requirements`), agrees with its own replay;
 - server (`[server]`): `server migrate`, `server serve` on loopback, `GET /health` is 200;
 - agent (`[agent]`): against the server venv's server and a Redis, the agent boots (its
   replay image built from its venv), waits, and exits 0 when the server retires it;
@@ -215,7 +217,12 @@ def _record(venv: Venv, name: str) -> Recording:
     return Recording(location, key)
 
 
-def test_recorder_role(recorder_venv: Venv) -> None:
+@pytest.fixture(scope="module")
+def production_recording(recorder_venv: Venv) -> Recording:
+    return _record(recorder_venv, "run")
+
+
+def test_recorder_role(recorder_venv: Venv, production_recording: Recording) -> None:
     """`pip install WHEEL`: the production host's command line and recorder."""
     venv = recorder_venv
     shown = _ok(venv.sealtrace("--help"))
@@ -229,8 +236,7 @@ def test_recorder_role(recorder_venv: Venv) -> None:
     where, others = json.loads(found.stdout)
     assert Path(where).is_relative_to(venv.root), where  # the installed copy, not the repo
     assert others == [], f"the recorder's install brought {others}"
-    recording = _record(venv, "run")
-    inspected = _ok(venv.sealtrace("inspect", str(recording.location), "--json"))
+    inspected = _ok(venv.sealtrace("inspect", str(production_recording.location), "--json"))
     doc = json.loads(inspected.stdout)
     assert doc["run_id"] == "r1" and doc["alarms"] == [], doc
     assert doc["completeness"].startswith("claims complete"), doc
@@ -318,6 +324,41 @@ def test_analyst_role_sandboxed(
     boxed = json.loads(_ok(proc).stdout)
     assert boxed["status"] == "bit-exact", boxed
     assert _without_timing(boxed) == _without_timing(analyst_receipt)
+
+
+@pytest.mark.podman
+def test_analyst_replays_the_production_run_in_the_sandbox(
+    recorder_venv: Venv,
+    production_recording: Recording,
+    analyst_venv: Venv,
+    podman_service: tuple[Any, Any, str],
+    images_removed: list[str],
+) -> None:
+    """The run recorded on the production host (the base install), replayed by the analyst.
+    Replay insists on the recorded distribution set, which the analyst's extra grows, so
+    in-process replay of it belongs to the production environment; the sandbox's image carries
+    production's set instead (`pip freeze --all` there, `sandbox build-image --requirements`
+    here), and says what the production environment's own replay says."""
+    recording = production_recording
+    args = (str(recording.location), "--identity", str(recording.identity))
+    at_home = _ok(recorder_venv.sealtrace("replay", *args, *_in_process(recorder_venv), "--json"))
+    freeze = _ok(recorder_venv.python("-m", "pip", "freeze", "--all", "--exclude", "sealtrace"))
+    requirements = analyst_venv.work / "production-freeze.txt"
+    requirements.write_bytes(freeze.stdout)
+    env = {"SEALTRACE_PODMAN_SOCKET": podman_service[2]}
+    built = _ok(analyst_venv.sealtrace("sandbox", "build-image", "--requirements",
+                                       str(requirements), "--json", **env))  # fmt: skip
+    image = str(json.loads(built.stdout)["image"])
+    images_removed.append(image)
+    env["SEALTRACE_REPLAY_IMAGE"] = image
+    boxed = json.loads(_ok(analyst_venv.sealtrace("replay", *args, "--sandbox", "--json",
+                                                  **env)).stdout)  # fmt: skip
+    assert boxed["status"] == "bit-exact", boxed
+    assert _without_timing(boxed) == _without_timing(json.loads(at_home.stdout))
+    traced = _ok(analyst_venv.sealtrace("trace", *args, "--sandbox", "--at",
+                                        f"prog.py:{TOTAL_LINE}", "--var", "total", "--json",
+                                        **env))  # fmt: skip
+    assert json.loads(traced.stdout)["root"]["value"]["repr"] == "30", traced.stdout
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
