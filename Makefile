@@ -17,7 +17,7 @@ help:
 	@echo "              the server, an agent and the sandbox (everything stopped afterwards)"
 	@echo "make up     - the platform on loopback (Redis, moto, server, agents) until Ctrl-C"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
-	@echo "make tier TIER=integration|podman|e2e|slow - one pytest tier"
+	@echo "make tier TIER=integration|podman|e2e|slow|install - one pytest tier"
 	@echo "make bench  - sealing, recorder overhead, engine cost, sandbox and session start (bench/results/)"
 
 $(STAMP): pyproject.toml $(NATIVE)
