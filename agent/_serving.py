@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy import SealedReader, SealtraceError, open_store
+from sealtrace.proxy import SealedReader, open_store
 from sealtrace.proxy.format import Identity, parse_stream
 from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
@@ -100,7 +100,9 @@ def serve(
             last = time.monotonic()
             server.answer(agent_id, assignment.session_id, int(message["id"]),
                           answer(client, request))  # fmt: skip
-    except (SealtraceError, OSError, ValueError) as exc:
+    except Exception as exc:
+        # Fail closed: whatever went wrong (a sealtrace error, the store, the sandbox, a bug),
+        # the session is reported failed and the caller ends this agent.
         with contextlib.suppress(ServerError):
             server.state(agent_id, assignment.session_id, "failed", _why(exc))
         return "failed"

@@ -9,6 +9,7 @@ exits. A supervisor starts a fresh one. Its network needs: the server, Redis and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -74,9 +75,16 @@ def run_agent(
         try:
             ended.append(serve(Assignment.parse(message), held[0], agent_id, server,
                                open_sandbox, idle_timeout=idle_timeout))  # fmt: skip
-        except (KeyError, ValueError):
+        except Exception:
+            # Fail closed: an assignment that does not parse (or anything serve() let
+            # through) fails the session, and this worker serves nothing more either way.
             ended.append("failed")
-        raise WorkerShutdown("one session served")
+            with contextlib.suppress(Exception):
+                server.state(agent_id, str(message.get("session_id", "")), "failed",
+                             "the agent could not take the assignment")  # fmt: skip
+        finally:
+            held.clear()  # the key pair goes with the one session it was for
+            raise WorkerShutdown("one session served")
 
     if on_ready is not None:
         on_ready(agent_id)

@@ -44,6 +44,7 @@ from typing import Any
 
 from ._errors import QueryError
 from .questions import (
+    MAX_TEXT_BYTES,
     At,
     Flows,
     InspectStack,
@@ -80,7 +81,7 @@ __all__ = [
 PROTOCOL_VERSION = 2
 MAGIC = 0x5354
 FRAME_SIZE = 88
-MAX_REQUEST_TEXT = 4096
+MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
 NO_SOURCE = 0xFFFF_FFFF
 NONE = 2**64 - 1
 MAX_LINE = 10_000_000
@@ -382,7 +383,15 @@ def sources_of(parsed: Any) -> list[str]:
 
 def request_for(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
     """The request frame that asks `question`, and the text that follows it; `sources` are
-    the recording's source paths in the order both ends number them."""
+    the recording's source paths in the order both ends number them. A text the runner would
+    refuse (and end the session for) is refused here, as a bad question."""
+    frame, text = _request(question, sources)
+    if len(text) > MAX_REQUEST_TEXT:
+        raise QueryError(f"the expression is longer than {MAX_REQUEST_TEXT} bytes in UTF-8")
+    return frame, text
+
+
+def _request(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
     if isinstance(question, Trace):
         text = question.var.encode()
         request = Frame(Op.TRACE, b=question.depth, f=len(text))

@@ -62,7 +62,8 @@ __all__ = [
 ]
 
 MAX_LOCATION = 1000
-MAX_TEXT = 4000  # fits a request frame's text (sealtrace.sandbox.protocol.MAX_REQUEST_TEXT)
+MAX_TEXT = 4000  # characters; and in UTF-8 at most MAX_TEXT_BYTES, a request frame's text
+MAX_TEXT_BYTES = 4096  # sealtrace.sandbox.protocol.MAX_REQUEST_TEXT
 MAX_DEPTH = 64
 
 
@@ -398,6 +399,8 @@ def parse_question(doc: Mapping[str, Any]) -> Question:
                 raise QueryError(f"{kind}: {name} must be a string")
             if len(value) > f.metadata["max_length"]:
                 raise QueryError(f"{kind}: {name} is longer than {f.metadata['max_length']}")
+            if len(value.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+                raise QueryError(f"{kind}: {name} is longer than {MAX_TEXT_BYTES} bytes in UTF-8")
         values[f.name] = value
     question: Question = cls(**values)
     return question

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
 
 from sealtrace.sandbox import QueryError
-from sealtrace.sandbox.questions import json_schema, parse_question, question_json
+from sealtrace.sandbox.questions import check_answer, json_schema, parse_question, question_json
 
 from ._auth import Principal
 from ._deps import ServicesDep, needs, require
@@ -30,6 +30,9 @@ from ._models import PlatformSession
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1")
+
+# 422 by number: Starlette renamed its constant (ENTITY, then CONTENT) across versions.
+UNPROCESSABLE = 422
 
 
 class SessionView(BaseModel):
@@ -131,7 +134,7 @@ def ask(
     try:
         question = parse_question(body)
     except QueryError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        raise HTTPException(UNPROCESSABLE, str(exc)) from None
     session = _session_or_404(services, who, session_id)
     if session.status != "ready":
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
@@ -147,11 +150,34 @@ def ask(
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session ended: {exc}") from None
     except TimeoutError:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, "no answer in time") from None
-    services.audit(who, f"session.{question.kind}", session_id, "ok" if "error" not in answer
-                   else "failed")  # fmt: skip
+    status_code, detail, document = _judge(question.kind, answer)
+    services.audit(who, f"session.{question.kind}", session_id,
+                   "ok" if document is not None else "failed")  # fmt: skip
+    if document is None:
+        raise HTTPException(status_code, detail)
+    return document
+
+
+# What an agent may say of a question it could not answer: the question was wrong (422) or
+# the replay diverged before the answer (409). The server, not the agent, picks the status.
+_AGENT_STATUSES = frozenset({status.HTTP_409_CONFLICT, UNPROCESSABLE})
+
+
+def _judge(kind: str, answer: Any) -> tuple[int, str, dict[str, Any] | None]:
+    """(status, detail, document) for an agent's answer: its document when that has the
+    contract's shape for `kind`, its error with one of the statuses an agent may choose, and
+    502 for anything else (the agent is not trusted to shape the user's response)."""
+    if not isinstance(answer, dict):
+        return status.HTTP_502_BAD_GATEWAY, "the agent sent no answer", None
     if "error" in answer:
-        raise HTTPException(int(answer.get("status", 422)), str(answer["error"]))
-    return dict(answer["document"])
+        code = answer.get("status")
+        if type(code) is not int or code not in _AGENT_STATUSES:
+            return status.HTTP_502_BAD_GATEWAY, "the agent sent an invalid answer", None
+        return code, str(answer["error"])[:2000], None
+    document: Any = answer.get("document")
+    if check_answer(kind, document):
+        return status.HTTP_502_BAD_GATEWAY, "the agent sent an invalid answer", None
+    return status.HTTP_200_OK, "", dict(document)
 
 
 @router.post("/sessions/{session_id}/close", tags=["sessions"],

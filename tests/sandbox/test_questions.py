@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sealtrace.agent._serving import answer as answer_relayed
 from sealtrace.sandbox import QueryError
 from sealtrace.sandbox.protocol import Op, question_of, request_for
 from sealtrace.sandbox.questions import (
@@ -188,3 +189,18 @@ def test_bad_questions_are_refused(doc: dict[str, Any]) -> None:
 def test_a_question_for_a_file_not_recorded_never_becomes_a_frame() -> None:
     with pytest.raises(QueryError, match="not a recorded source"):
         request_for(Trace(at="elsewhere.py:3", var="x"), SOURCES)
+
+
+def test_an_over_long_expression_is_a_bad_question_not_the_end_of_the_session(
+    answerers: tuple[Any, Any, Any],
+) -> None:
+    """4,000 characters of 'é' are 8,000 bytes: more than a request frame's text. Relayed,
+    the contract refuses it (422); asked directly, the frame mapping does. Either way the
+    sandbox client goes on answering."""
+    _plain, boxed, _parsed = answerers
+    long = "é" * 4000
+    refused = answer_relayed(boxed, {"kind": "trace", "at": "end", "var": long})
+    assert refused["status"] == 422 and "bytes" in refused["error"]
+    with pytest.raises(QueryError, match="bytes"):
+        boxed.trace(Trace(at="end", var=long))
+    assert check_answer("replay", ask(boxed, Replay())) == []  # the session lives on
