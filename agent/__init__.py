@@ -21,6 +21,7 @@ from ._contracts import ASSIGNMENT_TASK
 from ._errors import SandboxError, ServerError
 
 if TYPE_CHECKING:
+    from ._hygiene import harden_process
     from ._local import open_sandbox, sandbox_user, serve_podman
     from ._podman import PodmanTransport
     from ._sandbox_client import LocalTransport, SandboxClient, Transport
@@ -35,6 +36,7 @@ __all__ = [
     "SandboxError",
     "ServerError",
     "Transport",
+    "harden_process",
     "open_sandbox",
     "sandbox_user",
     "serve_podman",
@@ -48,6 +50,7 @@ _LAZY = {
     "PodmanTransport": "_podman",
     "SandboxClient": "_sandbox_client",
     "Transport": "_sandbox_client",
+    "harden_process": "_hygiene",
     "open_sandbox": "_local",
     "sandbox_user": "_local",
     "serve_podman": "_local",

@@ -78,10 +78,12 @@ def agent(
 
     from sealtrace.proxy import UsageError
 
+    from ._hygiene import harden_process
     from ._local import sandbox_opener
     from ._server import ServerClient
     from ._worker import run_agent
 
+    harden_process()  # before the token is read and the key pair made
     token = os.environ.pop("SEALTRACE_AGENT_TOKEN", "")
     if not token:
         raise UsageError(

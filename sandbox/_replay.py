@@ -303,7 +303,7 @@ def _read_all(fd: int) -> bytes:
 
 def main() -> None:
     input_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    query = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    query = json.loads(_read_all(int(sys.argv[3]))) if len(sys.argv) > 3 else None
     data = _read_all(input_fd)
     try:
         parsed = parse_stream(data)

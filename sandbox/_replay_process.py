@@ -118,12 +118,16 @@ def replay(
     input_read, input_write = os.pipe()
     result_read, result_write = os.pipe()
     argv = [sys.executable, *options, "-c", CHILD_CODE, str(input_read), str(result_write)]
+    # The query goes through a pipe of its own, never the command line: it can hold the
+    # session's digest key, and /proc/*/cmdline is readable by every process of the machine.
+    query_read, query_write = os.pipe() if query is not None else (-1, -1)
     if query is not None:
-        argv.append(json.dumps(query))
+        argv.append(str(query_read))
     try:
         child = subprocess.Popen(
             argv,
-            pass_fds=(input_read, result_write, *pass_fds),
+            pass_fds=tuple(fd for fd in (input_read, result_write, query_read) if fd >= 0)
+            + pass_fds,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -133,16 +137,24 @@ def replay(
     finally:
         os.close(input_read)
         os.close(result_write)
+        if query_read >= 0:
+            os.close(query_read)
 
-    def feed() -> None:
+    def write_all(fd: int, payload: bytes) -> None:
         try:
-            view = memoryview(data)
+            view = memoryview(payload)
             while view:
-                view = view[os.write(input_write, view[: 1 << 20]) :]
+                view = view[os.write(fd, view[: 1 << 20]) :]
         except BrokenPipeError:
             pass
         finally:
-            os.close(input_write)
+            os.close(fd)
+
+    def feed() -> None:
+        # The child reads its query whole before the recording, so the query goes first.
+        if query is not None:
+            write_all(query_write, json.dumps(query).encode())
+        write_all(input_write, data)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()

@@ -51,9 +51,12 @@ def serve(
     """Run the API (migrating the database first)."""
     import uvicorn
 
+    from sealtrace.agent import harden_process
+
     from ._app import create_app
     from ._db import migrate as upgrade
 
+    harden_process()  # it unwraps run keys: no core dump, no reading its memory
     settings = _settings()
     upgrade(settings.database_url)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")

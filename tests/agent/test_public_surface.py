@@ -16,6 +16,7 @@ EXPORTED = [
     "SandboxError",
     "ServerError",
     "Transport",
+    "harden_process",
     "open_sandbox",
     "sandbox_user",
     "serve_podman",

@@ -413,3 +413,31 @@ def test_a_retired_agent_exits(platform: Any) -> None:
     conn.close()
     assert agent.wait(timeout=60) == 0
     assert b"session retired" in p.logs[-1].read_bytes()
+
+
+def _core_limit(pid: int) -> list[str]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max core file size"):
+            return line.split()[4:6]
+    raise AssertionError(f"no core limit for {pid}")
+
+
+def test_the_key_holders_dump_no_core(platform: Any) -> None:
+    """The server (it unwraps run keys) and an agent (it holds a session's key) run with no
+    core dump, not even by raising their own limit (the hard limit is 0 too); a process
+    started the same way without hardening keeps its hard limit (the negative control)."""
+    p = platform
+    server = next(proc for proc in p.procs if "serve" in proc.args)
+    agent = p.start_agent()
+    assert _core_limit(server.pid) == ["0", "0"]
+    assert _core_limit(agent.pid) == ["0", "0"]
+    plain = subprocess.Popen(["sleep", "30"])
+    try:
+        assert _core_limit(plain.pid)[1] != "0"
+    finally:
+        plain.kill()
+        plain.wait()
+    with sqlite3.connect(p.db) as conn:
+        conn.execute("UPDATE agents SET status = 'gone' WHERE status = 'idle'")
+    conn.close()
+    assert agent.wait(timeout=60) == 0
