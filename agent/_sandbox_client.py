@@ -78,6 +78,10 @@ __all__ = [
 _TMPFS = "/dev/shm"  # noqa: S108
 # What one session's processes may hold together (the runner kills them all past it).
 DEFAULT_MEMORY_LIMIT = 3 << 30
+# What one session may carry from the runner, whatever it answers: the bound on the channel
+# a replayed program could shape (docs/protocol.md, "What the frames can carry").
+MAX_QUESTIONS = 1_000
+MAX_SESSION_FRAMES = 2_000_000
 
 _KINDS: dict[int, str] = {
     Origin.EXTERNAL: "external", Origin.CONSTANT: "constant", Origin.ARGV: "argv",
@@ -164,10 +168,14 @@ class SandboxClient:
         *,
         timeout: float = 120.0,
         budget: int = 100_000,
+        questions: int = MAX_QUESTIONS,
+        session_frames: int = MAX_SESSION_FRAMES,
         checkpoint_every: int = 250_000,
         receipt_only: bool = False,
     ) -> None:
-        """A receipt-only client replays without the engine and answers only receipts."""
+        """A receipt-only client replays without the engine and answers only receipts.
+        `budget` bounds the frames of one answer, `questions` and `session_frames` the whole
+        session: together they bound what the runner can send (docs/protocol.md)."""
         self.parsed = parsed
         self.timeout = timeout
         self.transport = transport or LocalTransport()
@@ -177,6 +185,8 @@ class SandboxClient:
         self.dictionary = Dictionary(self.key, parsed)
         self.seq = 0
         self.closed = False
+        self.questions_left = questions
+        self.frames_left = session_frames
         # Operand names for text output: frames carry none (see Inquiry.last_nodes).
         self.last_nodes: dict[int, dict[str, Any]] = {}
         fifo_in = self.transport.directory / "in"
@@ -271,11 +281,17 @@ class SandboxClient:
     def _ask(self, request: Frame, payload: bytes = b"") -> list[Frame]:
         if self.closed:
             raise SandboxError("the sandbox session is closed")
+        if self.questions_left <= 0:
+            self._fail("the session has asked all the questions one session may ask")
+        self.questions_left -= 1
         self.seq += 1
         request = dataclasses.replace(request, seq=self.seq)
         self.reader.ask(request.op, request.seq)
         self._write(encode(request) + payload)
         frames = self._frames()
+        self.frames_left -= len(frames)
+        if self.frames_left < 0:
+            self._fail("the runner sent more frames than one session may carry")
         last = frames[-1]
         if last.op is Op.ERROR:
             code = ErrorCode(last.e)
