@@ -102,13 +102,13 @@ def podman_client(settings: AgentSettings | None = None) -> Any:
     return client
 
 
-def sandbox_opener() -> Callable[..., SandboxClient]:
+def sandbox_opener(settings: AgentSettings | None = None) -> Callable[..., SandboxClient]:
     """Find the Podman service and the replay image once (building the image if missing):
     an agent does this at boot, before it offers itself, so no session waits for it.
     Returns open_sandbox with those settled."""
     from sealtrace.sandbox import ReplayEnvironmentError, build_image, image_problem
 
-    settings = AgentSettings()
+    settings = settings or AgentSettings()
     client = podman_client(settings)
     user = sandbox_user(settings)
     image = settings.replay_image or build_image(client)
@@ -128,6 +128,50 @@ def sandbox_opener() -> Callable[..., SandboxClient]:
 
 
 def open_sandbox(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:
-    """A session on `data` in a fresh hardened container (the image is built if missing);
-    receipt_only: for `replay --sandbox`, no engine."""
-    return sandbox_opener()(data, parsed, receipt_only=receipt_only)
+    """A client on `data` in a fresh hardened container (the image is built if missing);
+    receipt_only: for `replay`, no engine. This is what the CLI's replaying commands use: when
+    no Podman service is configured or running, it starts one for this command, as the
+    sandbox user, and stops it when the client closes."""
+    settings = AgentSettings()
+    service = _own_service(settings)
+    if service is not None:
+        settings = settings.model_copy(update={"podman_socket": f"unix://{service.socket}"})
+    try:
+        client = sandbox_opener(settings)(data, parsed, receipt_only=receipt_only)
+    except BaseException:
+        if service is not None:
+            service.stop()
+        raise
+    if service is not None:
+        client.after_close.append(service.stop)
+    return client
+
+
+class _Service:
+    """A rootless Podman service this process started, on a socket of its own."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.process = serve_podman(socket)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.socket.unlink(missing_ok=True)
+
+
+def _own_service(settings: AgentSettings) -> _Service | None:
+    """A service to start, when none is configured or running and this process may start one
+    as the sandbox user (it runs as root, and Podman is installed); else None, and
+    podman_client says what is missing."""
+    if settings.podman_socket or os.geteuid() != 0 or shutil.which("podman") is None:
+        return None
+    user = sandbox_user(settings)
+    if os.path.exists(f"/run/user/{user.pw_uid}/podman/podman.sock"):
+        return None
+    return _Service(Path(f"/run/user/{user.pw_uid}/podman/sealtrace-cli-{os.getpid()}.sock"))

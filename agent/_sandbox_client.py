@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, cast
 
@@ -176,6 +177,8 @@ class SandboxClient:
         """A receipt-only client replays without the engine and answers only receipts.
         `budget` bounds the frames of one answer, `questions` and `session_frames` the whole
         session: together they bound what the runner can send (docs/protocol.md)."""
+        # Run once the client has closed (a Podman service started for it, say).
+        self.after_close: list[Callable[[], None]] = []
         self.parsed = parsed
         self.timeout = timeout
         self.transport = transport or LocalTransport()
@@ -332,6 +335,8 @@ class SandboxClient:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.transport.kill()
+        for then in self.after_close:
+            then()
 
     def __enter__(self) -> SandboxClient:
         return self

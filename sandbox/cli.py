@@ -47,8 +47,12 @@ MaxCheckpointsOpt = Annotated[
 SandboxOpt = Annotated[
     bool,
     typer.Option(
-        "--sandbox",
-        help="Answer from a hardened rootless Podman container: only fixed frames come out.",
+        "--sandbox/--in-process",
+        help="Replay in a hardened rootless Podman container, where only fixed frames come "
+        "out (the default; the Podman service is started for the command if none runs). "
+        "--in-process runs the recorded program's code on this host, with your privileges: "
+        "only for recordings you trust, since anyone holding a run's public key can forge "
+        "its source.",
     ),
 ]
 FromOpt = Annotated[
@@ -61,7 +65,7 @@ def replay(
     location: LocationArg,
     identity: IdentityOpt,
     run_id: RunIdOpt = None,
-    sandbox: SandboxOpt = False,
+    sandbox: SandboxOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Re-execute a recorded run, serving and checking every external call; print a receipt.
@@ -137,7 +141,7 @@ def trace(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
-    sandbox: SandboxOpt = False,
+    sandbox: SandboxOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -161,7 +165,7 @@ def flows(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
-    sandbox: SandboxOpt = False,
+    sandbox: SandboxOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a value forward: every location that used it and every output it reached."""
@@ -181,7 +185,7 @@ def inspect_stack(
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
-    sandbox: SandboxOpt = False,
+    sandbox: SandboxOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""

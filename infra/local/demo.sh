@@ -73,7 +73,7 @@ PY
 step "inspect (no key needed)"
 sealtrace inspect "$store"
 
-step "replay: every external call served from the recording and checked"
+step "replay in the hardened sandbox (the default): every external call served from the recording and checked"
 sealtrace replay "$store" --identity "$work/keys/$run.key"
 
 step "why was the customer charged £0.00? trace order.total_price back to its origin"

@@ -62,6 +62,10 @@ def record(
 def replay(
     keys: KeyFiles, location: Path | str, *extra: str, prefix: list[str] | None = None
 ) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any] | None]:
+    """`sealtrace replay --json`, in-process unless `extra` asks for the sandbox: these tests
+    replay programs they wrote themselves."""
+    if "--sandbox" not in extra:
+        extra = ("--in-process", *extra)
     if prefix:
         exe = Path(sys.executable).with_name("sealtrace")
         proc = subprocess.run(

@@ -34,7 +34,7 @@ def test_crash_stops_at_the_raising_instruction_and_traces_its_operand(
         env={"SHARE_OFFSET": "abc"},
     )  # fmt: skip
     assert recorded.proc.returncode == 1 and b"ZeroDivisionError" in recorded.proc.stderr
-    base = [str(tmp_path / "store"), "--identity", str(keys.identity_path)]
+    base = [str(tmp_path / "store"), "--identity", str(keys.identity_path), "--in-process"]
 
     stack = run_cli("inspect-stack", *base, "--at", "crash", "--json")
     assert stack.returncode == 0, stack.stderr.decode()
@@ -67,6 +67,6 @@ def test_crash_stops_at_the_raising_instruction_and_traces_its_operand(
     assert fine.proc.returncode == 0
     none = run_cli(
         "inspect-stack", str(tmp_path / "fine"), "--identity", str(keys.identity_path),
-        "--at", "crash",
+        "--at", "crash", "--in-process",
     )  # fmt: skip
     assert none.returncode == 2 and "did not crash" in none.stderr.decode()

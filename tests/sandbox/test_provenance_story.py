@@ -58,8 +58,11 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles]:
 
 
 def _cli(store: Path, keys: KeyFiles, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The command in-process (this recording is the tests' own), unless it asks for the
+    sandbox."""
     command, *rest = args
-    return run_cli(command, str(store), "--identity", str(keys.identity_path), *rest)
+    where = [] if "--sandbox" in rest else ["--in-process"]
+    return run_cli(command, str(store), "--identity", str(keys.identity_path), *where, *rest)
 
 
 def _trace(store: Path, keys: KeyFiles, at: str, var: str, depth: int = 12) -> dict[str, Any]:

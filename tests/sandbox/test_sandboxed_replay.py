@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -204,3 +205,54 @@ def test_replay_sandbox_through_the_cli_agrees_with_in_process(
     )  # fmt: skip
     assert nowhere.returncode == 5 and b"no rootless Podman service" in nowhere.stderr
     assert os.listdir(exact)  # the stored recording is untouched
+
+
+@pytest.mark.parametrize("command", ["replay", "trace", "flows", "inspect-stack"])
+def test_every_replaying_command_goes_to_the_sandbox_by_default(
+    recordings: tuple[KeyFiles, Path, Path], command: str
+) -> None:
+    """Without a flag, a command that replays uses the sandbox: with no Podman service to
+    reach it fails there (exit 5) and never runs the recorded code here. --in-process runs
+    it here (the negative control)."""
+    keys, exact, _behind = recordings
+    questions = {
+        "replay": [],
+        "trace": ["--at", "end", "--var", "x"],
+        "flows": ["--from", "event:0"],
+        "inspect-stack": ["--at", "end"],
+    }
+    question = questions[command]
+    base = [command, str(exact), "--identity", str(keys.identity_path), *question]
+    nowhere = {"SEALTRACE_PODMAN_SOCKET": "unix:///nonexistent.sock"}
+    boxed = run_cli(*base, env=nowhere)
+    assert boxed.returncode == 5, boxed.stderr.decode()
+    assert b"no rootless Podman service" in boxed.stderr
+    here = run_cli(*base, "--in-process", env=nowhere)
+    assert here.returncode in (0, 2), here.stderr.decode()  # answered, or a bad question
+    assert b"Podman" not in here.stderr
+
+
+@pytest.mark.podman
+def test_the_cli_starts_and_stops_a_podman_service_of_its_own(
+    recordings: tuple[KeyFiles, Path, Path], podman_service: tuple[Any, Any, str],
+    replay_image: str,
+) -> None:  # fmt: skip
+    """A new user with rootless Podman set up but no service running: the command starts the
+    sandbox user's service for itself, replays, and leaves nothing running."""
+    keys, exact, _behind = recordings
+    _client, user, _socket = podman_service
+    run_dir = Path(f"/run/user/{user.pw_uid}/podman")
+    if (run_dir / "podman.sock").exists():
+        pytest.fail("a Podman service runs on the default socket: this test needs none")
+    env = {k: v for k, v in os.environ.items() if k != "SEALTRACE_PODMAN_SOCKET"}
+    env["SEALTRACE_REPLAY_IMAGE"] = replay_image  # built once for the session
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("sealtrace")), "replay", str(exact), "--identity",
+         str(keys.identity_path), "--json"],
+        capture_output=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout)["status"] == "bit-exact"
+    assert not list(run_dir.glob("sealtrace-cli-*.sock"))
+    services = subprocess.run(["pgrep", "-f", "sealtrace-cli-"], capture_output=True, text=True)
+    assert services.stdout.strip() == "", services.stdout
