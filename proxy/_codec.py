@@ -8,7 +8,10 @@ a blob callback once per digest and writes a 32-byte reference.
 
 It must never execute code while decoding: nothing is imported, no constructor named by the
 data is looked up outside the registry or an already-loaded module's exception classes, and
-pickle is never used.
+pickle is never used. Decoding runs in bounded memory (docs/format.md, "Memory budget"): a blob
+reference decodes to the one object that blob decodes to, never a copy, and the objects one
+value creates may take at most DECODE_FACTOR times its encoded length plus DECODE_BASE bytes.
+Any malformed input, whatever Python raises while rebuilding it, ends in one CodecError.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import hashlib
 import struct
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._errors import IntegrityError
@@ -26,6 +29,8 @@ from ._errors import IntegrityError
 __all__ = [
     "BLOB_THRESHOLD",
     "CODEC_VERSION",
+    "DECODE_BASE",
+    "DECODE_FACTOR",
     "CodecError",
     "Decoder",
     "Encoder",
@@ -34,6 +39,7 @@ __all__ = [
     "decode_value",
     "encode_value",
     "has_extension",
+    "malformed_input",
     "register_extension",
     "varint",
 ]
@@ -50,6 +56,12 @@ _DOUBLE = struct.Struct("<d")
 _COMPLEX = struct.Struct("<dd")
 _MAX_DEPTH = 200
 
+# The memory budget of one decoded value: its objects (each counted at sys.getsizeof, a blob
+# reference at one pointer) may total DECODE_FACTOR x its encoded length + DECODE_BASE bytes.
+DECODE_FACTOR = 64
+DECODE_BASE = 1 << 20
+_POINTER = 8
+
 
 class CodecError(IntegrityError):
     """The bytes are not a valid encoding (exit 4: the recording cannot be trusted)."""
@@ -57,6 +69,26 @@ class CodecError(IntegrityError):
 
 class UnencodableError(TypeError):
     """The value has no encoding; the recorder decides what that means for the call."""
+
+
+# What Python raises while rebuilding values from malformed bytes: a constructor given the wrong
+# fields, an index past a short tuple, a number out of range, nesting past the stack, an
+# allocation refused. Only the decoding of untrusted bytes turns these into a CodecError.
+_MALFORMED = (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, MemoryError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def malformed_input(what: str) -> Iterator[None]:
+    """Inside, any exception malformed bytes can cause becomes CodecError (exit 4, one line)."""
+    try:
+        yield
+    except _MALFORMED as exc:
+        raise CodecError(f"{what} is malformed ({_one_line(exc)})") from exc
 
 
 def blob_digest(data: bytes) -> bytes:
@@ -295,14 +327,31 @@ class RecordedException(Exception):
 
 
 class Decoder:
-    """Decodes from a buffer; `blobs` resolves content-addressed references."""
+    """Decodes from a buffer; `blobs` resolves content-addressed references.
 
-    __slots__ = ("_blobs", "_buf", "pos")
+    `texts` caches the str each blob decodes to, so every reference to one blob, in this value
+    or (shared by the caller) in any other, yields the same object."""
 
-    def __init__(self, buf: bytes | memoryview, blobs: dict[bytes, bytes] | None = None) -> None:
+    __slots__ = ("_blobs", "_budget", "_buf", "_texts", "pos")
+
+    def __init__(
+        self,
+        buf: bytes | memoryview,
+        blobs: dict[bytes, bytes] | None = None,
+        *,
+        texts: dict[bytes, str] | None = None,
+    ) -> None:
         self._buf = buf
         self._blobs = blobs if blobs is not None else {}
+        self._texts = texts if texts is not None else {}
+        self._budget = DECODE_FACTOR * len(buf) + DECODE_BASE
         self.pos = 0
+
+    def _charge(self, value: Any) -> Any:
+        self._budget -= sys.getsizeof(value) + _POINTER
+        if self._budget < 0:
+            raise CodecError("a value decodes past its memory budget")
+        return value
 
     def varint(self) -> int:
         buf, pos, shift, result = self._buf, self.pos, 0, 0
@@ -328,7 +377,12 @@ class Decoder:
         self.pos = end
         return raw
 
-    def decode(self, depth: int = 0) -> Any:
+    def decode(self) -> Any:
+        """One value from the current position; CodecError for any malformed input."""
+        with malformed_input("a recorded value"):
+            return self._decode(0)
+
+    def _decode(self, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise CodecError("nested too deeply")
         tag = self.take(1)[0]
@@ -340,58 +394,69 @@ class Decoder:
             return True
         if tag == T_INT:
             z = self.varint()
-            return (z >> 1) ^ -(z & 1)
+            return self._charge((z >> 1) ^ -(z & 1))
         if tag == T_BIGINT:
-            return int.from_bytes(self.take(self.varint()), "little", signed=True)
+            return self._charge(int.from_bytes(self.take(self.varint()), "little", signed=True))
         if tag == T_FLOAT:
-            return _DOUBLE.unpack(self.take(8))[0]
+            return self._charge(_DOUBLE.unpack(self.take(8))[0])
         if tag == T_COMPLEX:
             real, imag = _COMPLEX.unpack(self.take(16))
-            return complex(real, imag)
+            return self._charge(complex(real, imag))
         if tag == T_STR:
-            return self._str(self.take(self.varint()))
+            return self._charge(self._str(self.take(self.varint())))
         if tag == T_BYTES:
-            return self.take(self.varint())
+            return self._charge(self.take(self.varint()))
         if tag == T_BYTEARRAY:
-            return bytearray(self.take(self.varint()))
+            return self._charge(bytearray(self.take(self.varint())))
         if tag in (T_BLOB_BYTES, T_BLOB_STR):
-            digest = self.take(32)
-            raw = self._blobs.get(digest)
-            if raw is None:
-                raise CodecError(f"reference to a missing blob {digest.hex()[:16]}")
-            return raw if tag == T_BLOB_BYTES else self._str(raw)
+            return self._blob(tag)
         if tag in (T_TUPLE, T_LIST, T_SET, T_FROZENSET):
-            items = [self.decode(depth + 1) for _ in range(self._count())]
+            items = [self._decode(depth + 1) for _ in range(self._count())]
             if tag == T_TUPLE:
-                return tuple(items)
+                return self._charge(tuple(items))
             if tag == T_LIST:
-                return items
+                return self._charge(items)
             try:
-                return set(items) if tag == T_SET else frozenset(items)
+                return self._charge(set(items) if tag == T_SET else frozenset(items))
             except TypeError:
                 raise CodecError("unhashable item in a set") from None
         if tag == T_DICT:
             result = {}
             for _ in range(self._count()):
-                key = self.decode(depth + 1)
+                key = self._decode(depth + 1)
                 try:
-                    result[key] = self.decode(depth + 1)
+                    result[key] = self._decode(depth + 1)
                 except TypeError:
                     raise CodecError("unhashable dict key") from None
-            return result
+            return self._charge(result)
         if tag == T_EXCEPTION:
-            return self._exception(depth)
+            return self._charge(self._exception(depth))
         if tag == T_EXTENSION:
-            name = self.decode(depth + 1)
-            data = self.decode(depth + 1)
+            name = self._decode(depth + 1)
+            data = self._decode(depth + 1)
             entry = _EXT_BY_NAME.get(name) if isinstance(name, str) else None
             if entry is None:
                 raise CodecError(f"unknown extension type {name!r}")
             try:
-                return entry[2](data)
+                return self._charge(entry[2](data))
             except (TypeError, ValueError) as exc:
                 raise CodecError(f"bad {name} value: {exc}") from None
         raise CodecError(f"unknown type tag {tag}")
+
+    def _blob(self, tag: int) -> Any:
+        digest = self.take(32)
+        self._budget -= _POINTER
+        if self._budget < 0:
+            raise CodecError("a value decodes past its memory budget")
+        raw = self._blobs.get(digest)
+        if raw is None:
+            raise CodecError(f"reference to a missing blob {digest.hex()[:16]}")
+        if tag == T_BLOB_BYTES:
+            return raw
+        text = self._texts.get(digest)
+        if text is None:
+            text = self._texts[digest] = self._str(raw)
+        return text
 
     def _count(self) -> int:
         n = self.varint()
@@ -407,9 +472,9 @@ class Decoder:
             raise CodecError("invalid text") from None
 
     def _exception(self, depth: int) -> BaseException:
-        qualified = self.decode(depth + 1)
-        args = self.decode(depth + 1)
-        extra = self.decode(depth + 1)
+        qualified = self._decode(depth + 1)
+        args = self._decode(depth + 1)
+        extra = self._decode(depth + 1)
         if not isinstance(qualified, str) or not isinstance(args, tuple):
             raise CodecError("malformed exception")
         cls = _exception_class(qualified)
@@ -458,8 +523,13 @@ def encode_value(value: Any, blob: Callable[[bytes, bytes], None] | None = None)
     return bytes(out)
 
 
-def decode_value(data: bytes, blobs: dict[bytes, bytes] | None = None) -> Any:
-    decoder = Decoder(data, blobs)
+def decode_value(
+    data: bytes,
+    blobs: dict[bytes, bytes] | None = None,
+    *,
+    texts: dict[bytes, str] | None = None,
+) -> Any:
+    decoder = Decoder(data, blobs, texts=texts)
     value = decoder.decode()
     if decoder.pos != len(data):
         raise CodecError("trailing bytes after a value")

@@ -9,7 +9,7 @@ from typing import Any
 from ._errors import IntegrityError
 from ._format import FLAG_FINAL, HEADER_OBJECT, segment_name
 from ._keys import Identity
-from ._reader import SealedReader, iter_chunk_records, read_header, segment_names
+from ._reader import SealedReader, iter_chunk_records, read_header, read_segment, segment_names
 from ._store import Listing, RecordingSource
 
 __all__ = ["SegmentReport", "describe_recording"]
@@ -82,7 +82,8 @@ def describe_recording(
             seg.problem = "out of sequence"
             continue
         try:
-            records = list(iter_chunk_records(source.get(name), index, header, digest, None))
+            data = read_segment(source, listing, index, header)
+            records = list(iter_chunk_records(data, index, header, digest, None))
         except IntegrityError as exc:
             seg.problem = str(exc)
             continue

@@ -67,6 +67,24 @@ class ChunkRecord(NamedTuple):
     flags: int
 
 
+MAX_HEADER_BYTES = 4096
+
+
+def read_segment(
+    source: RecordingSource, listing: Listing, index: int, header: RecordingHeader
+) -> bytes:
+    """One segment object, refused before it is read when its listed size is past what this
+    header allows, and read with a cap in case the listing under-reports it."""
+    name, limit = segment_name(index), max_segment_bytes(header)
+    too_large = f"{name} is larger than any segment this recording can have"
+    if listing.objects[name].size > limit:
+        raise TamperedError(too_large)
+    data = source.get(name, limit=limit)
+    if len(data) > limit:
+        raise TamperedError(too_large)
+    return data
+
+
 def max_segment_bytes(header: RecordingHeader) -> int:
     capacity = segment_capacity(header.chunk_size, header.segment_size)
     return SEGMENT_HEADER.size + capacity * (CHUNK_PREFIX.size + header.chunk_size + TAG_SIZE)
@@ -78,9 +96,11 @@ def read_header(source: RecordingSource, listing: Listing) -> tuple[RecordingHea
         if any(parse_segment_name(name) is not None for name in listing.objects):
             raise TamperedError(f"{source.location} has segments but no header")
         raise UsageError(f"no sealtrace recording at {source.location}")
-    if listing.objects[HEADER_OBJECT].size > 4096:
+    if listing.objects[HEADER_OBJECT].size > MAX_HEADER_BYTES:
         raise TamperedError("header object is too large")
-    raw = source.get(HEADER_OBJECT)
+    raw = source.get(HEADER_OBJECT, limit=MAX_HEADER_BYTES)
+    if len(raw) > MAX_HEADER_BYTES:
+        raise TamperedError("header object is too large")
     return RecordingHeader.decode(raw), header_digest(raw)
 
 
@@ -170,6 +190,7 @@ class SealedReader:
             key = recording_key
         self._aead = AESGCM(derive_body_key(key, self.header_digest))
         del key
+        self._listing = listing
         self._segments = segment_names(listing)
         self.status = RecordingStatus(alarms=list(listing.alarms))
         self._started = False
@@ -202,7 +223,7 @@ class SealedReader:
         nonce, aad = bytearray(NONCE.size), bytearray(AAD.size)
         last = len(self._segments) - 1
         for index, name in enumerate(self._segments):
-            data = memoryview(self.source.get(name))
+            data = memoryview(read_segment(self.source, self._listing, index, self.header))
             # Walk the whole segment before decrypting any of it, so a structural fault
             # anywhere in it (a cut, trailing bytes) is refused before its plaintext leaves.
             records = list(iter_chunk_records(data, index, self.header, digest, status.chunks))

@@ -166,7 +166,7 @@ class S3Store:
         self._listed = listing.objects
         return listing
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, limit: int | None = None) -> bytes:
         """The oldest version of name, as of the last listing (listing first if there was none)."""
         found = (self._listed if self._listed is not None else self.list().objects).get(name)
         if found is None:
@@ -175,6 +175,10 @@ class S3Store:
             response = self._client.get_object(
                 Bucket=self.bucket, Key=self._key(name), VersionId=found.version_id or "null"
             )
-            return response["Body"].read()
+            body = response["Body"]
+            try:
+                return body.read() if limit is None else body.read(limit + 1)
+            finally:
+                body.close()
         except (ClientError, BotoCoreError) as exc:
             raise StorageError(f"cannot read {self._key(name)}: {_describe(exc)}") from None

@@ -66,7 +66,10 @@ class RecordingSource(Protocol):
 
     def list(self) -> Listing: ...
 
-    def get(self, name: str) -> bytes: ...
+    def get(self, name: str, limit: int | None = None) -> bytes:
+        """The object's bytes; with a limit, at most limit + 1 of them (so a caller can tell an
+        object past its limit without ever holding more than that)."""
+        ...
 
 
 def is_recording_object(name: str) -> bool:
@@ -133,9 +136,10 @@ class LocalDirStore:
                 listing.alarms.append(f"unexpected object in the recording: {entry.name}")
         return listing
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, limit: int | None = None) -> bytes:
         try:
-            return (self.path / name).read_bytes()
+            with open(self.path / name, "rb") as file:
+                return file.read() if limit is None else file.read(limit + 1)
         except OSError as exc:
             raise StorageError(f"cannot read {self.path / name}: {exc.strerror}") from None
 
@@ -167,11 +171,12 @@ class MemoryStore:
                 )
         return listing
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, limit: int | None = None) -> bytes:
         try:
-            return self.versions[name][0]
+            data = self.versions[name][0]
         except KeyError:
             raise StorageError(f"no object {name} in {self.location}") from None
+        return data if limit is None else data[: limit + 1]
 
 
 class DiscardSink:

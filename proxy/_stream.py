@@ -23,6 +23,10 @@ Invariants:
 5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes).
 6. Values are decoded only when served, so exception classes resolve against the modules the
    replaying application has loaded by then.
+
+Parsing never raises anything but CodecError on malformed bytes, and runs in bounded memory:
+every reference to a blob decodes to the same object (bytes as stored, or one str per blob kept
+in `ParsedStream.texts`), and each value keeps to the codec's budget (docs/format.md).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._codec import CodecError, Decoder, blob_digest, decode_value
+from ._codec import CodecError, Decoder, blob_digest, decode_value, malformed_input
 
 __all__ = [
     "ARGS_DIGEST_SIZE",
@@ -103,9 +107,10 @@ class ParsedStream:
     stop: dict[str, Any] | None = None
     exit: dict[str, Any] | None = None
     digest: bytes = b""
+    texts: dict[bytes, str] = field(default_factory=dict, repr=False)  # blob -> its one str
 
     def decode(self, event: Event) -> Any:
-        return decode_value(event.value, self.blobs)
+        return decode_value(event.value, self.blobs, texts=self.texts)
 
 
 def _records(data: bytes) -> Decoder:
@@ -141,6 +146,11 @@ def _meta(kind: int, body: memoryview) -> dict[str, Any]:
 
 def read_meta(data: bytes) -> dict[str, Any]:
     """Only the META record; whoever replays the stream verifies the rest."""
+    with malformed_input("the event stream"):
+        return _read_meta(data)
+
+
+def _read_meta(data: bytes) -> dict[str, Any]:
     reader = _records(data)
     view = memoryview(data)
     if reader.pos >= len(view):
@@ -151,6 +161,11 @@ def read_meta(data: bytes) -> dict[str, Any]:
 
 def parse_stream(data: bytes) -> ParsedStream:
     """Parse and structurally verify a whole event stream; CodecError (exit 4) on any fault."""
+    with malformed_input("the event stream"):
+        return _parse_stream(data)
+
+
+def _parse_stream(data: bytes) -> ParsedStream:
     reader = _records(data)
     view = memoryview(data)
     hasher = stream_digest()
@@ -219,7 +234,7 @@ def _parse_record(
 
 
 def _parse_event(parsed: ParsedStream, kind: int, body: memoryview, names: list[str]) -> Event:
-    dec = Decoder(body, parsed.blobs)
+    dec = Decoder(body, parsed.blobs, texts=parsed.texts)
     callee_index = dec.varint()
     if callee_index >= len(names):
         raise CodecError("a call names a callee that was never defined")
