@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import SealedReader, open_store
-from sealtrace.proxy.format import Identity, parse_stream
+from sealtrace.proxy.format import Identity, parse_stream, read_header
 from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
 
@@ -72,14 +72,20 @@ def serve(
     """Serve the session to its end; returns how it ended ("closed", "idle", "failed")."""
     client = None
     try:
+        source = open_store(assignment.store)
+        # The key opens only for the header the server registered for the run, in the store
+        # it named (session_info): a forged or swapped recording is refused here.
+        header, _raw = read_header(source, source.list())
         key = open_session_key(
             assignment.sealed_key,
             identity,
             session_id=assignment.session_id,
             run_id=assignment.run_id,
+            store=assignment.store,
+            wrapped_key=header.wrapped_key,
         )
-        reader = SealedReader(open_store(assignment.store), None,
-                              expected_run_id=assignment.run_id, recording_key=key)  # fmt: skip
+        reader = SealedReader(source, None, expected_run_id=assignment.run_id,
+                              recording_key=key)  # fmt: skip
         del key
         data = reader.read_all()
         client = open_sandbox(data, parse_stream(data))

@@ -77,7 +77,7 @@ FLAG_SEGMENT_END = 0x02  # last chunk of its segment
 KNOWN_FLAGS = FLAG_FINAL | FLAG_SEGMENT_END
 
 HPKE_INFO_LABEL = b"sealtrace/recording-key"
-SESSION_INFO_LABEL = b"sealtrace-session-key-v1\x00"
+SESSION_INFO_LABEL = b"sealtrace-session-key-v2\x00"
 SESSION_BLOB_SIZE = ENC_SIZE + WRAPPED_KEY_SIZE  # enc || ciphertext || tag
 BODY_KEY_LABEL = b"sealtrace/body-key"
 
@@ -133,31 +133,45 @@ def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> byte
     return key
 
 
-def session_info(session_id: str, run_id: str) -> bytes:
-    """HPKE `info` of a session key: binds the sealed key to one session of one run."""
-    sid, rid = session_id.encode(), run_id.encode()
-    return SESSION_INFO_LABEL + struct.pack(">HH", len(sid), len(rid)) + sid + rid
+def session_info(session_id: str, run_id: str, store: str, wrapped_key: bytes) -> bytes:
+    """HPKE `info` of a session key: binds the sealed key to one session of one run, to the
+    store location the agent is told to read, and to the recording header registered for the
+    run (the SHA-256 of its wrapped key). An assignment pointing at another store, or a store
+    holding another header (a recording forged with the run's public key), opens nothing."""
+    sid, rid, where = session_id.encode(), run_id.encode(), store.encode()
+    lengths = struct.pack(">HHH", len(sid), len(rid), len(where))
+    return SESSION_INFO_LABEL + lengths + sid + rid + where + hashlib.sha256(wrapped_key).digest()
 
 
 def seal_session_key(
-    recording_key: bytes, agent: Recipient, *, session_id: str, run_id: str
+    recording_key: bytes,
+    agent: Recipient,
+    *,
+    session_id: str,
+    run_id: str,
+    store: str,
+    wrapped_key: bytes,
 ) -> bytes:
-    """The recording key sealed (single-shot HPKE base mode) to the agent, for this session."""
+    """The recording key sealed (single-shot HPKE base mode) to the agent, for this session
+    of this run, read from `store`, whose header carries `wrapped_key` (session_info)."""
     if len(recording_key) != RECORDING_KEY_SIZE:
         raise ValueError("a recording key is 32 bytes")
-    return HPKE_SUITE.encrypt(
-        recording_key, agent.public_key, info=session_info(session_id, run_id)
-    )
+    info = session_info(session_id, run_id, store, wrapped_key)
+    return HPKE_SUITE.encrypt(recording_key, agent.public_key, info=info)
 
 
-def open_session_key(blob: bytes, agent: Identity, *, session_id: str, run_id: str) -> bytes:
+def open_session_key(
+    blob: bytes, agent: Identity, *, session_id: str, run_id: str, store: str, wrapped_key: bytes
+) -> bytes:
     """The recording key, or WrongIdentityError (another agent's blob, another session's or
-    run's, or altered)."""
+    run's, another store's, a header other than the registered one, or altered)."""
+    info = session_info(session_id, run_id, store, wrapped_key)
     try:
-        key = HPKE_SUITE.decrypt(blob, agent.private_key, info=session_info(session_id, run_id))
+        key = HPKE_SUITE.decrypt(blob, agent.private_key, info=info)
     except (InvalidTag, ValueError):
         raise WrongIdentityError(
-            "cannot open the session key: not this agent's, not this session's, or altered"
+            "cannot open the session key: not this agent's, this session's or this store's, "
+            "the recording's header is not the one registered for the run, or it was altered"
         ) from None
     if len(key) != RECORDING_KEY_SIZE:
         raise WrongIdentityError("the session key has the wrong length")

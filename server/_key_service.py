@@ -198,6 +198,7 @@ class KeyService:
             if run.wrapped_recording_key is None:
                 raise KeyServiceError(f"run {run_id} has no recording")
             wrapped_private, wrapped_recording = run.wrapped_private_key, run.wrapped_recording_key
+            store = run.store or ""
         private = self.wrapper.unwrap(wrapped_private, _context(tenant_id, run_id))
         identity = Identity(X25519PrivateKey.from_private_bytes(private))
         del private
@@ -208,6 +209,8 @@ class KeyService:
             Recipient.from_raw(agent_public_key),
             session_id=session_id,
             run_id=run_id,
+            store=store,
+            wrapped_key=wrapped_recording,
         )
 
     @staticmethod

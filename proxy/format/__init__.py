@@ -30,7 +30,7 @@ from .._format import (
     wrap_recording_key,
 )
 from .._keys import Identity, Recipient, generate_identity, write_keypair
-from .._reader import RecordingStatus, SealedReader
+from .._reader import RecordingStatus, SealedReader, read_header
 from .._store import (
     DiscardSink,
     Listing,
@@ -72,6 +72,7 @@ __all__ = [
     "open_session_key",
     "open_store",
     "parse_stream",
+    "read_header",
     "read_meta",
     "register_extension",
     "seal_session_key",

@@ -28,6 +28,15 @@ class Server:
         raise AssertionError("a failed session asks for no question")
 
 
+class Store:
+    def list(self) -> None:
+        return None
+
+
+class Header:
+    wrapped_key = b"w" * 80
+
+
 ASSIGNMENT = Assignment.parse(
     {"session_id": "sess-1", "run_id": "run-1", "store": "s3://b/acme/run-1",
      "sealed_key": base64.b64encode(b"x" * 32).decode()}
@@ -41,6 +50,8 @@ def test_an_unexpected_error_fails_the_session(
     def broken(*args: Any, **kwargs: Any) -> bytes:
         raise exc
 
+    monkeypatch.setattr(serving, "open_store", lambda location: Store())
+    monkeypatch.setattr(serving, "read_header", lambda source, listing: (Header(), b""))
     monkeypatch.setattr(serving, "open_session_key", broken)
     server = Server()
     ended = serve(ASSIGNMENT, generate_identity(), "agent-1", server, lambda *a: None)  # type: ignore[arg-type]
@@ -67,7 +78,8 @@ def test_a_sandbox_that_breaks_mid_session_is_closed_and_reported(
 
     monkeypatch.setattr(serving, "open_session_key", lambda *a, **k: b"k" * 32)
     monkeypatch.setattr(serving, "SealedReader", Reader)
-    monkeypatch.setattr(serving, "open_store", lambda location: None)
+    monkeypatch.setattr(serving, "open_store", lambda location: Store())
+    monkeypatch.setattr(serving, "read_header", lambda source, listing: (Header(), b""))
     monkeypatch.setattr(serving, "parse_stream", lambda data: None)
 
     class Failing(Server):

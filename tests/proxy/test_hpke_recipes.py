@@ -31,36 +31,55 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ["proxy", "sandbox", "agent", "server", "bench", "infra"]
 
 
+STORE, HEADER = "s3://b/acme/run-1", b"\x01" * 80  # the registered store and wrapped key
+BOUND = {"session_id": "sess-1", "run_id": "run-1", "store": STORE, "wrapped_key": HEADER}
+
+
 def test_a_sealed_session_key_opens_for_its_agent_session_and_run() -> None:
     agent, key = generate_identity(), os.urandom(32)
-    blob = seal_session_key(key, agent.recipient, session_id="sess-1", run_id="run-1")
+    blob = seal_session_key(key, agent.recipient, **BOUND)  # type: ignore[arg-type]
     assert len(blob) == SESSION_BLOB_SIZE == 80
-    assert open_session_key(blob, agent, session_id="sess-1", run_id="run-1") == key
+    assert open_session_key(blob, agent, **BOUND) == key  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("change", ["session", "run", "agent", "bit"])
+@pytest.mark.parametrize("change", ["session", "run", "store", "header", "agent", "bit"])
 def test_negative_control_anything_else_does_not_open_it(change: str) -> None:
+    """Another session, run or agent; an assignment naming another store; a store holding
+    another header than the one registered (a recording forged with the run's public key);
+    an altered blob."""
     agent, key = generate_identity(), os.urandom(32)
-    blob = seal_session_key(key, agent.recipient, session_id="sess-1", run_id="run-1")
-    session, run, who = "sess-1", "run-1", agent
+    blob = seal_session_key(key, agent.recipient, **BOUND)  # type: ignore[arg-type]
+    bound: dict[str, object] = dict(BOUND)
+    who = agent
     if change == "session":
-        session = "sess-2"
+        bound["session_id"] = "sess-2"
     elif change == "run":
-        run = "run-2"
+        bound["run_id"] = "run-2"
+    elif change == "store":
+        bound["store"] = "s3://attacker/acme/run-1"
+    elif change == "header":
+        bound["wrapped_key"] = b"\x02" * 80
     elif change == "agent":
         who = generate_identity()
     else:
         blob = blob[:-1] + bytes([blob[-1] ^ 0x01])
     with pytest.raises(WrongIdentityError):
-        open_session_key(blob, who, session_id=session, run_id=run)
+        open_session_key(blob, who, **bound)  # type: ignore[arg-type]
 
 
 def test_the_session_info_is_pinned() -> None:
-    assert format_module.session_info("sess-1", "run-42") == (
-        b"sealtrace-session-key-v1\x00" + b"\x00\x06\x00\x06" + b"sess-1run-42"
+    import hashlib
+
+    assert format_module.session_info("sess-1", "run-42", "s3://b/r", b"w") == (
+        b"sealtrace-session-key-v2\x00"
+        + b"\x00\x06\x00\x06\x00\x08"
+        + b"sess-1run-42s3://b/r"
+        + hashlib.sha256(b"w").digest()
     )
     # The length prefixes keep ("ab", "c") and ("a", "bc") apart.
-    assert format_module.session_info("ab", "c") != format_module.session_info("a", "bc")
+    assert format_module.session_info("ab", "c", "s", b"") != format_module.session_info(
+        "a", "bc", "s", b""
+    )
 
 
 def test_the_recording_key_info_is_pinned() -> None:
@@ -72,12 +91,12 @@ def test_the_recording_key_info_is_pinned() -> None:
 def test_a_session_key_is_not_a_recording_key() -> None:
     # The two recipes bind different `info`: a blob of one never opens as the other.
     agent, key = generate_identity(), os.urandom(32)
-    blob = seal_session_key(key, agent.recipient, session_id="run-1", run_id="run-1")
+    blob = seal_session_key(key, agent.recipient, **BOUND)  # type: ignore[arg-type]
     with pytest.raises(WrongIdentityError):
         unwrap_recording_key(blob, agent, "run-1")
     wrapped = wrap_recording_key(key, agent.recipient, "run-1")
     with pytest.raises(WrongIdentityError):
-        open_session_key(wrapped, agent, session_id="run-1", run_id="run-1")
+        open_session_key(wrapped, agent, **BOUND)  # type: ignore[arg-type]
 
 
 def test_the_agent_contract_is_the_recorders_recipe() -> None:

@@ -97,6 +97,7 @@ FORMAT_EXPORTED = [
     "open_session_key",
     "open_store",
     "parse_stream",
+    "read_header",
     "read_meta",
     "register_extension",
     "seal_session_key",

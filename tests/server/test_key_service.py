@@ -134,7 +134,9 @@ def test_the_recording_key_reaches_one_agent_for_one_session(
                   store=str(tmp_path / "rec"), service="checkout", host="web-1")  # fmt: skip
     agent, other_agent = generate_identity(), generate_identity()
     blob = keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1")
-    recording_key = open_session_key(blob, agent, session_id="sess-1", run_id=lease.run_id)
+    bound = {"store": str(tmp_path / "rec"), "wrapped_key": header.wrapped_key}
+    recording_key = open_session_key(blob, agent, session_id="sess-1", run_id=lease.run_id,
+                                     **bound)  # type: ignore[arg-type]  # fmt: skip
     # The key the recording was sealed with, as the run's own identity recovers it.
     with keys.factory() as db:
         run = db.get(Run, lease.run_id)
@@ -152,7 +154,8 @@ def test_the_recording_key_reaches_one_agent_for_one_session(
         (agent, "sess-1", lease.run_id, blob[:-1] + bytes([blob[-1] ^ 1])),
     ):
         with pytest.raises(WrongIdentityError):
-            open_session_key(sealed, who, session_id=session, run_id=run_id)
+            open_session_key(sealed, who, session_id=session, run_id=run_id,
+                             **bound)  # type: ignore[arg-type]  # fmt: skip
     # Each session gets its own blob (fresh HPKE encapsulation).
     assert keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1") != blob
 
