@@ -2,8 +2,9 @@
 with podman-py.
 
 Every session container gets: no network, a read-only root, every capability dropped,
-no_new_privileges, a seccomp profile narrower than Podman's default (mount, unshare, setns,
-keyctl, ptrace, bpf, userfaultfd, io_uring and perf_event_open are refused), pids and
+no_new_privileges, a seccomp profile narrower than Podman's default (mount and the new mount
+API, unshare, setns, keyctl, ptrace, bpf, userfaultfd, io_uring and perf_event_open are
+refused; clone is allowed only without namespace flags, and clone3 says ENOSYS), pids and
 memory bounded by ulimits (cgroup limits are unavailable to rootless Podman on these
 hosts), an environment of only what the runtime sets (HOSTNAME, HOME), a size-capped
 tmpfs at /tmp, and one bind mount: the directory holding the two FIFOs. The FIFOs and that
@@ -34,6 +35,8 @@ from ._settings import AgentSettings
 __all__ = [
     "AGENT_LABEL",
     "DENIED_SYSCALLS",
+    "NAMESPACE_FLAGS",
+    "NAMESPACE_MASK",
     "PodmanTransport",
     "SandboxLimits",
     "seccomp_profile",
@@ -46,9 +49,19 @@ DENIED_SYSCALLS = (
     "perf_event_open", "pivot_root", "chroot", "open_by_handle_at", "name_to_handle_at",
     "kexec_load", "init_module", "finit_module", "delete_module", "process_vm_readv",
     "process_vm_writev", "fsopen", "fsmount", "fsconfig", "move_mount", "open_tree",
+    "fspick", "mount_setattr", "sethostname", "setdomainname", "quotactl", "fanotify_init",
+    "lookup_dcookie", "acct", "reboot",
 )  # fmt: skip
+# Every namespace a clone can make: CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
+# CLONE_NEWUSER, CLONE_NEWPID and CLONE_NEWNET (CLONE_NEWTIME only clone3 and unshare take).
+NAMESPACE_FLAGS = (
+    0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000,
+)  # fmt: skip
+NAMESPACE_MASK = sum(NAMESPACE_FLAGS)  # 0x7E020000
 _DEFAULT_PROFILE = Path("/usr/share/containers/seccomp.json")
 _EPERM = 1
+_ENOSYS = 38
+_S390 = ["s390", "s390x"]  # where clone takes its flags second
 
 
 @dataclass(frozen=True)
@@ -71,20 +84,49 @@ class SandboxLimits:
         )
 
 
+def _masked(index: int, mask: int, value: int) -> dict[str, Any]:
+    """The condition (argument `index` & mask) == value."""
+    return {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+
+
+def _clone_rules() -> list[dict[str, Any]]:
+    """clone allowed when (flags & NAMESPACE_MASK) == 0, refused with EPERM when any one
+    namespace flag is set; clone3, whose flags are behind a pointer that seccomp cannot
+    read, says ENOSYS, so glibc falls back to clone (its threads, posix_spawn)."""
+    rules: list[dict[str, Any]] = []
+    arches = ({"excludes": {"arches": _S390}}, {"includes": {"arches": _S390}})
+    for index, where in enumerate(arches):  # the flags: argument 0, or 1 on s390
+        none = _masked(index, NAMESPACE_MASK, 0)
+        rules.append({"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [none], **where})
+        for flag in NAMESPACE_FLAGS:
+            has = _masked(index, flag, flag)
+            rules.append(
+                {"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM,
+                 "args": [has], **where}
+            )  # fmt: skip
+    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS})
+    return rules
+
+
 def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
     """Podman's default profile with DENIED_SYSCALLS taken out of every rule that allows
-    them, and refused with EPERM."""
+    them, and refused with EPERM; clone and clone3 taken out of every rule, and given the
+    rules of _clone_rules instead, so that no call can make a namespace."""
     profile: dict[str, Any] = json.loads(base.read_text())
     denied = set(DENIED_SYSCALLS)
+    replaced = {"clone", "clone3"}
     rules = []
     for rule in profile.get("syscalls", []):
-        if rule.get("action") == "SCMP_ACT_ALLOW":
-            names = [n for n in rule.get("names", []) if n not in denied]
+        names = rule.get("names", [])
+        drop = replaced | (denied if rule.get("action") == "SCMP_ACT_ALLOW" else set())
+        if set(names) & drop:
+            names = [n for n in names if n not in drop]
             if not names:
                 continue
             rule = {**rule, "names": names}
         rules.append(rule)
     rules.append({"names": sorted(denied), "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM})
+    rules.extend(_clone_rules())
     profile["syscalls"] = rules
     return profile
 
