@@ -19,7 +19,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from sqlalchemy import MetaData, create_engine, select, text, update
+from sqlalchemy import MetaData, create_engine, insert, select, text, update
 
 from sealtrace.server._audit import _mac_message, append, verify
 from sealtrace.server._audit_key import LocalAuditKey
@@ -189,3 +189,41 @@ def test_tokens_resolve_to_their_scope_and_nothing_else(store: tuple[Any, Any]) 
         # Only a keyed digest of the secret is stored.
         stored = [bytes(d) for d in db.scalars(select(ApiToken.secret_digest))]
         assert all(secret.encode() not in d for d in stored) and len(stored) == 3
+
+
+def test_migration_0002_rechains_an_old_log_per_tenant(tmp_path: Any) -> None:
+    """An 0001 log (one unkeyed chain) is re-chained per tenant; it is not whole until a
+    MACed row heads each chain, since nothing vouched for it before."""
+    import hashlib
+    import json
+
+    from sealtrace.server._db import connect, migrate
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    migrate(url, "0001")
+    engine, factory = connect(url)
+    previous = bytes(32)
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        for seq, tenant in enumerate((1, 2, 1, None), start=1):
+            fields = [seq, at.isoformat(timespec="microseconds"), tenant, "user:u", "login",
+                      "t", "ok", ""]  # fmt: skip
+            body = json.dumps(fields, separators=(",", ":")).encode()
+            digest = hashlib.sha256(previous + body).digest()
+            conn.execute(insert(AuditEvent).values(
+                seq=seq, at=at, tenant_id=tenant, actor="user:u", action="login", target="t",
+                result="ok", detail="", previous=previous, digest=digest,
+            ))  # fmt: skip
+            previous = digest
+    migrate(url)
+    with factory() as db:
+        old = verify(db, AUDIT)
+        assert old.rows == 4 and [h.chain_seq for h in old.heads] == [2, 1, 1]
+        assert {p.why.split(" does not")[0] for p in old.problems} == {
+            "the head of tenant:1", "the head of tenant:2", "the head of platform"
+        }  # fmt: skip
+    for tenant in (1, 2, None):
+        _events(factory, 1, tenant_id=tenant)
+    with factory() as db:
+        assert verify(db, AUDIT).whole and verify(db, AUDIT).rows == 7
+    engine.dispose()

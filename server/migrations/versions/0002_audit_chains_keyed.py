@@ -40,9 +40,13 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("chain", sa.String(length=40), nullable=True))
         batch_op.add_column(sa.Column("chain_seq", _BIG, nullable=True))
         batch_op.add_column(sa.Column("mac", sa.LargeBinary(length=64), nullable=True))
-    names = ("seq", "at", "tenant_id", "actor", "action", "target", "result", "detail",
-             "previous", "digest", "chain", "chain_seq")  # fmt: skip
-    events = sa.table("audit_events", *(sa.column(name) for name in names))
+    names = ("seq", "tenant_id", "actor", "action", "target", "result", "detail", "previous",
+             "digest", "chain", "chain_seq")  # fmt: skip
+    events = sa.table(
+        "audit_events",
+        sa.column("at", sa.DateTime(timezone=True)),
+        *(sa.column(name) for name in names),
+    )
     connection = op.get_bind()
     heads: dict[str, tuple[int, bytes]] = {}
     for row in connection.execute(sa.select(events).order_by(events.c.seq)).all():
