@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from ._audit_key import AuditKey, audit_key
 from ._db import connect
 from ._deps import Services
 from ._key_service import KeyService, KeyWrapper, KmsKeyWrapper
@@ -26,10 +27,13 @@ def create_app(
     *,
     wrapper: KeyWrapper | None = None,
     dispatcher: Dispatcher | None = None,
+    audit: AuditKey | None = None,
 ) -> FastAPI:
     """The API for `settings` (checked first). The KMS client comes from boto3's usual
     configuration (AWS_ENDPOINT_URL points it at moto locally) unless `wrapper` is given;
-    assignments go to Celery on settings.redis_url unless `dispatcher` is given."""
+    assignments go to Celery on settings.redis_url unless `dispatcher` is given; the audit
+    chain is MACed by settings.audit_key_id's KMS key (or, in development without one, a
+    key derived from the secret key) unless `audit` is given."""
     settings.check()
     engine, factory = connect(settings.database_url)
     if wrapper is None:
@@ -58,7 +62,9 @@ def create_app(
         dispatcher or CeleryDispatcher(settings.redis_url),
         assign_timeout=settings.assign_timeout,
     )
-    app.state.services = Services(settings, factory, keys, relay, sessions)
+    app.state.services = Services(
+        settings, factory, keys, relay, sessions, audit or audit_key(settings)
+    )
     app.include_router(router)
     app.include_router(session_router)
 

@@ -15,13 +15,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import _audit
+from ._audit_key import AuditKey
 from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
 from ._key_service import KeyService
 from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings
 
-__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "needs", "require"]
+__all__ = ["DB", "AuditKeyDep", "Keys", "Services", "ServicesDep", "Settings", "needs", "require"]
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Services:
     keys: KeyService
     relay: Relay
     sessions: SessionService
+    audit_key: AuditKey
 
     @property
     def token_key(self) -> bytes:
@@ -40,6 +42,7 @@ class Services:
               detail: str = "", *, tenant_id: int | None = None) -> None:  # fmt: skip
         _audit.append(
             self.factory,
+            self.audit_key,
             actor=principal.name if principal else "anonymous",
             action=action,
             target=target,
@@ -67,10 +70,15 @@ def _settings(request: Request) -> ServerSettings:
     return _services(request).settings
 
 
+def _audit_key(request: Request) -> AuditKey:
+    return _services(request).audit_key
+
+
 ServicesDep = Annotated[Services, Depends(_services)]
 DB = Annotated[Session, Depends(_db)]
 Keys = Annotated[KeyService, Depends(_keys)]
 Settings = Annotated[ServerSettings, Depends(_settings)]
+AuditKeyDep = Annotated[AuditKey, Depends(_audit_key)]
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: st_<id>_<secret>")
 

@@ -191,12 +191,17 @@ class PlatformSession(Base):
 
 
 class AuditEvent(Base):
-    """Append-only and hash-chained (sealtrace.server._audit): each row's digest covers the
-    one before it, so a changed, removed or reordered row breaks the chain."""
+    """Append-only and hash-chained per tenant (sealtrace.server._audit): each row's digest
+    covers the one before it in its chain, so a changed, removed or reordered row breaks the
+    chain, and its MAC under the audit key (held by KMS, never here) vouches for the chain up
+    to it, so recomputing the digests after a rewrite does not hide it."""
 
     __tablename__ = "audit_events"
+    __table_args__ = (UniqueConstraint("chain", "chain_seq"),)
 
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    chain: Mapped[str] = mapped_column(String(40))  # "tenant:<id>", or "platform"
+    chain_seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     at: Mapped[dt.datetime] = mapped_column(UtcDateTime())
     tenant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     actor: Mapped[str] = mapped_column(String(200))
@@ -206,3 +211,6 @@ class AuditEvent(Base):
     detail: Mapped[str] = mapped_column(Text, default="")
     previous: Mapped[bytes] = mapped_column(LargeBinary(32))
     digest: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    # The audit key's MAC of (chain, chain_seq, digest); None only on rows written before
+    # the chain was keyed (migration 0002), which a later MACed head vouches for.
+    mac: Mapped[bytes | None] = mapped_column(LargeBinary(64), nullable=True)

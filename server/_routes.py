@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from ._audit import verify
 from ._auth import Principal, issue_token, verify_password
-from ._deps import DB, Keys, ServicesDep, Settings, needs, require
+from ._deps import DB, AuditKeyDep, Keys, ServicesDep, Settings, needs, require
 from ._errors import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
 
@@ -230,7 +230,10 @@ class AuditChain(BaseModel):
     rows: int
     whole: bool
     problems: list[str]
-    head: str | None  # the last row's digest: anchor it elsewhere to notice truncation
+    # The chain's last row (its digest and position in the tenant's chain): anchor them
+    # elsewhere to notice a tail cut back to an earlier row, which no MAC can show.
+    head: str | None
+    head_seq: int
 
 
 @router.get("/audit", tags=["audit"], openapi_extra=needs("audit:read"))
@@ -251,10 +254,15 @@ def audit_log(
 
 
 @router.get("/audit/verify", tags=["audit"], openapi_extra=needs("audit:read"))
-def audit_verify(db: DB, _who: Annotated[Principal, Depends(require("audit:read"))]) -> AuditChain:
-    """Check the whole chain (every tenant's rows: the chain is one)."""
-    count, problems = verify(db)
-    last = db.scalars(select(AuditEvent).order_by(AuditEvent.seq.desc()).limit(1)).first()
-    return AuditChain(rows=count, whole=not problems,
-                      problems=[f"row {p.seq}: {p.why}" for p in problems],
-                      head=last.digest.hex() if last else None)  # fmt: skip
+def audit_verify(
+    db: DB, key: AuditKeyDep, who: Annotated[Principal, Depends(require("audit:read"))]
+) -> AuditChain:
+    """Check the tenant's chain: its rows' digests, and its head's MAC under the audit key.
+    Other tenants' rows are neither checked nor counted (the operator's `sealtrace server
+    audit-verify` checks every chain)."""
+    verdict = verify(db, key, tenant_id=who.tenant_id)
+    head = verdict.heads[0] if verdict.heads else None
+    return AuditChain(rows=verdict.rows, whole=verdict.whole,
+                      problems=[f"row {p.seq}: {p.why}" for p in verdict.problems],
+                      head=head.digest.hex() if head else None,
+                      head_seq=head.chain_seq if head else 0)  # fmt: skip

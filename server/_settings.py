@@ -26,6 +26,9 @@ class ServerSettings(BaseSettings):
     # guessed token.
     secret_key: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     kms_key_id: str = "alias/sealtrace-run-keys"
+    # A KMS HMAC_256 key that MACs the audit chain (sealtrace.server._audit_key). Empty: a
+    # key derived from secret_key, in development only.
+    audit_key_id: str = ""
     aws_region: str = "us-east-1"
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Where recorders put runs when they are not told (s3://bucket[/prefix]); each tenant's
@@ -49,6 +52,11 @@ class ServerSettings(BaseSettings):
                 raise ValueError("SEALTRACE_SERVER_SECRET_KEY must be set in production")
             if self.database_url.startswith("sqlite"):
                 raise ValueError("production needs PostgreSQL (SEALTRACE_SERVER_DATABASE_URL)")
+            if not self.audit_key_id:
+                raise ValueError(
+                    "production needs SEALTRACE_SERVER_AUDIT_KEY_ID (a KMS HMAC_256 key that "
+                    "MACs the audit chain)"
+                )
         if self.mint_batch < 1 or self.lease_batch < 1:
             raise ValueError("mint_batch and lease_batch must be at least 1")
         return self

@@ -138,25 +138,26 @@ def create_token(
 @app.command("audit-verify")
 @guarded
 def audit_verify(as_json: JsonOpt = False) -> None:
-    """Check the audit log's hash chain. Exit 3 if it is broken."""
-    from sqlalchemy import select
-
+    """Check every tenant's audit chain (digests, and each head's MAC under the audit key) and
+    that no row is missing. Exit 3 if any is broken."""
     from ._audit import verify
-    from ._models import AuditEvent
+    from ._audit_key import audit_key
 
     with _factory()() as db:
-        count, problems = verify(db)
-        last = db.scalars(select(AuditEvent).order_by(AuditEvent.seq.desc()).limit(1)).first()
-    head = last.digest.hex() if last else None
+        verdict = verify(db, audit_key(_settings()))
+    heads = {h.chain: {"row": h.chain_seq, "digest": h.digest.hex()} for h in verdict.heads}
+    found = [f"row {p.seq}: {p.why}" for p in verdict.problems]
     if as_json:
-        found = [f"row {p.seq}: {p.why}" for p in problems]
-        typer.echo(json.dumps({"rows": count, "whole": not problems, "head": head,
+        typer.echo(json.dumps({"rows": verdict.rows, "whole": verdict.whole, "heads": heads,
                                "problems": found}))  # fmt: skip
     else:
-        typer.echo(f"{count} rows, head {head}: " + ("whole" if not problems else "BROKEN"))
-        for p in problems:
-            typer.echo(f"row {p.seq}: {p.why}")
-    if problems:
+        typer.echo(f"{verdict.rows} rows in {len(heads)} chains: "
+                   + ("whole" if verdict.whole else "BROKEN"))  # fmt: skip
+        for chain, head in heads.items():
+            typer.echo(f"head of {chain}: row {head['row']} {head['digest']}")
+        for line in found:
+            typer.echo(line)
+    if not verdict.whole:
         raise typer.Exit(3)
 
 
@@ -165,9 +166,10 @@ def _audit_cli(action: str, target: str, tenant_id: int) -> None:
     import getpass
 
     from ._audit import append
+    from ._audit_key import audit_key
 
-    append(_factory(), actor=f"cli:{getpass.getuser()}", action=action, target=target,
-           result="ok", tenant_id=tenant_id)  # fmt: skip
+    append(_factory(), audit_key(_settings()), actor=f"cli:{getpass.getuser()}", action=action,
+           target=target, result="ok", tenant_id=tenant_id)  # fmt: skip
 
 
 def _factory() -> sessionmaker[Session]:

@@ -137,6 +137,9 @@ class Stack:
                     "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
         kms = self.aws_client("kms")
         self.kms_key = kms.create_key(Description="sealtrace run keys")["KeyMetadata"]["KeyId"]
+        audit = kms.create_key(Description="sealtrace audit chain", KeySpec="HMAC_256",
+                               KeyUsage="GENERATE_VERIFY_MAC")  # fmt: skip
+        self.audit_key = audit["KeyMetadata"]["KeyId"]
         self.bucket = "sealtrace-local"
         self.aws_client("s3").create_bucket(Bucket=self.bucket, ObjectLockEnabledForBucket=True)
         self.db = self.work / "server.db"
@@ -144,6 +147,7 @@ class Stack:
                     "SEALTRACE_SERVER_DATABASE_URL": f"sqlite:///{self.db}",
                     "SEALTRACE_SERVER_SECRET_KEY": base64.b64encode(os.urandom(24)).decode(),
                     "SEALTRACE_SERVER_KMS_KEY_ID": self.kms_key,
+                    "SEALTRACE_SERVER_AUDIT_KEY_ID": self.audit_key,
                     "SEALTRACE_SERVER_REDIS_URL": self.redis.url,
                     "SEALTRACE_SERVER_STORE": f"s3://{self.bucket}",
                     "XDG_CACHE_HOME": str(self.work / "cache"),

@@ -98,6 +98,15 @@ def kms(moto_server: str, aws_env: dict[str, str]) -> Any:
 
 
 @pytest.fixture
+def audit_key_id(kms: tuple[Any, str]) -> str:
+    """A fresh KMS HMAC key on moto's server, for the audit chain."""
+    client, _ = kms
+    made = client.create_key(Description="sealtrace audit chain (test)", KeySpec="HMAC_256",
+                             KeyUsage="GENERATE_VERIFY_MAC")  # fmt: skip
+    return str(made["KeyMetadata"]["KeyId"])
+
+
+@pytest.fixture
 def store(database_url: str) -> Iterator[tuple[Any, Any]]:
     """(engine, session factory) on a fresh migrated database; the engine is disposed after."""
     from sealtrace.server._db import connect

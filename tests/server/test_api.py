@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -21,20 +22,23 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
 from sealtrace.server._app import create_app
+from sealtrace.server._audit_key import KmsAuditKey
 from sealtrace.server._auth import hash_password, issue_token
 from sealtrace.server._key_service import KmsKeyWrapper
-from sealtrace.server._models import Role, Scope, Tenant, User
+from sealtrace.server._models import AuditEvent, Role, Scope, Tenant, User
 from sealtrace.server._settings import ServerSettings
+
+from ._audit_attack import rechain_after_rewrite
 
 SECRET = "test-secret-key-" + "x" * 16
 
 
 @pytest.fixture
 def api(
-    database_url: str, store: tuple[Any, Any], kms: tuple[Any, str]
+    database_url: str, store: tuple[Any, Any], kms: tuple[Any, str], audit_key_id: str
 ) -> Iterator[tuple[TestClient, dict[str, str]]]:
     """The app, two tenants, a user of each role in acme, an oncall user in globex, and a
     record token for acme; returns the client and {name: token}."""
@@ -53,7 +57,8 @@ def api(
         tokens["record"] = issue_token(db, SECRET.encode(), tenant_id=acme.id,
                                        scope=Scope.RECORD, name="prod")  # fmt: skip
         db.commit()
-    app = create_app(settings, wrapper=KmsKeyWrapper(client, key_id))
+    app = create_app(settings, wrapper=KmsKeyWrapper(client, key_id),
+                     audit=KmsAuditKey(client, audit_key_id))  # fmt: skip
     with TestClient(app) as http:
         for tenant, name in (("acme", "ada"), ("acme", "aud"), ("globex", "gil")):
             login = {"tenant": tenant, "user": name, "password": f"{name}-pw"}
@@ -61,6 +66,12 @@ def api(
             assert got.status_code == 200, got.text
             tokens[name] = got.json()["token"]
         yield http, tokens
+
+
+def _cli_env(database_url: str, audit_key_id: str) -> dict[str, str]:
+    return {**os.environ, "SEALTRACE_SERVER_DATABASE_URL": database_url,
+            "SEALTRACE_SERVER_SECRET_KEY": SECRET,
+            "SEALTRACE_SERVER_AUDIT_KEY_ID": audit_key_id}  # fmt: skip
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -135,16 +146,18 @@ def test_another_tenant_gets_404(api: tuple[TestClient, dict[str, str]]) -> None
 
 
 def test_the_audit_chain_through_the_api_and_the_cli(
-    api: tuple[TestClient, dict[str, str]], database_url: str, store: tuple[Any, Any]
+    api: tuple[TestClient, dict[str, str]],
+    database_url: str,
+    store: tuple[Any, Any],
+    audit_key_id: str,
 ) -> None:
     http, tokens = api
     _recorded_run(http, tokens["record"])
     chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
-    assert chain["whole"] and chain["rows"] >= 6 and chain["head"]
+    assert chain["whole"] and chain["rows"] == 5 and chain["head"]  # acme's rows only
     actions = [e["action"] for e in http.get("/v1/audit", headers=_auth(tokens["aud"])).json()]
     assert {"login", "keys.lease", "run.register", "run.finish"} <= set(actions)
-    env = {**os.environ, "SEALTRACE_SERVER_DATABASE_URL": database_url,
-           "SEALTRACE_SERVER_SECRET_KEY": SECRET}  # fmt: skip
+    env = _cli_env(database_url, audit_key_id)
     cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify"]
     ok = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert ok.returncode == 0 and b"whole" in ok.stdout, ok.stderr
@@ -154,6 +167,60 @@ def test_the_audit_chain_through_the_api_and_the_cli(
         conn.execute(text("UPDATE audit_events SET actor = 'user:mallory' WHERE seq = 2"))
     broken = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert broken.returncode == 3 and b"row 2" in broken.stdout, broken.stdout
+
+
+def test_a_rewritten_and_rechained_log_is_not_whole(
+    api: tuple[TestClient, dict[str, str]],
+    database_url: str,
+    store: tuple[Any, Any],
+    audit_key_id: str,
+) -> None:
+    """Issue 21, finding 8: rewriting a row and recomputing every digest after it must not
+    verify as whole, through the API or the command line."""
+    http, tokens = api
+    _recorded_run(http, tokens["record"])
+    env = _cli_env(database_url, audit_key_id)
+    cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify"]
+    # Control: untouched, the chain is whole both ways.
+    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    untouched = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
+    assert (chain["whole"], untouched.returncode) == (True, 0), (chain, untouched.stdout)
+    _, factory = store
+    rechain_after_rewrite(factory, 2, actor="user:mallory")  # aud's sign-in, in acme's chain
+    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    forged = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
+    assert (chain["whole"], forged.returncode) == (False, 3), (chain, forged.stdout)
+    assert b"BROKEN" in forged.stdout
+    assert any("MAC" in p for p in chain["problems"]), chain
+
+
+def test_an_auditor_verifies_and_counts_only_the_tenants_chain(
+    api: tuple[TestClient, dict[str, str]],
+    database_url: str,
+    store: tuple[Any, Any],
+    audit_key_id: str,
+) -> None:
+    http, tokens = api
+    _recorded_run(http, tokens["record"])
+    _, factory = store
+    with factory() as db:
+        acme = db.scalars(select(Tenant.id).where(Tenant.name == "acme")).one()
+        mine = db.scalar(select(func.count()).where(AuditEvent.tenant_id == acme))
+        everyone = db.scalar(select(func.count()).select_from(AuditEvent))
+        gil_login = db.scalars(select(AuditEvent.seq).where(AuditEvent.actor == "user:gil")).one()
+    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    assert chain["whole"] and chain["rows"] == mine == chain["head_seq"] and mine < everyone
+    # Globex's chain forged: acme's auditor neither sees it nor is told about it; the
+    # operator's check, over every chain, finds it.
+    rechain_after_rewrite(factory, gil_login, actor="user:mallory")
+    assert http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json() == chain
+    cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify", "--json"]
+    env = _cli_env(database_url, audit_key_id)
+    broken = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
+    verdict = json.loads(broken.stdout)
+    assert broken.returncode == 3 and verdict["rows"] == everyone, verdict
+    assert set(verdict["heads"]) == {f"tenant:{acme}", f"tenant:{acme + 1}"}
+    assert any(f"row {gil_login}: the head of tenant:" in p for p in verdict["problems"])
 
 
 def test_the_database_holds_no_token_secret_or_password(
