@@ -150,10 +150,11 @@ class SessionService:
             query = query.with_for_update(skip_locked=True)
         return db.scalars(query).first()
 
-    def get(self, tenant_id: int, session_id: str) -> PlatformSession:
-        """The session; one its agent never took up within `assign_timeout` has failed."""
+    def get(self, tenant_id: int, session_id: str, *, user_id: int | None) -> PlatformSession:
+        """The session, if it is `user_id`'s (None: the caller is its agent, which the
+        caller checks); one its agent never took up within `assign_timeout` has failed."""
         with self.factory() as db:
-            session = self._session(db, tenant_id, session_id)
+            session = self._session(db, tenant_id, session_id, user_id)
         if session.status == "assigned" and _now() - session.opened > self.assign_timeout:
             return self._end(tenant_id, session_id, "failed",
                              "no agent took the session up in time")  # fmt: skip
@@ -177,7 +178,10 @@ class SessionService:
                 return session
         return self._end(tenant_id, session_id, state, detail)
 
-    def close(self, tenant_id: int, session_id: str) -> PlatformSession:
+    def close(self, tenant_id: int, user_id: int, session_id: str) -> PlatformSession:
+        """The user ends their session (SessionNotFound for anyone else's)."""
+        with self.factory() as db:
+            self._session(db, tenant_id, session_id, user_id)
         self.relay.close(session_id)
         return self._end(tenant_id, session_id, "closed", "closed by the user")
 
@@ -207,9 +211,13 @@ class SessionService:
         return session
 
     @staticmethod
-    def _session(db: DbSession, tenant_id: int, session_id: str) -> PlatformSession:
+    def _session(
+        db: DbSession, tenant_id: int, session_id: str, user_id: int | None = None
+    ) -> PlatformSession:
+        """The tenant's session; with `user_id`, only if that user opened it. Someone else's
+        is not found, exactly like one that does not exist."""
         session = owned(db, PlatformSession, session_id, tenant_id)
-        if session is None:
+        if session is None or (user_id is not None and session.user_id != user_id):
             raise SessionNotFound(f"no session {session_id}")
         return session
 
