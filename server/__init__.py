@@ -23,6 +23,7 @@ from ._errors import (
     NoAgent,
     RunNotFound,
     SessionClosed,
+    SessionMoveRefused,
     SessionNotFound,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "RunNotFound",
     "ServerSettings",
     "SessionClosed",
+    "SessionMoveRefused",
     "SessionNotFound",
     "create_app",
 ]

@@ -25,6 +25,7 @@ from ._errors import (
     NoAgent,
     RunNotFound,
     SessionClosed,
+    SessionMoveRefused,
     SessionNotFound,
 )
 from ._models import PlatformSession
@@ -150,8 +151,7 @@ def ask(
     try:
         answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
     except AgentGone as exc:
-        services.sessions.agent_state(who.tenant_id, session.agent_id or "", session_id,
-                                      "failed", str(exc))  # fmt: skip
+        services.sessions.fail(who.tenant_id, session_id, str(exc))
         services.audit(who, f"session.{question.kind}", session_id, "failed", str(exc))
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
     except SessionClosed as exc:
@@ -268,6 +268,9 @@ def session_state(
                                                 body.state, body.detail)  # fmt: skip
     except SessionNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except SessionMoveRefused as exc:
+        services.audit(who, f"session.{body.state}", session_id, "denied", str(exc))
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     services.audit(who, f"session.{body.state}", session_id,
                    "failed" if body.state == "failed" else "ok", body.detail)  # fmt: skip
     return _view(session)

@@ -9,6 +9,7 @@ Seams: `Dispatcher` is the task queue (Celery on Redis: CeleryDispatcher).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import secrets
 from typing import Any, Protocol
@@ -19,7 +20,14 @@ from sqlalchemy.orm import sessionmaker
 
 from sealtrace.agent import ASSIGNMENT_TASK
 
-from ._errors import DispatchError, KeyServiceError, NoAgent, RunNotFound, SessionNotFound
+from ._errors import (
+    DispatchError,
+    KeyServiceError,
+    NoAgent,
+    RunNotFound,
+    SessionMoveRefused,
+    SessionNotFound,
+)
 from ._key_service import KeyService
 from ._models import Agent, PlatformSession, Run, RunStatus, owned
 from ._relay import Relay
@@ -28,6 +36,9 @@ __all__ = ["AGENT_FRESH", "CeleryDispatcher", "Dispatcher", "SessionService"]
 
 AGENT_FRESH = dt.timedelta(seconds=30)  # an idle agent heard from this recently is alive
 _OPENABLE = (RunStatus.COMPLETE, RunStatus.INCOMPLETE)
+# What an agent may report, and the states its session may be in for that: assigned →
+# ready → closed or failed, and assigned → failed. An ended session stays ended.
+_AGENT_MOVES = {"ready": ("assigned",), "failed": ("assigned", "ready"), "closed": ("ready",)}
 
 
 class Dispatcher(Protocol):
@@ -163,20 +174,33 @@ class SessionService:
     def agent_state(
         self, tenant_id: int, agent_id: str, session_id: str, state: str, detail: str = ""
     ) -> PlatformSession:
-        """The agent reports its session ready, failed or closed."""
-        if state not in ("ready", "failed", "closed"):
+        """The agent reports its session ready, failed or closed. Only the moves in
+        _AGENT_MOVES happen; reporting the state the session is already in changes nothing
+        (a retry, or the agent acknowledging a user's close); anything else is
+        SessionMoveRefused and leaves the session as it was."""
+        if state not in _AGENT_MOVES:
             raise ValueError(f"an agent reports ready, failed or closed, not {state!r}")
         with self.factory() as db:
-            session = self._session(db, tenant_id, session_id)
-            if session.agent_id != agent_id:
+            # Locked (PostgreSQL) so a user's close cannot slip between check and move.
+            session = db.get(PlatformSession, session_id, with_for_update=True)
+            if session is None or session.tenant_id != tenant_id or session.agent_id != agent_id:
                 raise SessionNotFound(f"no session {session_id} for this agent")
-        if state == "ready":
-            with self.factory() as db:
-                session = self._session(db, tenant_id, session_id)
+            if session.status == state:
+                return session
+            if session.status not in _AGENT_MOVES[state]:
+                raise SessionMoveRefused(
+                    f"the session is {session.status}: it cannot become {state}"
+                )
+            if state == "ready":
                 session.status = "ready"
                 db.commit()
                 return session
-        return self._end(tenant_id, session_id, state, detail)
+            return self._end(tenant_id, session_id, state, detail, db=db)
+
+    def fail(self, tenant_id: int, session_id: str, detail: str) -> PlatformSession:
+        """The server gives up on the session (its agent went silent); an ended one stays
+        as it ended."""
+        return self._end(tenant_id, session_id, "failed", detail)
 
     def close(self, tenant_id: int, user_id: int, session_id: str) -> PlatformSession:
         """The user ends their session (SessionNotFound for anyone else's)."""
@@ -193,10 +217,11 @@ class SessionService:
         detail: str,
         *,
         agent_after: str = "gone",  # disposable: an agent serves one session
+        db: DbSession | None = None,
     ) -> PlatformSession:
-        """End the session. An agent that never received it (the key or the queue failed
-        first) goes back to idle; one that did is done."""
-        with self.factory() as db:
+        """End the session (in `db`'s transaction if given). An agent that never received
+        it (the key or the queue failed first) goes back to idle; one that did is done."""
+        with contextlib.nullcontext(db) if db is not None else self.factory() as db:
             session = self._session(db, tenant_id, session_id)
             if session.status not in ("closed", "failed"):
                 session.status = status

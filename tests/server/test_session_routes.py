@@ -4,6 +4,9 @@ queue is a list and the sealing of the run's key is not under test here).
 - a session belongs to the user who opened it: another user of the same tenant gets 404 on
   reading, asking and closing it, as for a session that does not exist, and the session is
   left as it was; the auditor's role holds no session permission at all;
+- an agent's reports move a session one way only: assigned → ready → closed or failed, and
+  assigned → failed; any other move is 409 and leaves the session as it was; repeating the
+  state a session is in changes nothing (the agent's acknowledgment of a user's close).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from ._api import auth, recorded_run
@@ -62,3 +66,50 @@ def test_a_session_belongs_to_the_user_who_opened_it(
     assert _status(http, tokens["ada"], session_id) == "ready"
     closed = http.post(f"/v1/sessions/{session_id}/close", headers=auth(tokens["ada"]))
     assert closed.status_code == 200 and closed.json()["status"] == "closed"
+
+
+# (reports the agent makes first, the report under test, its status, the session after)
+MOVES = [
+    ([], "ready", 200, "ready"),
+    ([], "failed", 200, "failed"),
+    (["ready"], "closed", 200, "closed"),
+    (["ready"], "failed", 200, "failed"),
+    (["ready"], "ready", 200, "ready"),  # a repeated report changes nothing
+    (["ready", "closed"], "closed", 200, "closed"),
+    ([], "closed", 409, "assigned"),  # closed without ever being ready
+    (["ready", "closed"], "ready", 409, "closed"),
+    (["ready", "failed"], "ready", 409, "failed"),
+    (["failed"], "ready", 409, "failed"),
+    (["ready", "closed"], "failed", 409, "closed"),
+    (["ready", "failed"], "closed", 409, "failed"),
+]
+
+
+@pytest.mark.parametrize(("before", "report", "code", "after"), MOVES)
+def test_an_agent_moves_its_session_one_way(
+    api: tuple[TestClient, dict[str, str]], before: list[str], report: str, code: int, after: str
+) -> None:
+    http, tokens = api
+    session_id, agent_id = _open(http, tokens)
+    path = f"/v1/agents/{agent_id}/sessions/{session_id}/state"
+    for state in before:
+        assert http.post(path, json={"state": state},
+                         headers=auth(tokens["agent"])).status_code == 200  # fmt: skip
+    reply = http.post(path, json={"state": report}, headers=auth(tokens["agent"]))
+    assert reply.status_code == code, reply.text
+    assert _status(http, tokens["ada"], session_id) == after
+
+
+def test_a_session_the_user_closed_stays_closed(api: tuple[TestClient, dict[str, str]]) -> None:
+    http, tokens = api
+    session_id, agent_id = _open(http, tokens)
+    path = f"/v1/agents/{agent_id}/sessions/{session_id}/state"
+    close = http.post(f"/v1/sessions/{session_id}/close", headers=auth(tokens["ada"]))
+    assert close.status_code == 200
+    # The agent loads it late: it cannot make it ready again ...
+    assert http.post(path, json={"state": "ready"},
+                     headers=auth(tokens["agent"])).status_code == 409  # fmt: skip
+    assert _status(http, tokens["ada"], session_id) == "closed"
+    # ... and its acknowledgment of the close is accepted and changes nothing.
+    ack = http.post(path, json={"state": "closed"}, headers=auth(tokens["agent"]))
+    assert ack.status_code == 200 and ack.json()["detail"] == "closed by the user"
