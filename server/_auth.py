@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from ._models import ApiToken, Role, Scope, User
@@ -29,6 +30,7 @@ __all__ = [
     "hash_password",
     "issue_token",
     "resolve_token",
+    "revoke_token",
     "verify_password",
 ]
 
@@ -111,10 +113,21 @@ def issue_token(
             scope=scope,
             name=name,
             secret_digest=_secret_digest(key, secret),
-            expires=dt.datetime.now(dt.UTC) + lifetime if lifetime else None,
+            # A zero lifetime is an expired token, never an everlasting one.
+            expires=dt.datetime.now(dt.UTC) + lifetime if lifetime is not None else None,
         )
     )
     return f"st_{token_id}_{secret}"
+
+
+def revoke_token(db: Session, token_id: str) -> None:
+    """The token stops resolving at once (its row stays, for the audit trail). Not
+    committed."""
+    db.execute(
+        update(ApiToken)
+        .where(ApiToken.id == token_id, ApiToken.revoked.is_(None))
+        .values(revoked=dt.datetime.now(dt.UTC))
+    )
 
 
 def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:

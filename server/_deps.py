@@ -21,7 +21,7 @@ from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings
 
-__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "needs", "require"]
+__all__ = ["DB", "Keys", "Services", "ServicesDep", "Settings", "SignedIn", "needs", "require"]
 
 
 @dataclass
@@ -75,25 +75,33 @@ Settings = Annotated[ServerSettings, Depends(_settings)]
 _bearer = HTTPBearer(auto_error=False, description="An API token: st_<id>_<secret>")
 
 
+def _principal(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The principal the bearer token stands for, resolved on every request (so an expired
+    or revoked token stops working at once); 401 without a valid one."""
+    principal = None
+    if credentials is not None:
+        with services.factory() as db:
+            principal = resolve_token(db, services.token_key, credentials.credentials)
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid API token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+SignedIn = Annotated[Principal, Depends(_principal)]
+
+
 def require(permission: str) -> Callable[..., Any]:
     """A dependency that yields the principal if it holds `permission`: 401 without a valid
     token, 403 (and an audit event) without the permission."""
 
-    def check(
-        services: ServicesDep,
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Principal:
-        principal = None
-        if credentials is not None:
-            with services.factory() as db:
-                principal = resolve_token(db, services.token_key, credentials.credentials)
-        if principal is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "a valid API token is required",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    def check(services: ServicesDep, request: Request, principal: SignedIn) -> Principal:
         if permission not in principal.permissions:
             services.audit(principal, f"denied {request.method} {request.url.path}",
                            permission, "denied")  # fmt: skip

@@ -12,13 +12,13 @@ import binascii
 import datetime as dt
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from ._audit import verify
-from ._auth import Principal, issue_token, verify_password
-from ._deps import DB, Keys, ServicesDep, Settings, needs, require
+from ._auth import Principal, issue_token, revoke_token, verify_password
+from ._deps import DB, Keys, ServicesDep, Settings, SignedIn, needs, require
 from ._errors import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
 
@@ -71,6 +71,18 @@ def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Tok
     who = Principal("", user.tenant_id, Scope.USER, user.id, user.name, user.role)
     services.audit(who, "login", f"user:{user.name}", "ok")
     return Token(token=token, expires=dt.datetime.now(dt.UTC) + lifetime, role=user.role.value)
+
+
+@router.post("/auth/logout", tags=["auth"], status_code=204,
+             openapi_extra=needs("none: a user token revokes itself"))  # fmt: skip
+def logout(db: DB, services: ServicesDep, who: SignedIn) -> Response:
+    """Revoke the login token this request carries: it stops working at once."""
+    if who.scope is not Scope.USER:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only a login token logs out")
+    revoke_token(db, who.token_id)
+    db.commit()
+    services.audit(who, "logout", f"user:{who.user_name}", "ok")
+    return Response(status_code=204)
 
 
 # -- recorders ---------------------------------------------------------------------------

@@ -34,6 +34,8 @@ class ServerSettings(BaseSettings):
     # Keys minted per batch, and how many one lease hands out.
     mint_batch: int = 32
     lease_batch: int = 8
+    # How long a login token works (checked on every request; POST /v1/auth/logout ends
+    # one sooner).
     user_token_hours: float = 12.0
     # How long a user's question waits for its answer, and how long an agent may go without
     # polling while a question waits before its session fails.
@@ -51,4 +53,6 @@ class ServerSettings(BaseSettings):
                 raise ValueError("production needs PostgreSQL (SEALTRACE_SERVER_DATABASE_URL)")
         if self.mint_batch < 1 or self.lease_batch < 1:
             raise ValueError("mint_batch and lease_batch must be at least 1")
+        if not self.user_token_hours > 0:
+            raise ValueError("user_token_hours must be more than 0")
         return self
