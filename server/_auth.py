@@ -27,6 +27,7 @@ __all__ = [
     "PERMISSIONS",
     "SCOPE_PERMISSIONS",
     "Principal",
+    "check_login",
     "hash_password",
     "issue_token",
     "resolve_token",
@@ -54,6 +55,19 @@ _HASHER = PasswordHasher()  # argon2id with the library's current parameters
 
 def hash_password(password: str) -> str:
     return _HASHER.hash(password)
+
+
+# Verified in place of an unknown user's hash, so that signing in as nobody costs the same
+# argon2 work as a wrong password and the time of a refusal does not tell who exists.
+_DUMMY_HASH = _HASHER.hash(secrets.token_urlsafe(24))
+
+
+def check_login(user: User | None, password: str) -> bool:
+    """Whether `password` is `user`'s; for no user, the same work and False."""
+    if user is None:
+        verify_password(_DUMMY_HASH, password)
+        return False
+    return verify_password(user.password_hash, password)
 
 
 def verify_password(stored: str, password: str) -> bool:

@@ -1,5 +1,6 @@
-"""What routes get injected: the settings, a database session, the key service, and the
-principal a bearer token stands for, checked against the permission a route needs.
+"""What routes get injected: the settings, a database session, the key service, the
+sign-in limiter, and the principal a bearer token stands for, checked against the
+permission a route needs.
 
 Routes never build these themselves; create_app() puts one `Services` on the app's state.
 """
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from . import _audit
 from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
 from ._key_service import KeyService
+from ._login_limit import LoginLimiter
 from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings
@@ -31,6 +33,7 @@ class Services:
     keys: KeyService
     relay: Relay
     sessions: SessionService
+    logins: LoginLimiter
 
     @property
     def token_key(self) -> bytes:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from ._audit import verify
-from ._auth import Principal, issue_token, revoke_token, verify_password
+from ._auth import Principal, check_login, issue_token, revoke_token
 from ._deps import DB, Keys, ServicesDep, Settings, SignedIn, needs, require
 from ._errors import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
@@ -54,16 +55,31 @@ class Token(BaseModel):
 
 
 @router.post("/auth/login", tags=["auth"], openapi_extra=needs("none: a password signs in"))
-def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Token:
-    """Exchange a tenant, user name and password for a user token (its role decides)."""
+def login(
+    body: Login, request: Request, db: DB, services: ServicesDep, settings: Settings
+) -> Token:
+    """Exchange a tenant, user name and password for a user token (its role decides).
+    Repeated failures are refused with 429 for a while (server/_login_limit.py); an unknown
+    user costs the same work as a wrong password."""
+    address = request.client.host if request.client else "unknown"
+    account = f"{body.tenant}/{body.user}"
+    wait = services.logins.retry_after(address, account)
+    if wait is not None:
+        tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
+        services.audit(None, "login", account, "denied", f"rate limited ({address})",
+                       tenant_id=tenant)  # fmt: skip
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "too many failed sign-ins",
+                            headers={"Retry-After": str(math.ceil(wait))})  # fmt: skip
     user = db.scalars(
         select(User).join(Tenant, Tenant.id == User.tenant_id)
         .where(Tenant.name == body.tenant, User.name == body.user)
     ).first()  # fmt: skip
-    if user is None or not verify_password(user.password_hash, body.password):
+    if not check_login(user, body.password) or user is None:
+        services.logins.failed(address, account)
         tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
-        services.audit(None, "login", f"{body.tenant}/{body.user}", "denied", tenant_id=tenant)
+        services.audit(None, "login", account, "denied", tenant_id=tenant)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong tenant, user or password")
+    services.logins.succeeded(address, account)
     lifetime = dt.timedelta(hours=settings.user_token_hours)
     token = issue_token(db, services.token_key, tenant_id=user.tenant_id, scope=Scope.USER,
                         name="login", user=user, lifetime=lifetime)  # fmt: skip

@@ -4,19 +4,27 @@
   a lifetime of zero is refused in the settings and is an expired token, never an
   everlasting one;
 - logging out revokes the token at once; the user's other tokens and other users' keep
-  working; only a login token logs out.
+  working; only a login token logs out;
+- signing in as an unknown user (or tenant) runs the same argon2 verification as a wrong
+  password, and answers the same;
+- failed sign-ins are limited per account and address (429 with Retry-After past the
+  limit, audited), without locking the user out from elsewhere or other users out from
+  the same address, until the window passes; one address spraying accounts meets its own
+  limit; the limiter's memory stays bounded.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
 
 from sealtrace.server._auth import issue_token, resolve_token
+from sealtrace.server._login_limit import LoginLimiter
 from sealtrace.server._models import Scope
 from sealtrace.server._settings import ServerSettings
 
@@ -69,3 +77,90 @@ def test_a_zero_lifetime_is_no_lifetime(store: tuple[Any, Any], database_url: st
                             lifetime=dt.timedelta(0))  # fmt: skip
         db.commit()
         assert resolve_token(db, b"k" * 32, token) is None
+
+
+class _CountingHasher(PasswordHasher):
+    """argon2id as configured, counting the verifications it runs."""
+
+    calls = 0
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        type(self).calls += 1
+        return super().verify(hash, password)
+
+
+@pytest.mark.parametrize(
+    "login",
+    [
+        {"tenant": "acme", "user": "ada", "password": "wrong"},  # a known user
+        {"tenant": "acme", "user": "nobody", "password": "wrong"},
+        {"tenant": "no-such-tenant", "user": "ada", "password": "wrong"},
+    ],
+)
+def test_an_unknown_user_costs_what_a_wrong_password_does(
+    api: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch, login: dict[str, str]
+) -> None:
+    """The same argon2 verification runs whether the user exists or not, so the time of a
+    refusal does not say which users exist (timing itself is too noisy to test)."""
+    import sealtrace.server._auth as auth_module
+
+    http, _ = api
+    _CountingHasher.calls = 0
+    monkeypatch.setattr(auth_module, "_HASHER", _CountingHasher())
+    refused = http.post("/v1/auth/login", json=login)
+    assert refused.status_code == 401
+    assert refused.json() == {"detail": "wrong tenant, user or password"}
+    assert _CountingHasher.calls == 1
+
+
+def test_sign_in_is_rate_limited_per_account_and_address(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    http, _ = api
+    services: Any = http.app.state.services  # type: ignore[attr-defined]
+    now = [1000.0]
+    services.logins = LoginLimiter(per_account=3, per_address=6, window=60.0,
+                                   clock=lambda: now[0])  # fmt: skip
+    wrong = {**ADA, "password": "wrong"}
+    for _ in range(3):
+        assert http.post("/v1/auth/login", json=wrong).status_code == 401
+    # Past the limit even the right password waits, and is told for how long.
+    limited = http.post("/v1/auth/login", json=ADA)
+    assert limited.status_code == 429 and 0 < int(limited.headers["Retry-After"]) <= 60
+    # Not a lockout of anyone else: another user from the same address, and ada from
+    # another address, sign in.
+    bob = {"tenant": "acme", "user": "bob", "password": "bob-pw"}
+    assert http.post("/v1/auth/login", json=bob).status_code == 200
+    elsewhere = TestClient(http.app, client=("192.0.2.7", 40000))
+    assert elsewhere.post("/v1/auth/login", json=ADA).status_code == 200
+    # Once the window has passed, ada signs in here again.
+    now[0] += 61
+    assert http.post("/v1/auth/login", json=ADA).status_code == 200
+    # One address spraying many accounts meets the address's limit.
+    for name in ("u1", "u2", "u3", "u4", "u5", "u6"):
+        attempt = {"tenant": "acme", "user": name, "password": "x"}
+        assert http.post("/v1/auth/login", json=attempt).status_code == 401
+    assert http.post("/v1/auth/login", json=bob).status_code == 429
+    assert elsewhere.post("/v1/auth/login", json=bob).status_code == 200
+    auditor = {"tenant": "acme", "user": "aud", "password": "aud-pw"}
+    token = elsewhere.post("/v1/auth/login", json=auditor).json()["token"]
+    log = http.get("/v1/audit", headers=auth(token)).json()
+    assert any("rate limited" in e["detail"] for e in log)
+
+
+def test_the_limiter_stays_bounded() -> None:
+    import sealtrace.server._login_limit as limit
+
+    now = [0.0]
+    limiter = LoginLimiter(per_account=2, per_address=4, window=10.0, clock=lambda: now[0])
+    for i in range(50):
+        limiter.failed("198.51.100.1", f"acme/u{i}")
+        assert len(limiter._failures[("address", "198.51.100.1")]) <= 4
+    now[0] += 11
+    assert limiter.retry_after("198.51.100.1", "acme/u0") is None
+    old, limit._MAX_KEYS = limit._MAX_KEYS, 10
+    try:
+        limiter.failed("198.51.100.2", "acme/x")
+    finally:
+        limit._MAX_KEYS = old
+    assert len(limiter._failures) == 2
