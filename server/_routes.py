@@ -2,7 +2,8 @@
 the audit log. Each route names the permission it needs (sealtrace.server._auth); OpenAPI
 carries it as `x-permission`.
 
-Another tenant's run answers 404, the same as a run that does not exist.
+Another tenant's run answers 404, the same as a run that does not exist; so does, to a
+recorder, a run whose key was leased to another token.
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def register_run(
     """A recorder started a run with a leased key and wrote its header."""
     wrapped = _unb64(body.wrapped_recording_key, "wrapped_recording_key")
     try:
-        run = keys.register(who.tenant_id, run_id, wrapped_recording_key=wrapped,
+        run = keys.register(who.tenant_id, run_id, token_id=who.token_id,
+                            wrapped_recording_key=wrapped,
                             store=body.store, service=body.service, host=body.host)  # fmt: skip
     except RunNotFound as exc:
         raise _not_found(exc) from None
@@ -205,7 +207,7 @@ def finish_run(
 ) -> RunView:
     """The run ended: complete, incomplete (the recording stopped early) or failed."""
     try:
-        run = keys.finish(who.tenant_id, run_id, RunStatus(body.status),
+        run = keys.finish(who.tenant_id, run_id, RunStatus(body.status), token_id=who.token_id,
                           exit_status=body.exit_status, detail=body.detail)  # fmt: skip
     except RunNotFound as exc:
         raise _not_found(exc) from None

@@ -3,6 +3,7 @@
 - OpenAPI names the permission of every operation;
 - sign-in gives a user token; a wrong password is 401 and an audit event;
 - a `record` token leases keys and registers and finishes runs, and reads nothing back;
+  another record token of the same tenant can neither register nor finish them (404);
 - a user of another tenant gets 404 for a run, and an empty list;
 - the auditor reads runs and the audit log; the audit chain verifies through the API and
   the CLI, and the CLI exits 3 once a row is changed;
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -18,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select, text
+
+from sealtrace.server._auth import issue_token
+from sealtrace.server._models import Scope, Tenant
 
 from ._api import SECRET, auth, recorded_run
 
@@ -60,6 +65,36 @@ def test_a_record_token_records_and_reads_nothing_back(
     assert seen.status_code == 200 and seen.json()["service"] == "checkout"
     # And a person cannot lease keys or register runs.
     assert http.post("/v1/keys/lease", json={}, headers=auth(tokens["ada"])).status_code == 403
+
+
+def test_a_run_is_registered_and_finished_under_its_lease_only(
+    api: tuple[TestClient, dict[str, str]], store: tuple[Any, Any]
+) -> None:
+    http, tokens = api
+    _, factory = store
+    with factory() as db:
+        tenant = db.scalars(select(Tenant).where(Tenant.name == "acme")).one()
+        other = issue_token(db, SECRET.encode(), tenant_id=tenant.id, scope=Scope.RECORD,
+                            name="staging")  # fmt: skip
+        db.commit()
+    run_id = http.post("/v1/keys/lease", json={"count": 1},
+                       headers=auth(tokens["record"])).json()[0]["run_id"]  # fmt: skip
+    body = {"wrapped_recording_key": base64.urlsafe_b64encode(bytes(80)).decode(),
+            "store": "s3://bucket/elsewhere", "service": "forged", "host": "h"}  # fmt: skip
+    finish = {"status": "failed"}
+    assert http.post(f"/v1/runs/{run_id}/register", json=body,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    assert http.post(f"/v1/runs/{run_id}/finish", json=finish,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    # Control: the leasing token registers it; the other still cannot finish it.
+    body["service"] = "checkout"
+    assert http.post(f"/v1/runs/{run_id}/register", json=body,
+                     headers=auth(tokens["record"])).status_code == 200  # fmt: skip
+    assert http.post(f"/v1/runs/{run_id}/finish", json=finish,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    done = http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete"},
+                     headers=auth(tokens["record"]))  # fmt: skip
+    assert done.status_code == 200 and done.json()["service"] == "checkout"
 
 
 def test_another_tenant_gets_404(api: tuple[TestClient, dict[str, str]]) -> None:
