@@ -13,6 +13,7 @@ from ._audit_key import AuditKey, audit_key
 from ._db import connect
 from ._deps import Services
 from ._key_service import KeyService, KeyWrapper, KmsKeyWrapper
+from ._login_limit import LoginLimiter
 from ._relay import Relay
 from ._routes import router
 from ._session_routes import router as session_router
@@ -62,8 +63,11 @@ def create_app(
         dispatcher or CeleryDispatcher(settings.redis_url),
         assign_timeout=settings.assign_timeout,
     )
+    logins = LoginLimiter(per_account=settings.login_attempts,
+                          per_address=10 * settings.login_attempts,
+                          window=settings.login_window)  # fmt: skip
     app.state.services = Services(
-        settings, factory, keys, relay, sessions, audit or audit_key(settings)
+        settings, factory, keys, relay, sessions, audit or audit_key(settings), logins
     )
     app.include_router(router)
     app.include_router(session_router)

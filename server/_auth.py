@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from ._models import ApiToken, Role, Scope, User
@@ -26,9 +27,11 @@ __all__ = [
     "PERMISSIONS",
     "SCOPE_PERMISSIONS",
     "Principal",
+    "check_login",
     "hash_password",
     "issue_token",
     "resolve_token",
+    "revoke_token",
     "verify_password",
 ]
 
@@ -52,6 +55,19 @@ _HASHER = PasswordHasher()  # argon2id with the library's current parameters
 
 def hash_password(password: str) -> str:
     return _HASHER.hash(password)
+
+
+# Verified in place of an unknown user's hash, so that signing in as nobody costs the same
+# argon2 work as a wrong password and the time of a refusal does not tell who exists.
+_DUMMY_HASH = _HASHER.hash(secrets.token_urlsafe(24))
+
+
+def check_login(user: User | None, password: str) -> bool:
+    """Whether `password` is `user`'s; for no user, the same work and False."""
+    if user is None:
+        verify_password(_DUMMY_HASH, password)
+        return False
+    return verify_password(user.password_hash, password)
 
 
 def verify_password(stored: str, password: str) -> bool:
@@ -111,10 +127,21 @@ def issue_token(
             scope=scope,
             name=name,
             secret_digest=_secret_digest(key, secret),
-            expires=dt.datetime.now(dt.UTC) + lifetime if lifetime else None,
+            # A zero lifetime is an expired token, never an everlasting one.
+            expires=dt.datetime.now(dt.UTC) + lifetime if lifetime is not None else None,
         )
     )
     return f"st_{token_id}_{secret}"
+
+
+def revoke_token(db: Session, token_id: str) -> None:
+    """The token stops resolving at once (its row stays, for the audit trail). Not
+    committed."""
+    db.execute(
+        update(ApiToken)
+        .where(ApiToken.id == token_id, ApiToken.revoked.is_(None))
+        .values(revoked=dt.datetime.now(dt.UTC))
+    )
 
 
 def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:

@@ -1,5 +1,6 @@
-"""What routes get injected: the settings, a database session, the key service, and the
-principal a bearer token stands for, checked against the permission a route needs.
+"""What routes get injected: the settings, a database session, the key service, the
+sign-in limiter, and the principal a bearer token stands for, checked against the
+permission a route needs.
 
 Routes never build these themselves; create_app() puts one `Services` on the app's state.
 """
@@ -18,11 +19,22 @@ from . import _audit
 from ._audit_key import AuditKey
 from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
 from ._key_service import KeyService
+from ._login_limit import LoginLimiter
 from ._relay import Relay
 from ._sessions import SessionService
 from ._settings import ServerSettings
 
-__all__ = ["DB", "AuditKeyDep", "Keys", "Services", "ServicesDep", "Settings", "needs", "require"]
+__all__ = [
+    "DB",
+    "AuditKeyDep",
+    "Keys",
+    "Services",
+    "ServicesDep",
+    "Settings",
+    "SignedIn",
+    "needs",
+    "require",
+]
 
 
 @dataclass
@@ -33,6 +45,7 @@ class Services:
     relay: Relay
     sessions: SessionService
     audit_key: AuditKey
+    logins: LoginLimiter
 
     @property
     def token_key(self) -> bytes:
@@ -83,25 +96,33 @@ AuditKeyDep = Annotated[AuditKey, Depends(_audit_key)]
 _bearer = HTTPBearer(auto_error=False, description="An API token: st_<id>_<secret>")
 
 
+def _principal(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The principal the bearer token stands for, resolved on every request (so an expired
+    or revoked token stops working at once); 401 without a valid one."""
+    principal = None
+    if credentials is not None:
+        with services.factory() as db:
+            principal = resolve_token(db, services.token_key, credentials.credentials)
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid API token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+SignedIn = Annotated[Principal, Depends(_principal)]
+
+
 def require(permission: str) -> Callable[..., Any]:
     """A dependency that yields the principal if it holds `permission`: 401 without a valid
     token, 403 (and an audit event) without the permission."""
 
-    def check(
-        services: ServicesDep,
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Principal:
-        principal = None
-        if credentials is not None:
-            with services.factory() as db:
-                principal = resolve_token(db, services.token_key, credentials.credentials)
-        if principal is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "a valid API token is required",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    def check(services: ServicesDep, request: Request, principal: SignedIn) -> Principal:
         if permission not in principal.permissions:
             services.audit(principal, f"denied {request.method} {request.url.path}",
                            permission, "denied")  # fmt: skip

@@ -8,6 +8,8 @@ each into an HTTP status (shown after the arrow), so none carries an exit code.
     │   └── RunNotFound                 no such run for this tenant → 404
     ├── NoAgent                         no idle agent for the tenant → 503
     ├── SessionNotFound                 no such session (or agent) for this tenant → 404
+    ├── SessionMoveRefused              an agent reported a state its session cannot move
+    │                                   to from where it is (closed back to ready) → 409
     ├── DispatchError                   the assignment could not be queued (Redis
     │                                   unreachable); the session has failed → 503
     ├── SessionClosed                   the session closed (or failed) while a question
@@ -27,6 +29,7 @@ __all__ = [
     "NoAgent",
     "RunNotFound",
     "SessionClosed",
+    "SessionMoveRefused",
     "SessionNotFound",
 ]
 
@@ -45,6 +48,10 @@ class NoAgent(Exception):
 
 class SessionNotFound(Exception):
     """No such session for this tenant."""
+
+
+class SessionMoveRefused(Exception):
+    """An agent's report would move its session backwards or skip a step; nothing changed."""
 
 
 class DispatchError(Exception):

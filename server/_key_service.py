@@ -1,6 +1,6 @@
 """The key service: per-run X25519 key pairs, their private halves wrapped by KMS, public
-halves leased to recorders in batches, runs registered and finished, and a run's recording
-key re-sealed to one agent for one session.
+halves leased to recorders in batches, runs registered and finished (only by the token the
+run's key was leased to), and a run's recording key re-sealed to one agent for one session.
 
 Seams: `KeyWrapper` is the KMS (KmsKeyWrapper: AWS KMS in production, moto's server
 locally); the encryption context {tenant, run, purpose} is part of every wrap, so a
@@ -147,17 +147,18 @@ class KeyService:
         tenant_id: int,
         run_id: str,
         *,
+        token_id: str,
         wrapped_recording_key: bytes,
         store: str,
         service: str,
         host: str,
     ) -> Run:
-        """A recorder started run `run_id` with the leased key: it wrote the recording header
-        whose HPKE-wrapped key is `wrapped_recording_key`."""
+        """A recorder started run `run_id` with the key it leased with token `token_id`: it
+        wrote the recording header whose HPKE-wrapped key is `wrapped_recording_key`."""
         if len(wrapped_recording_key) != ENC_SIZE + WRAPPED_KEY_SIZE:
             raise KeyServiceError(f"a wrapped recording key is {ENC_SIZE + WRAPPED_KEY_SIZE} bytes")
         with self.factory() as db:
-            run = self._run(db, tenant_id, run_id)
+            run = self._leased_run(db, tenant_id, token_id, run_id)
             if run.status is not RunStatus.LEASED:
                 raise KeyServiceError(f"run {run_id} is {run.status.value}, not leased")
             run.status = RunStatus.RECORDING
@@ -173,13 +174,16 @@ class KeyService:
         run_id: str,
         status: RunStatus,
         *,
+        token_id: str,
         exit_status: int | None = None,
         detail: str = "",
     ) -> Run:
+        """The run ended; only the token its key was leased to (and so the one that
+        registered it) finishes it."""
         if status not in (RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED):
             raise KeyServiceError(f"a run finishes complete, incomplete or failed, not {status}")
         with self.factory() as db:
-            run = self._run(db, tenant_id, run_id)
+            run = self._leased_run(db, tenant_id, token_id, run_id)
             if run.status not in (RunStatus.RECORDING, RunStatus.LEASED):
                 raise KeyServiceError(f"run {run_id} already finished ({run.status.value})")
             run.status = status
@@ -212,6 +216,15 @@ class KeyService:
             store=store,
             wrapped_key=wrapped_recording,
         )
+
+    @classmethod
+    def _leased_run(cls, db: Session, tenant_id: int, token_id: str, run_id: str) -> Run:
+        """The run, if its key was leased to this token: a run leased to another recorder,
+        or never leased, is not found, as another tenant's is."""
+        run = cls._run(db, tenant_id, run_id)
+        if run.lease_token_id is None or not secrets.compare_digest(run.lease_token_id, token_id):
+            raise RunNotFound(f"no run {run_id}")
+        return run
 
     @staticmethod
     def _run(db: Session, tenant_id: int, run_id: str) -> Run:

@@ -2,7 +2,8 @@
 the audit log. Each route names the permission it needs (sealtrace.server._auth); OpenAPI
 carries it as `x-permission`.
 
-Another tenant's run answers 404, the same as a run that does not exist.
+Another tenant's run answers 404, the same as a run that does not exist; so does, to a
+recorder, a run whose key was leased to another token.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from ._audit import verify
-from ._auth import Principal, issue_token, verify_password
-from ._deps import DB, AuditKeyDep, Keys, ServicesDep, Settings, needs, require
+from ._auth import Principal, check_login, issue_token, revoke_token
+from ._deps import DB, AuditKeyDep, Keys, ServicesDep, Settings, SignedIn, needs, require
 from ._errors import KeyServiceError, RunNotFound
 from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
 
@@ -54,16 +56,31 @@ class Token(BaseModel):
 
 
 @router.post("/auth/login", tags=["auth"], openapi_extra=needs("none: a password signs in"))
-def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Token:
-    """Exchange a tenant, user name and password for a user token (its role decides)."""
+def login(
+    body: Login, request: Request, db: DB, services: ServicesDep, settings: Settings
+) -> Token:
+    """Exchange a tenant, user name and password for a user token (its role decides).
+    Repeated failures are refused with 429 for a while (server/_login_limit.py); an unknown
+    user costs the same work as a wrong password."""
+    address = request.client.host if request.client else "unknown"
+    account = f"{body.tenant}/{body.user}"
+    wait = services.logins.retry_after(address, account)
+    if wait is not None:
+        tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
+        services.audit(None, "login", account, "denied", f"rate limited ({address})",
+                       tenant_id=tenant)  # fmt: skip
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "too many failed sign-ins",
+                            headers={"Retry-After": str(math.ceil(wait))})  # fmt: skip
     user = db.scalars(
         select(User).join(Tenant, Tenant.id == User.tenant_id)
         .where(Tenant.name == body.tenant, User.name == body.user)
     ).first()  # fmt: skip
-    if user is None or not verify_password(user.password_hash, body.password):
+    if not check_login(user, body.password) or user is None:
+        services.logins.failed(address, account)
         tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
-        services.audit(None, "login", f"{body.tenant}/{body.user}", "denied", tenant_id=tenant)
+        services.audit(None, "login", account, "denied", tenant_id=tenant)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong tenant, user or password")
+    services.logins.succeeded(address, account)
     lifetime = dt.timedelta(hours=settings.user_token_hours)
     token = issue_token(db, services.token_key, tenant_id=user.tenant_id, scope=Scope.USER,
                         name="login", user=user, lifetime=lifetime)  # fmt: skip
@@ -71,6 +88,18 @@ def login(body: Login, db: DB, services: ServicesDep, settings: Settings) -> Tok
     who = Principal("", user.tenant_id, Scope.USER, user.id, user.name, user.role)
     services.audit(who, "login", f"user:{user.name}", "ok")
     return Token(token=token, expires=dt.datetime.now(dt.UTC) + lifetime, role=user.role.value)
+
+
+@router.post("/auth/logout", tags=["auth"], status_code=204,
+             openapi_extra=needs("none: a user token revokes itself"))  # fmt: skip
+def logout(db: DB, services: ServicesDep, who: SignedIn) -> Response:
+    """Revoke the login token this request carries: it stops working at once."""
+    if who.scope is not Scope.USER:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only a login token logs out")
+    revoke_token(db, who.token_id)
+    db.commit()
+    services.audit(who, "logout", f"user:{who.user_name}", "ok")
+    return Response(status_code=204)
 
 
 # -- recorders ---------------------------------------------------------------------------
@@ -151,7 +180,8 @@ def register_run(
     """A recorder started a run with a leased key and wrote its header."""
     wrapped = _unb64(body.wrapped_recording_key, "wrapped_recording_key")
     try:
-        run = keys.register(who.tenant_id, run_id, wrapped_recording_key=wrapped,
+        run = keys.register(who.tenant_id, run_id, token_id=who.token_id,
+                            wrapped_recording_key=wrapped,
                             store=body.store, service=body.service, host=body.host)  # fmt: skip
     except RunNotFound as exc:
         raise _not_found(exc) from None
@@ -177,7 +207,7 @@ def finish_run(
 ) -> RunView:
     """The run ended: complete, incomplete (the recording stopped early) or failed."""
     try:
-        run = keys.finish(who.tenant_id, run_id, RunStatus(body.status),
+        run = keys.finish(who.tenant_id, run_id, RunStatus(body.status), token_id=who.token_id,
                           exit_status=body.exit_status, detail=body.detail)  # fmt: skip
     except RunNotFound as exc:
         raise _not_found(exc) from None

@@ -1,5 +1,7 @@
 """The v1 API for sessions (people) and agents (agent tokens). Each route names its
-permission in OpenAPI's `x-permission`; another tenant's session answers 404."""
+permission in OpenAPI's `x-permission`. A session is its opener's: anyone else (another
+tenant, or another user of the same tenant) gets 404, as for a session that does not exist;
+an agent reaches only the session it was assigned."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from ._errors import (
     NoAgent,
     RunNotFound,
     SessionClosed,
+    SessionMoveRefused,
     SessionNotFound,
 )
 from ._models import PlatformSession
@@ -87,15 +90,21 @@ def _agents_session(
     services: Any, who: Principal, agent_id: str, session_id: str
 ) -> PlatformSession:
     """The session, if it is this agent's (404 otherwise, as for any other tenant's)."""
-    session = _session_or_404(services, who, session_id)
+    try:
+        session: PlatformSession = services.sessions.get(who.tenant_id, session_id, user_id=None)
+    except SessionNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     if session.agent_id != agent_id:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
     return session
 
 
-def _session_or_404(services: Any, who: Principal, session_id: str) -> PlatformSession:
+def _users_session(services: Any, who: Principal, session_id: str) -> PlatformSession:
+    """The session, if `who` opened it (404 otherwise, whoever else's it is)."""
+    assert who.user_id is not None  # sessions:* are user permissions only
     try:
-        session: PlatformSession = services.sessions.get(who.tenant_id, session_id)
+        session: PlatformSession = services.sessions.get(who.tenant_id, session_id,
+                                                         user_id=who.user_id)  # fmt: skip
     except SessionNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return session
@@ -108,7 +117,7 @@ def get_session(
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> SessionView:
-    return _view(_session_or_404(services, who, session_id))
+    return _view(_users_session(services, who, session_id))
 
 
 # The request body is a question of the contract (sealtrace.sandbox.questions): validated
@@ -135,15 +144,14 @@ def ask(
         question = parse_question(body)
     except QueryError as exc:
         raise HTTPException(UNPROCESSABLE, str(exc)) from None
-    session = _session_or_404(services, who, session_id)
+    session = _users_session(services, who, session_id)
     if session.status != "ready":
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
     request = question_json(question)
     try:
         answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
     except AgentGone as exc:
-        services.sessions.agent_state(who.tenant_id, session.agent_id or "", session_id,
-                                      "failed", str(exc))  # fmt: skip
+        services.sessions.fail(who.tenant_id, session_id, str(exc))
         services.audit(who, f"session.{question.kind}", session_id, "failed", str(exc))
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
     except SessionClosed as exc:
@@ -187,8 +195,11 @@ def close_session(
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> SessionView:
-    _session_or_404(services, who, session_id)
-    session = services.sessions.close(who.tenant_id, session_id)
+    assert who.user_id is not None  # sessions:* are user permissions only
+    try:
+        session = services.sessions.close(who.tenant_id, who.user_id, session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     services.audit(who, "session.close", session_id, "ok")
     return _view(session)
 
@@ -257,6 +268,9 @@ def session_state(
                                                 body.state, body.detail)  # fmt: skip
     except SessionNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except SessionMoveRefused as exc:
+        services.audit(who, f"session.{body.state}", session_id, "denied", str(exc))
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     services.audit(who, f"session.{body.state}", session_id,
                    "failed" if body.state == "failed" else "ok", body.detail)  # fmt: skip
     return _view(session)

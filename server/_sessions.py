@@ -9,6 +9,7 @@ Seams: `Dispatcher` is the task queue (Celery on Redis: CeleryDispatcher).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import secrets
 from typing import Any, Protocol
@@ -19,7 +20,14 @@ from sqlalchemy.orm import sessionmaker
 
 from sealtrace.agent import ASSIGNMENT_TASK
 
-from ._errors import DispatchError, KeyServiceError, NoAgent, RunNotFound, SessionNotFound
+from ._errors import (
+    DispatchError,
+    KeyServiceError,
+    NoAgent,
+    RunNotFound,
+    SessionMoveRefused,
+    SessionNotFound,
+)
 from ._key_service import KeyService
 from ._models import Agent, PlatformSession, Run, RunStatus, owned
 from ._relay import Relay
@@ -28,6 +36,9 @@ __all__ = ["AGENT_FRESH", "CeleryDispatcher", "Dispatcher", "SessionService"]
 
 AGENT_FRESH = dt.timedelta(seconds=30)  # an idle agent heard from this recently is alive
 _OPENABLE = (RunStatus.COMPLETE, RunStatus.INCOMPLETE)
+# What an agent may report, and the states its session may be in for that: assigned →
+# ready → closed or failed, and assigned → failed. An ended session stays ended.
+_AGENT_MOVES = {"ready": ("assigned",), "failed": ("assigned", "ready"), "closed": ("ready",)}
 
 
 class Dispatcher(Protocol):
@@ -150,10 +161,11 @@ class SessionService:
             query = query.with_for_update(skip_locked=True)
         return db.scalars(query).first()
 
-    def get(self, tenant_id: int, session_id: str) -> PlatformSession:
-        """The session; one its agent never took up within `assign_timeout` has failed."""
+    def get(self, tenant_id: int, session_id: str, *, user_id: int | None) -> PlatformSession:
+        """The session, if it is `user_id`'s (None: the caller is its agent, which the
+        caller checks); one its agent never took up within `assign_timeout` has failed."""
         with self.factory() as db:
-            session = self._session(db, tenant_id, session_id)
+            session = self._session(db, tenant_id, session_id, user_id)
         if session.status == "assigned" and _now() - session.opened > self.assign_timeout:
             return self._end(tenant_id, session_id, "failed",
                              "no agent took the session up in time")  # fmt: skip
@@ -162,22 +174,38 @@ class SessionService:
     def agent_state(
         self, tenant_id: int, agent_id: str, session_id: str, state: str, detail: str = ""
     ) -> PlatformSession:
-        """The agent reports its session ready, failed or closed."""
-        if state not in ("ready", "failed", "closed"):
+        """The agent reports its session ready, failed or closed. Only the moves in
+        _AGENT_MOVES happen; reporting the state the session is already in changes nothing
+        (a retry, or the agent acknowledging a user's close); anything else is
+        SessionMoveRefused and leaves the session as it was."""
+        if state not in _AGENT_MOVES:
             raise ValueError(f"an agent reports ready, failed or closed, not {state!r}")
         with self.factory() as db:
-            session = self._session(db, tenant_id, session_id)
-            if session.agent_id != agent_id:
+            # Locked (PostgreSQL) so a user's close cannot slip between check and move.
+            session = db.get(PlatformSession, session_id, with_for_update=True)
+            if session is None or session.tenant_id != tenant_id or session.agent_id != agent_id:
                 raise SessionNotFound(f"no session {session_id} for this agent")
-        if state == "ready":
-            with self.factory() as db:
-                session = self._session(db, tenant_id, session_id)
+            if session.status == state:
+                return session
+            if session.status not in _AGENT_MOVES[state]:
+                raise SessionMoveRefused(
+                    f"the session is {session.status}: it cannot become {state}"
+                )
+            if state == "ready":
                 session.status = "ready"
                 db.commit()
                 return session
-        return self._end(tenant_id, session_id, state, detail)
+            return self._end(tenant_id, session_id, state, detail, db=db)
 
-    def close(self, tenant_id: int, session_id: str) -> PlatformSession:
+    def fail(self, tenant_id: int, session_id: str, detail: str) -> PlatformSession:
+        """The server gives up on the session (its agent went silent); an ended one stays
+        as it ended."""
+        return self._end(tenant_id, session_id, "failed", detail)
+
+    def close(self, tenant_id: int, user_id: int, session_id: str) -> PlatformSession:
+        """The user ends their session (SessionNotFound for anyone else's)."""
+        with self.factory() as db:
+            self._session(db, tenant_id, session_id, user_id)
         self.relay.close(session_id)
         return self._end(tenant_id, session_id, "closed", "closed by the user")
 
@@ -189,10 +217,11 @@ class SessionService:
         detail: str,
         *,
         agent_after: str = "gone",  # disposable: an agent serves one session
+        db: DbSession | None = None,
     ) -> PlatformSession:
-        """End the session. An agent that never received it (the key or the queue failed
-        first) goes back to idle; one that did is done."""
-        with self.factory() as db:
+        """End the session (in `db`'s transaction if given). An agent that never received
+        it (the key or the queue failed first) goes back to idle; one that did is done."""
+        with contextlib.nullcontext(db) if db is not None else self.factory() as db:
             session = self._session(db, tenant_id, session_id)
             if session.status not in ("closed", "failed"):
                 session.status = status
@@ -207,9 +236,13 @@ class SessionService:
         return session
 
     @staticmethod
-    def _session(db: DbSession, tenant_id: int, session_id: str) -> PlatformSession:
+    def _session(
+        db: DbSession, tenant_id: int, session_id: str, user_id: int | None = None
+    ) -> PlatformSession:
+        """The tenant's session; with `user_id`, only if that user opened it. Someone else's
+        is not found, exactly like one that does not exist."""
         session = owned(db, PlatformSession, session_id, tenant_id)
-        if session is None:
+        if session is None or (user_id is not None and session.user_id != user_id):
             raise SessionNotFound(f"no session {session_id}")
         return session
 

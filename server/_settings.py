@@ -37,7 +37,13 @@ class ServerSettings(BaseSettings):
     # Keys minted per batch, and how many one lease hands out.
     mint_batch: int = 32
     lease_batch: int = 8
+    # How long a login token works (checked on every request; POST /v1/auth/logout ends
+    # one sooner).
     user_token_hours: float = 12.0
+    # Failed sign-ins allowed per account and address in `login_window` seconds (ten times
+    # as many per address, whatever the accounts); past them, 429 (server/_login_limit.py).
+    login_attempts: int = 10
+    login_window: float = 300.0
     # How long a user's question waits for its answer, and how long an agent may go without
     # polling while a question waits before its session fails.
     query_timeout: float = 300.0
@@ -59,4 +65,8 @@ class ServerSettings(BaseSettings):
                 )
         if self.mint_batch < 1 or self.lease_batch < 1:
             raise ValueError("mint_batch and lease_batch must be at least 1")
+        if self.login_attempts < 1 or not self.login_window > 0:
+            raise ValueError("login_attempts must be at least 1 and login_window more than 0")
+        if not self.user_token_hours > 0:
+            raise ValueError("user_token_hours must be more than 0")
         return self

@@ -116,3 +116,14 @@ def store(database_url: str) -> Iterator[tuple[Any, Any]]:
         yield engine, factory
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def api(
+    database_url: str, store: tuple[Any, Any], kms: tuple[Any, str], audit_key_id: str
+) -> Iterator[tuple[Any, dict[str, str]]]:
+    """The v1 API on a fresh database (tests/server/_api.py): the client and {name: token}."""
+    from ._api import serve_api
+
+    _, factory = store
+    yield from serve_api(database_url, factory, kms, audit_key_id=audit_key_id)

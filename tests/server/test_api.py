@@ -3,6 +3,7 @@
 - OpenAPI names the permission of every operation;
 - sign-in gives a user token; a wrong password is 401 and an audit event;
 - a `record` token leases keys and registers and finishes runs, and reads nothing back;
+  another record token of the same tenant can neither register nor finish them (404);
 - a user of another tenant gets 404 for a run, and an empty list;
 - the auditor reads runs and the audit log; the audit chain verifies through the API and
   the CLI, and the CLI exits 3 once a row is changed;
@@ -16,83 +17,23 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
-from sealtrace.server._app import create_app
-from sealtrace.server._audit_key import KmsAuditKey
-from sealtrace.server._auth import hash_password, issue_token
-from sealtrace.server._key_service import KmsKeyWrapper
-from sealtrace.server._models import AuditEvent, Role, Scope, Tenant, User
-from sealtrace.server._settings import ServerSettings
+from sealtrace.server._auth import issue_token
+from sealtrace.server._models import AuditEvent, Scope, Tenant
 
+from ._api import SECRET, auth, recorded_run
 from ._audit_attack import rechain_after_rewrite
-
-SECRET = "test-secret-key-" + "x" * 16
-
-
-@pytest.fixture
-def api(
-    database_url: str, store: tuple[Any, Any], kms: tuple[Any, str], audit_key_id: str
-) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """The app, two tenants, a user of each role in acme, an oncall user in globex, and a
-    record token for acme; returns the client and {name: token}."""
-    _, factory = store
-    client, key_id = kms
-    settings = ServerSettings(database_url=database_url, secret_key=SECRET, mint_batch=4)
-    tokens: dict[str, str] = {}
-    with factory() as db:
-        acme, globex = Tenant(name="acme"), Tenant(name="globex")
-        db.add_all([acme, globex])
-        db.flush()
-        for tenant, name, role in ((acme, "ada", Role.ONCALL), (acme, "aud", Role.AUDITOR),
-                                   (globex, "gil", Role.ONCALL)):  # fmt: skip
-            db.add(User(tenant_id=tenant.id, name=name, role=role,
-                        password_hash=hash_password(f"{name}-pw")))  # fmt: skip
-        tokens["record"] = issue_token(db, SECRET.encode(), tenant_id=acme.id,
-                                       scope=Scope.RECORD, name="prod")  # fmt: skip
-        db.commit()
-    app = create_app(settings, wrapper=KmsKeyWrapper(client, key_id),
-                     audit=KmsAuditKey(client, audit_key_id))  # fmt: skip
-    with TestClient(app) as http:
-        for tenant, name in (("acme", "ada"), ("acme", "aud"), ("globex", "gil")):
-            login = {"tenant": tenant, "user": name, "password": f"{name}-pw"}
-            got = http.post("/v1/auth/login", json=login)
-            assert got.status_code == 200, got.text
-            tokens[name] = got.json()["token"]
-        yield http, tokens
 
 
 def _cli_env(database_url: str, audit_key_id: str) -> dict[str, str]:
     return {**os.environ, "SEALTRACE_SERVER_DATABASE_URL": database_url,
             "SEALTRACE_SERVER_SECRET_KEY": SECRET,
             "SEALTRACE_SERVER_AUDIT_KEY_ID": audit_key_id}  # fmt: skip
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def _recorded_run(http: TestClient, token: str) -> str:
-    leased = http.post("/v1/keys/lease", json={"count": 2}, headers=_auth(token))
-    assert leased.status_code == 200, leased.text
-    keys = leased.json()
-    assert len(keys) == 2 and len(base64.urlsafe_b64decode(keys[0]["public_key"] + "=")) == 32
-    run_id = keys[0]["run_id"]
-    wrapped = base64.urlsafe_b64encode(bytes(80)).decode()
-    body = {"wrapped_recording_key": wrapped, "store": f"s3://bucket/acme/{run_id}",
-            "service": "checkout", "host": "web-1"}  # fmt: skip
-    assert http.post(f"/v1/runs/{run_id}/register", json=body,
-                     headers=_auth(token)).status_code == 200  # fmt: skip
-    done = http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete", "exit_status": 0},
-                     headers=_auth(token))  # fmt: skip
-    assert done.status_code == 200 and done.json()["status"] == "complete"
-    return str(run_id)
 
 
 def test_openapi_names_the_permission_of_every_operation(
@@ -115,8 +56,8 @@ def test_sign_in_and_its_refusal(api: tuple[TestClient, dict[str, str]]) -> None
     wrong = http.post("/v1/auth/login", json={"tenant": "acme", "user": "ada", "password": "no"})
     assert wrong.status_code == 401
     assert http.get("/v1/runs").status_code == 401
-    assert http.get("/v1/runs", headers=_auth(tokens["ada"] + "x")).status_code == 401
-    log = http.get("/v1/audit", headers=_auth(tokens["aud"])).json()
+    assert http.get("/v1/runs", headers=auth(tokens["ada"] + "x")).status_code == 401
+    log = http.get("/v1/audit", headers=auth(tokens["aud"])).json()
     assert any(e["action"] == "login" and e["result"] == "denied" for e in log)
 
 
@@ -124,23 +65,53 @@ def test_a_record_token_records_and_reads_nothing_back(
     api: tuple[TestClient, dict[str, str]],
 ) -> None:
     http, tokens = api
-    run_id = _recorded_run(http, tokens["record"])
+    run_id = recorded_run(http, tokens["record"])
     for path in ("/v1/runs", f"/v1/runs/{run_id}", "/v1/audit", "/v1/audit/verify"):
-        assert http.get(path, headers=_auth(tokens["record"])).status_code == 403, path
+        assert http.get(path, headers=auth(tokens["record"])).status_code == 403, path
     # Control: a person of the tenant sees the run.
-    seen = http.get(f"/v1/runs/{run_id}", headers=_auth(tokens["ada"]))
+    seen = http.get(f"/v1/runs/{run_id}", headers=auth(tokens["ada"]))
     assert seen.status_code == 200 and seen.json()["service"] == "checkout"
     # And a person cannot lease keys or register runs.
-    assert http.post("/v1/keys/lease", json={}, headers=_auth(tokens["ada"])).status_code == 403
+    assert http.post("/v1/keys/lease", json={}, headers=auth(tokens["ada"])).status_code == 403
+
+
+def test_a_run_is_registered_and_finished_under_its_lease_only(
+    api: tuple[TestClient, dict[str, str]], store: tuple[Any, Any]
+) -> None:
+    http, tokens = api
+    _, factory = store
+    with factory() as db:
+        tenant = db.scalars(select(Tenant).where(Tenant.name == "acme")).one()
+        other = issue_token(db, SECRET.encode(), tenant_id=tenant.id, scope=Scope.RECORD,
+                            name="staging")  # fmt: skip
+        db.commit()
+    run_id = http.post("/v1/keys/lease", json={"count": 1},
+                       headers=auth(tokens["record"])).json()[0]["run_id"]  # fmt: skip
+    body = {"wrapped_recording_key": base64.urlsafe_b64encode(bytes(80)).decode(),
+            "store": "s3://bucket/elsewhere", "service": "forged", "host": "h"}  # fmt: skip
+    finish = {"status": "failed"}
+    assert http.post(f"/v1/runs/{run_id}/register", json=body,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    assert http.post(f"/v1/runs/{run_id}/finish", json=finish,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    # Control: the leasing token registers it; the other still cannot finish it.
+    body["service"] = "checkout"
+    assert http.post(f"/v1/runs/{run_id}/register", json=body,
+                     headers=auth(tokens["record"])).status_code == 200  # fmt: skip
+    assert http.post(f"/v1/runs/{run_id}/finish", json=finish,
+                     headers=auth(other)).status_code == 404  # fmt: skip
+    done = http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete"},
+                     headers=auth(tokens["record"]))  # fmt: skip
+    assert done.status_code == 200 and done.json()["service"] == "checkout"
 
 
 def test_another_tenant_gets_404(api: tuple[TestClient, dict[str, str]]) -> None:
     http, tokens = api
-    run_id = _recorded_run(http, tokens["record"])
-    assert http.get(f"/v1/runs/{run_id}", headers=_auth(tokens["gil"])).status_code == 404
-    assert http.get("/v1/runs/run-nope", headers=_auth(tokens["gil"])).status_code == 404
-    assert http.get("/v1/runs", headers=_auth(tokens["gil"])).json() == []
-    assert [r["run_id"] for r in http.get("/v1/runs", headers=_auth(tokens["ada"])).json()] == [
+    run_id = recorded_run(http, tokens["record"])
+    assert http.get(f"/v1/runs/{run_id}", headers=auth(tokens["gil"])).status_code == 404
+    assert http.get("/v1/runs/run-nope", headers=auth(tokens["gil"])).status_code == 404
+    assert http.get("/v1/runs", headers=auth(tokens["gil"])).json() == []
+    assert [r["run_id"] for r in http.get("/v1/runs", headers=auth(tokens["ada"])).json()] == [
         run_id
     ]
 
@@ -152,10 +123,10 @@ def test_the_audit_chain_through_the_api_and_the_cli(
     audit_key_id: str,
 ) -> None:
     http, tokens = api
-    _recorded_run(http, tokens["record"])
-    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
-    assert chain["whole"] and chain["rows"] == 5 and chain["head"]  # acme's rows only
-    actions = [e["action"] for e in http.get("/v1/audit", headers=_auth(tokens["aud"])).json()]
+    recorded_run(http, tokens["record"])
+    chain = http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json()
+    assert chain["whole"] and chain["rows"] == 6 and chain["head"]  # acme's rows only
+    actions = [e["action"] for e in http.get("/v1/audit", headers=auth(tokens["aud"])).json()]
     assert {"login", "keys.lease", "run.register", "run.finish"} <= set(actions)
     env = _cli_env(database_url, audit_key_id)
     cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify"]
@@ -178,16 +149,16 @@ def test_a_rewritten_and_rechained_log_is_not_whole(
     """Issue 21, finding 8: rewriting a row and recomputing every digest after it must not
     verify as whole, through the API or the command line."""
     http, tokens = api
-    _recorded_run(http, tokens["record"])
+    recorded_run(http, tokens["record"])
     env = _cli_env(database_url, audit_key_id)
     cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify"]
     # Control: untouched, the chain is whole both ways.
-    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    chain = http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json()
     untouched = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert (chain["whole"], untouched.returncode) == (True, 0), (chain, untouched.stdout)
     _, factory = store
     rechain_after_rewrite(factory, 2, actor="user:mallory")  # aud's sign-in, in acme's chain
-    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    chain = http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json()
     forged = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert (chain["whole"], forged.returncode) == (False, 3), (chain, forged.stdout)
     assert b"BROKEN" in forged.stdout
@@ -201,19 +172,19 @@ def test_an_auditor_verifies_and_counts_only_the_tenants_chain(
     audit_key_id: str,
 ) -> None:
     http, tokens = api
-    _recorded_run(http, tokens["record"])
+    recorded_run(http, tokens["record"])
     _, factory = store
     with factory() as db:
         acme = db.scalars(select(Tenant.id).where(Tenant.name == "acme")).one()
         mine = db.scalar(select(func.count()).where(AuditEvent.tenant_id == acme))
         everyone = db.scalar(select(func.count()).select_from(AuditEvent))
         gil_login = db.scalars(select(AuditEvent.seq).where(AuditEvent.actor == "user:gil")).one()
-    chain = http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json()
+    chain = http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json()
     assert chain["whole"] and chain["rows"] == mine == chain["head_seq"] and mine < everyone
     # Globex's chain forged: acme's auditor neither sees it nor is told about it; the
     # operator's check, over every chain, finds it.
     rechain_after_rewrite(factory, gil_login, actor="user:mallory")
-    assert http.get("/v1/audit/verify", headers=_auth(tokens["aud"])).json() == chain
+    assert http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json() == chain
     cli = [str(Path(sys.executable).with_name("sealtrace")), "server", "audit-verify", "--json"]
     env = _cli_env(database_url, audit_key_id)
     broken = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
@@ -227,7 +198,7 @@ def test_the_database_holds_no_token_secret_or_password(
     api: tuple[TestClient, dict[str, str]], store: tuple[Any, Any]
 ) -> None:
     http, tokens = api
-    _recorded_run(http, tokens["record"])
+    recorded_run(http, tokens["record"])
     engine, _ = store
     dump = b""
     with engine.connect() as conn:

@@ -4,7 +4,8 @@
   raw key is nowhere in the database, and a ciphertext moved to another run does not unwrap;
 - leases hand out each public key once, mint a batch when the pool runs dry, and never cross
   tenants;
-- a run goes leased → recording → complete/incomplete/failed, and nothing else;
+- a run goes leased → recording → complete/incomplete/failed, and nothing else; only the
+  token its key was leased to registers and finishes it;
 - a real recording sealed to a leased key gives its recording key to the one agent and
   session it is re-sealed for, and to nobody else;
 - KMS refusing (a key it does not have) is one clear error, and nothing is half-minted.
@@ -95,30 +96,83 @@ def test_leases_are_handed_out_once_per_tenant(service: tuple[KeyService, list[i
     assert len(leased) == 10 and len(minted) == 2
     # A run of acme's is not globex's to register.
     with pytest.raises(RunNotFound):
-        keys.register(globex, first[0].run_id, wrapped_recording_key=bytes(80), store="s3://b/p",
-                      service="svc", host="h")  # fmt: skip
+        keys.register(
+            globex,
+            first[0].run_id,
+            token_id="tok1",
+            wrapped_recording_key=bytes(80),
+            store="s3://b/p",
+            service="svc",
+            host="h",
+        )
 
 
 def test_a_run_moves_forward_only(service: tuple[KeyService, list[int]]) -> None:
     keys, (acme, _) = service
     (lease,) = keys.lease(acme, "tok", 1, mint_batch=1)
     with pytest.raises(KeyServiceError, match="80 bytes"):
-        keys.register(acme, lease.run_id, wrapped_recording_key=b"short", store="s", service="s",
-                      host="h")  # fmt: skip
-    run = keys.register(acme, lease.run_id, wrapped_recording_key=bytes(80), store="s3://b/p",
-                        service="checkout", host="web-1")  # fmt: skip
+        keys.register(
+            acme,
+            lease.run_id,
+            token_id="tok",
+            wrapped_recording_key=b"short",
+            store="s",
+            service="s",
+            host="h",
+        )
+    run = keys.register(
+        acme,
+        lease.run_id,
+        token_id="tok",
+        wrapped_recording_key=bytes(80),
+        store="s3://b/p",
+        service="checkout",
+        host="web-1",
+    )
     assert run.status is RunStatus.RECORDING and run.started is not None
     with pytest.raises(KeyServiceError, match="not leased"):
-        keys.register(acme, lease.run_id, wrapped_recording_key=bytes(80), store="s", service="s",
-                      host="h")  # fmt: skip
+        keys.register(
+            acme,
+            lease.run_id,
+            token_id="tok",
+            wrapped_recording_key=bytes(80),
+            store="s",
+            service="s",
+            host="h",
+        )
     with pytest.raises(KeyServiceError, match="complete, incomplete or failed"):
-        keys.finish(acme, lease.run_id, RunStatus.RECORDING)
-    done = keys.finish(acme, lease.run_id, RunStatus.COMPLETE, exit_status=0)
+        keys.finish(acme, lease.run_id, RunStatus.RECORDING, token_id="tok")
+    done = keys.finish(acme, lease.run_id, RunStatus.COMPLETE, token_id="tok", exit_status=0)
     assert done.status is RunStatus.COMPLETE and done.ended is not None
     with pytest.raises(KeyServiceError, match="already finished"):
-        keys.finish(acme, lease.run_id, RunStatus.FAILED)
+        keys.finish(acme, lease.run_id, RunStatus.FAILED, token_id="tok")
     with pytest.raises(RunNotFound):
-        keys.finish(acme, "run-nope", RunStatus.FAILED)
+        keys.finish(acme, "run-nope", RunStatus.FAILED, token_id="tok")
+
+
+def test_only_the_leasing_token_registers_and_finishes_a_run(
+    service: tuple[KeyService, list[int]],
+) -> None:
+    keys, (acme, _) = service
+    (lease,) = keys.lease(acme, "tok", 1, mint_batch=2)
+    (unleased,) = keys.mint(acme, 1)
+    for run_id in (lease.run_id, unleased):
+        with pytest.raises(RunNotFound):
+            keys.register(acme, run_id, token_id="other", wrapped_recording_key=bytes(80),
+                          store="s3://b/p", service="svc", host="h")  # fmt: skip
+        with pytest.raises(RunNotFound):
+            keys.finish(acme, run_id, RunStatus.FAILED, token_id="other")
+    with keys.factory() as db:
+        run = db.get(Run, lease.run_id)
+        assert run is not None and run.status is RunStatus.LEASED and run.store is None
+    # Control: the leasing token does both.
+    keys.register(acme, lease.run_id, token_id="tok", wrapped_recording_key=bytes(80),
+                  store="s3://b/p", service="svc", host="h")  # fmt: skip
+    with pytest.raises(RunNotFound):
+        keys.finish(acme, lease.run_id, RunStatus.COMPLETE, token_id="other")
+    assert keys.finish(acme, lease.run_id, RunStatus.COMPLETE, token_id="tok").status is (
+        RunStatus.COMPLETE
+    )
 
 
 def test_the_recording_key_reaches_one_agent_for_one_session(
@@ -130,7 +184,7 @@ def test_the_recording_key_reaches_one_agent_for_one_session(
     with SealedWriter(sink, Recipient.from_raw(lease.public_key), lease.run_id) as writer:
         writer.write(b"the run's events")
     header = RecordingHeader.decode((tmp_path / "rec" / "header").read_bytes())
-    keys.register(acme, lease.run_id, wrapped_recording_key=header.wrapped_key,
+    keys.register(acme, lease.run_id, token_id="tok", wrapped_recording_key=header.wrapped_key,
                   store=str(tmp_path / "rec"), service="checkout", host="web-1")  # fmt: skip
     agent, other_agent = generate_identity(), generate_identity()
     blob = keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1")
