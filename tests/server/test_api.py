@@ -157,7 +157,7 @@ def test_a_rewritten_and_rechained_log_is_not_whole(
     untouched = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert (chain["whole"], untouched.returncode) == (True, 0), (chain, untouched.stdout)
     _, factory = store
-    rechain_after_rewrite(factory, 2, actor="user:mallory")  # aud's sign-in, in acme's chain
+    rechain_after_rewrite(factory, 2, actor="user:mallory")  # a sign-in, in acme's chain
     chain = http.get("/v1/audit/verify", headers=auth(tokens["aud"])).json()
     forged = subprocess.run(cli, env=env, capture_output=True, timeout=60, check=False)
     assert (chain["whole"], forged.returncode) == (False, 3), (chain, forged.stdout)
