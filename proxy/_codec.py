@@ -21,7 +21,7 @@ import hashlib
 import struct
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import IntegrityError
@@ -31,6 +31,7 @@ __all__ = [
     "CODEC_VERSION",
     "DECODE_BASE",
     "DECODE_FACTOR",
+    "MALFORMED",
     "CodecError",
     "Decoder",
     "Encoder",
@@ -39,7 +40,7 @@ __all__ = [
     "decode_value",
     "encode_value",
     "has_extension",
-    "malformed_input",
+    "malformed",
     "register_extension",
     "varint",
 ]
@@ -74,7 +75,7 @@ class UnencodableError(TypeError):
 # What Python raises while rebuilding values from malformed bytes: a constructor given the wrong
 # fields, an index past a short tuple, a number out of range, nesting past the stack, an
 # allocation refused. Only the decoding of untrusted bytes turns these into a CodecError.
-_MALFORMED = (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, MemoryError)
+MALFORMED = (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, MemoryError)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -82,13 +83,11 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
-@contextlib.contextmanager
-def malformed_input(what: str) -> Iterator[None]:
-    """Inside, any exception malformed bytes can cause becomes CodecError (exit 4, one line)."""
-    try:
-        yield
-    except _MALFORMED as exc:
-        raise CodecError(f"{what} is malformed ({_one_line(exc)})") from exc
+def malformed(what: str, exc: BaseException) -> CodecError:
+    """The CodecError (exit 4, one line) for an exception malformed bytes caused while
+    decoding `what`. Callers catch MALFORMED with a plain try: decoding runs inside replayed
+    programs, where a context manager's frames (contextlib's) would count as the program's."""
+    return CodecError(f"{what} is malformed ({_one_line(exc)})")
 
 
 def blob_digest(data: bytes) -> bytes:
@@ -379,8 +378,10 @@ class Decoder:
 
     def decode(self) -> Any:
         """One value from the current position; CodecError for any malformed input."""
-        with malformed_input("a recorded value"):
+        try:
             return self._decode(0)
+        except MALFORMED as exc:
+            raise malformed("a recorded value", exc) from exc
 
     def _decode(self, depth: int) -> Any:
         if depth > _MAX_DEPTH:

@@ -35,7 +35,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._codec import CodecError, Decoder, blob_digest, decode_value, malformed_input
+from ._codec import MALFORMED, CodecError, Decoder, blob_digest, decode_value, malformed
 
 __all__ = [
     "ARGS_DIGEST_SIZE",
@@ -146,8 +146,10 @@ def _meta(kind: int, body: memoryview) -> dict[str, Any]:
 
 def read_meta(data: bytes) -> dict[str, Any]:
     """Only the META record; whoever replays the stream verifies the rest."""
-    with malformed_input("the event stream"):
+    try:
         return _read_meta(data)
+    except MALFORMED as exc:
+        raise malformed("the event stream", exc) from exc
 
 
 def _read_meta(data: bytes) -> dict[str, Any]:
@@ -161,8 +163,10 @@ def _read_meta(data: bytes) -> dict[str, Any]:
 
 def parse_stream(data: bytes) -> ParsedStream:
     """Parse and structurally verify a whole event stream; CodecError (exit 4) on any fault."""
-    with malformed_input("the event stream"):
+    try:
         return _parse_stream(data)
+    except MALFORMED as exc:
+        raise malformed("the event stream", exc) from exc
 
 
 def _parse_stream(data: bytes) -> ParsedStream:
