@@ -76,12 +76,17 @@ def serve_podman(socket: Path, *, wait: float = 10.0) -> subprocess.Popen[bytes]
     return service
 
 
+def _default_socket(user: pwd.struct_passwd) -> str:
+    """Where the sandbox user's Podman service listens unless SEALTRACE_PODMAN_SOCKET says."""
+    return f"/run/user/{user.pw_uid}/podman/podman.sock"
+
+
 def podman_client(settings: AgentSettings | None = None) -> Any:
     from podman import PodmanClient
 
     settings = settings or AgentSettings()
     user = sandbox_user(settings)
-    socket = settings.podman_socket or f"unix:///run/user/{user.pw_uid}/podman/podman.sock"
+    socket = settings.podman_socket or f"unix://{_default_socket(user)}"
     path = socket.removeprefix("unix://")
     if not os.path.exists(path) and shutil.which("podman") is None:
         # Nothing to start a service with: an install step, not a sandbox failure.
@@ -172,6 +177,6 @@ def _own_service(settings: AgentSettings) -> _Service | None:
     if settings.podman_socket or os.geteuid() != 0 or shutil.which("podman") is None:
         return None
     user = sandbox_user(settings)
-    if os.path.exists(f"/run/user/{user.pw_uid}/podman/podman.sock"):
+    if os.path.exists(_default_socket(user)):
         return None
     return _Service(Path(f"/run/user/{user.pw_uid}/podman/sealtrace-cli-{os.getpid()}.sock"))

@@ -73,10 +73,17 @@ MAX_HEADER_BYTES = 4096
 def read_segment(
     source: RecordingSource, listing: Listing, index: int, header: RecordingHeader
 ) -> bytes:
-    """One segment object, refused before it is read when its listed size is past what this
-    header allows, and read with a cap in case the listing under-reports it."""
-    name, limit = segment_name(index), max_segment_bytes(header)
+    """One segment object, no larger than this header allows (_read_capped)."""
+    name = segment_name(index)
     too_large = f"{name} is larger than any segment this recording can have"
+    return _read_capped(source, listing, name, max_segment_bytes(header), too_large)
+
+
+def _read_capped(
+    source: RecordingSource, listing: Listing, name: str, limit: int, too_large: str
+) -> bytes:
+    """Object `name`, refused before it is read when its listed size is past `limit`, and
+    read with a cap in case the listing under-reports it: never more than limit + 1 bytes."""
     if listing.objects[name].size > limit:
         raise TamperedError(too_large)
     data = source.get(name, limit=limit)
@@ -96,11 +103,8 @@ def read_header(source: RecordingSource, listing: Listing) -> tuple[RecordingHea
         if any(parse_segment_name(name) is not None for name in listing.objects):
             raise TamperedError(f"{source.location} has segments but no header")
         raise UsageError(f"no sealtrace recording at {source.location}")
-    if listing.objects[HEADER_OBJECT].size > MAX_HEADER_BYTES:
-        raise TamperedError("header object is too large")
-    raw = source.get(HEADER_OBJECT, limit=MAX_HEADER_BYTES)
-    if len(raw) > MAX_HEADER_BYTES:
-        raise TamperedError("header object is too large")
+    raw = _read_capped(source, listing, HEADER_OBJECT, MAX_HEADER_BYTES,
+                       "header object is too large")  # fmt: skip
     return RecordingHeader.decode(raw), header_digest(raw)
 
 

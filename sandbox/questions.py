@@ -20,6 +20,7 @@ This module must stay importable without the engine, the sandbox client or pydan
 """
 
 import dataclasses
+import functools
 import os
 import re
 import types
@@ -269,7 +270,8 @@ ANSWERS: dict[str, Any] = {
 
 class Answerer(Protocol):
     """Something that answers questions about one recording: the in-process inquiry and the
-    sandbox client both are. Closing it ends every process it started."""
+    sandbox client both are. It has one method per kind, named after the kind (`-` as `_`).
+    Closing it ends every process it started."""
 
     # The steps of the last trace with their operand names, for the text view: frames carry
     # no names, so the sandbox client's is empty and the text shows fewer details.
@@ -284,17 +286,9 @@ class Answerer(Protocol):
     def close(self) -> None: ...
 
 
-_METHODS: dict[str, str] = {
-    Trace.kind: "trace",
-    Flows.kind: "flows",
-    InspectStack.kind: "inspect_stack",
-    Replay.kind: "replay",
-}
-
-
 def ask(answerer: "Answerer", question: Question) -> Answer:
     """The answer to any question, from any answerer: the one dispatch on kind."""
-    method: Any = getattr(answerer, _METHODS[question.kind])
+    method: Any = getattr(answerer, question.kind.replace("-", "_"))
     answer: Answer = method(question)
     return answer
 
@@ -388,7 +382,7 @@ def parse_question(doc: Mapping[str, Any]) -> Question:
         if name not in doc:
             continue
         value = doc[name]
-        if f.type in ("int", int):
+        if f.type is int:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise QueryError(f"{kind}: {name} must be an integer")
             low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
@@ -473,7 +467,9 @@ def _check(tp: Any, value: Any, where: str, problems: list[str]) -> None:
 _PLAIN: dict[Any, type | tuple[type, ...]] = {str: str, int: int, float: (int, float), bool: bool}
 
 
+@functools.cache
 def _hints(tp: Any) -> dict[str, Any]:
+    # Once per shape: check_answer visits every node of a trace, on the server's answer path.
     hints = typing.get_type_hints(tp)
     return {k: _strip(v) for k, v in hints.items()}
 
@@ -493,7 +489,7 @@ def json_schema() -> dict[str, Any]:
         props: dict[str, Any] = {"kind": {"const": kind}}
         for f in dataclasses.fields(cls):
             meta = f.metadata
-            if f.type in ("int", int):
+            if f.type is int:
                 prop: dict[str, Any] = {"type": "integer", "default": f.default}
                 prop.update(minimum=meta["minimum"], maximum=meta["maximum"])
             else:
