@@ -53,6 +53,8 @@ def run_through_platform(
         raise UsageError(f"can't open file {target.value!r}: no such file")
     refuse_if_visible(platform.token, command, os.environ)
     lease = platform.lease()
+    if platform.notice:
+        print(f"sealtrace: {platform.notice}", file=sys.stderr, flush=True)
     if lease is None:
         print(f"sealtrace: not recording this run: no key from the server ({platform.why})",
               file=sys.stderr, flush=True)  # fmt: skip
