@@ -360,7 +360,12 @@ def main() -> None:
     if sys.argv[1:2] == ["record"]:
         from ._record_token import take_custody
 
-        take_custody()
+        try:
+            take_custody()
+        except OSError as exc:
+            typer.echo(f"sealtrace: error: cannot keep the record token from the program "
+                       f"({exc}); nothing was started", err=True)  # fmt: skip
+            raise SystemExit(1) from None
     else:
         _load_commands()
     app()
