@@ -1,23 +1,23 @@
 """Recording through the server: key leases, run registration and the run's end.
 
-`sealtrace record --server URL --token T --store s3://…` takes a run key from a lease pool
-kept on this host (public keys and run ids only, in the user's cache directory), refilling it
-from the server a batch at a time, so a run rarely waits on the server and never for long. If
-the pool is empty and the server does not answer within a few seconds, the run is not
-recorded (the program runs anyway, and says so once); the server is not asked again until a
-back-off passes. Once the recorder has written the recording's header, the run is registered
-with the header's wrapped key; when the program ends, the run is finished as complete,
-incomplete (no final chunk: the recording stopped early) or failed (nothing reached the
-store). The server's answers never hold anything secret; the token is sent only to the
-server, never to the program.
+`sealtrace record --server URL --store s3://…` (the token in SEALTRACE_TOKEN or on a
+descriptor, never on the command line: `_record_token`) takes a run key from a lease pool kept
+on this host (`_lease_pool`: public keys and run ids, each MACed under a key only the token
+gives), refilling it from the server a batch at a time, so a run rarely waits on the server
+and never for long. If the pool is empty and the server does not answer within a few seconds,
+the run is not recorded (the program runs anyway, and says so once); the server is not asked
+again until a back-off passes. Once the recorder has written the recording's header, the run
+is registered with the header's wrapped key; when the program ends, the run is finished as
+complete, incomplete (no final chunk: the recording stopped early) or failed (nothing reached
+the store). The server's answers never hold anything secret; the token is sent only to the
+server, never to the program, and never written to the pool or any other file.
 
-Standard library only: the recorder is imported into production processes.
+Standard library and `cryptography` only: the recorder is imported into production processes.
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ._keys import Recipient
+from ._lease_pool import LeasePool, PooledKey, pool_key
 
 __all__ = ["Lease", "PlatformClient", "PlatformError"]
 
@@ -61,10 +62,14 @@ class PlatformClient:
         self.token = token
         self.batch = batch
         self.timeout = timeout
+        self.why = ""  # why the last lease() gave nothing
+        self.notice = ""  # what the last lease() found wrong with the pool, if anything
         # One pool per server and token: never a key leased by another tenant's token.
         name = hashlib.sha256(f"{self.url}\0{token.split('_')[1:2]}".encode()).hexdigest()[:16]
         base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.pool = base / "sealtrace" / f"leases-{name}.json"
+        # A concurrent recorder holds the lock while it asks the server (`timeout`).
+        self.pool = LeasePool(base / "sealtrace" / f"leases-{name}.json",
+                              pool_key(token, self.url), lock_timeout=2 * timeout)  # fmt: skip
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(  # noqa: S310 - the configured server's URL
@@ -80,48 +85,55 @@ class PlatformClient:
             raise PlatformError(f"the server answered {exc.code} to {method} {path}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise PlatformError(f"the server is unreachable ({exc})") from None
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise PlatformError(f"the server's answer to {method} {path} is not JSON") from None
 
     # -- leases ---------------------------------------------------------------------------
 
     def lease(self) -> Lease | None:
         """A key for one run, or None (the reason in `self.why`)."""
-        self.why = ""
-        self.pool.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.pool, "a+", encoding="utf-8") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # recorders on this host share the pool
-            handle.seek(0)
-            try:
-                state = json.loads(handle.read() or "{}")
-            except ValueError:
-                state = {}
-            keys: list[list[str | None]] = state.get("keys", [])
-            if not keys:
-                if time.time() < state.get("retry_after", 0):
+        self.why = self.notice = ""
+        with self.pool.locked() as pool:
+            if pool.dropped:
+                self.notice = (f"dropped {pool.dropped} entr{'y' if pool.dropped == 1 else 'ies'}"
+                               f" of the lease pool {self.pool.path} that did not verify as the"
+                               " server's (altered, planted, or written by an older sealtrace);"
+                               " no key of theirs is used")  # fmt: skip
+            elif pool.problem:
+                self.notice = f"{pool.problem}; leasing without it"
+            if not pool.keys:
+                if time.time() < pool.retry_after:
                     self.why = "the server did not answer lately; not asking again yet"
                 else:
                     try:
-                        found = self._call("POST", "/v1/keys/lease", {"count": self.batch})
-                        keys = [[k["run_id"], k["public_key"], k.get("store")] for k in found]
-                        state.pop("retry_after", None)
-                        state.pop("backoff", None)
+                        # Without a usable pool, no more than this run needs.
+                        pool.keys = self._fetch(self.batch if pool.saved else 1)
+                        pool.retry_after = pool.backoff = 0.0
                     except PlatformError as exc:
-                        backoff = min(float(state.get("backoff", _BACKOFF_FIRST / 2)) * 2,
-                                      _BACKOFF_MAX)  # fmt: skip
-                        state.update(retry_after=time.time() + backoff, backoff=backoff)
+                        pool.backoff = min(max(pool.backoff, _BACKOFF_FIRST / 2) * 2,
+                                           _BACKOFF_MAX)  # fmt: skip
+                        pool.retry_after = time.time() + pool.backoff
                         self.why = str(exc)
-            taken = keys.pop(0) if keys else None
-            state["keys"] = keys
-            handle.seek(0)
-            handle.truncate()
-            handle.write(json.dumps(state))
+            taken = pool.keys.pop(0) if pool.keys else None
         if taken is None:
             return None
-        run_id, public, *rest = (str(item) if item is not None else None for item in taken)
-        if run_id is None or public is None:
-            return None
-        raw = base64.urlsafe_b64decode(public + "=" * (-len(public) % 4))
-        return Lease(run_id, Recipient.from_raw(raw), rest[0] if rest else None)
+        return Lease(taken.run_id, _recipient(taken.public_key), taken.store)
+
+    def _fetch(self, count: int) -> list[PooledKey]:
+        """Keys straight from the server, over the token's authenticated call: the only
+        place a pool entry comes from."""
+        found = self._call("POST", "/v1/keys/lease", {"count": count})
+        try:
+            keys = [PooledKey(str(k["run_id"]), str(k["public_key"]),
+                              None if k.get("store") is None else str(k["store"]))
+                    for k in found]  # fmt: skip
+            for key in keys:
+                _recipient(key.public_key)
+        except (TypeError, KeyError, ValueError, AttributeError):
+            raise PlatformError("the server's lease answer is malformed") from None
+        return keys
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -136,3 +148,8 @@ class PlatformClient:
                detail: str = "") -> None:  # fmt: skip
         self._call("POST", f"/v1/runs/{run_id}/finish",
                    {"status": status, "exit_status": exit_status, "detail": detail})  # fmt: skip
+
+
+def _recipient(public_key: str) -> Recipient:
+    """A public key as the server sends it: raw X25519, base64url without padding."""
+    return Recipient.from_raw(base64.urlsafe_b64decode(public_key + "=" * (-len(public_key) % 4)))

@@ -3,7 +3,10 @@
 The child's exit status becomes ours (a child killed by signal N exits 128+N, as a shell
 reports it). The parent does no recording itself; it checks what it can before starting the
 program (the recipient, the output location, the command line) so that mistakes are usage
-errors (exit 2) rather than a run recorded nowhere.
+errors (exit 2) rather than a run recorded nowhere. Through the server it holds the record
+token, which the program must never see (`_record_token`): the program inherits stdio only,
+an environment without the token, and the core limit it was started with; it is started
+while the recorder has one thread, so that preexec_fn is safe.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._boot import BOOT_CODE
 from ._errors import IntegrityError, UsageError
@@ -27,6 +30,7 @@ from ._inspect import describe_recording
 from ._keys import Recipient
 from ._launch import parse_command
 from ._platform import PlatformClient, PlatformError
+from ._record_token import refuse_if_visible, restore_in_child
 from ._store import open_store
 
 __all__ = ["run_recorded", "run_through_platform"]
@@ -47,7 +51,10 @@ def run_through_platform(
     _python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")
+    refuse_if_visible(platform.token, command, os.environ)
     lease = platform.lease()
+    if platform.notice:
+        print(f"sealtrace: {platform.notice}", file=sys.stderr, flush=True)
     if lease is None:
         print(f"sealtrace: not recording this run: no key from the server ({platform.why})",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -77,11 +84,12 @@ def run_through_platform(
                 return
 
     watcher = threading.Thread(target=register, name="sealtrace-register", daemon=True)
-    watcher.start()
     # A freshly leased run's location is new: no need to look first, and a store that cannot
-    # be reached must not keep the program from running (the recorder reports it once).
+    # be reached must not keep the program from running (the recorder reports it once). The
+    # watcher starts once the program has: no thread of ours runs while it is forked.
     code = run_recorded(lease.recipient, output, command, app_roots=app_roots,
-                        env_allow=env_allow, run_id=lease.run_id, look_first=False)  # fmt: skip
+                        env_allow=env_allow, run_id=lease.run_id, look_first=False,
+                        on_start=watcher.start)  # fmt: skip
     done.set()
     watcher.join()
     if not registered.is_set():
@@ -109,6 +117,7 @@ def run_recorded(
     env_allow: Sequence[str] = (),
     run_id: str | None = None,
     look_first: bool = True,
+    on_start: Callable[[], None] | None = None,
 ) -> int:
     python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
@@ -135,14 +144,19 @@ def run_recorded(
         "target": target.as_dict(),
     }
     argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
-    return _run_child(argv, env)
+    return _run_child(argv, env, on_start=on_start)
 
 
-def _run_child(argv: list[str], env: dict[str, str]) -> int:
+def _run_child(
+    argv: list[str], env: dict[str, str], *, on_start: Callable[[], None] | None = None
+) -> int:
     try:
-        child = subprocess.Popen(argv, env=env)
+        # Stdio only (close_fds), and the program's own core limit back (restore_in_child).
+        child = subprocess.Popen(argv, env=env, close_fds=True, preexec_fn=restore_in_child())
     except OSError as exc:
         raise UsageError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    if on_start is not None:
+        on_start()
     # A terminal's ^C reaches the child directly; a SIGTERM or SIGHUP sent to us is passed on,
     # so the program (not this wrapper) decides how to end and the recording ends with it.
     forwarded = (signal.SIGTERM, signal.SIGHUP)

@@ -257,11 +257,14 @@ def record(
     ] = None,
     token: Annotated[
         str | None,
+        typer.Option("--token", hidden=True, help="Refused: a command line is world-readable."),
+    ] = None,
+    token_fd: Annotated[
+        int | None,
         typer.Option(
-            "--token",
-            envvar="SEALTRACE_TOKEN",
-            show_envvar=True,
-            help="The server's record token (better: SEALTRACE_TOKEN).",
+            "--token-fd",
+            help="With --server: read the record token from this open descriptor (then "
+            "closed) instead of SEALTRACE_TOKEN.",
         ),
     ] = None,
     store: Annotated[
@@ -277,26 +280,36 @@ def record(
 ) -> None:
     """Run a Python program and record it at the call boundary into a sealed recording.
 
-    Either --recipient and --output, or --server, --token and --store (the key is leased
-    from the server and the run registered with it; without a lease the program runs
-    unrecorded). The program's stdout, stderr and exit status are its own. If recording
-    fails, the program still runs to completion and the failure is reported once on stderr.
+    Either --recipient and --output, or --server and --store with the server's record token
+    in SEALTRACE_TOKEN or on a descriptor (--token-fd), never on the command line (the key is
+    leased from the server and the run registered with it; without a lease the program runs
+    unrecorded). The program never sees the token. Its stdout, stderr and exit status are its
+    own. If recording fails, the program still runs to completion and the failure is
+    reported once on stderr.
     """
+    from ._record_token import TOKEN_ENV, take_custody, take_token
     from ._recording_cli import run_recorded, run_through_platform
 
+    take_custody()  # main() did, unless called some other way
+    if token is not None:
+        raise UsageError(f"--token is refused: every user of this host can read a command "
+                         f"line (/proc/PID/cmdline); set {TOKEN_ENV} or pass the token on a "
+                         "descriptor with --token-fd")  # fmt: skip
     roots, allow = [str(p) for p in app_root or []], list(env_allow or [])
     if server is not None:
         if recipient is not None or output is not None or run_id is not None:
             raise UsageError("--server leases the key and names the run: no --recipient, "
                              "--output or --run-id")  # fmt: skip
-        if not token:
-            raise UsageError("--server needs --token (or SEALTRACE_TOKEN)")
+        secret = take_token(token_fd)
+        if not secret:
+            raise UsageError(f"--server needs the record token in {TOKEN_ENV} or --token-fd")
         from ._platform import PlatformClient
 
-        os.environ.pop("SEALTRACE_TOKEN", None)  # the program never sees the token
-        code = run_through_platform(PlatformClient(server, token), store, command or [],
+        code = run_through_platform(PlatformClient(server, secret), store, command or [],
                                     service=service, app_roots=roots, env_allow=allow)  # fmt: skip
     else:
+        if token_fd is not None:
+            raise UsageError("--token-fd goes with --server")
         if recipient is None or output is None:
             raise UsageError("record needs --recipient and --output (or --server)")
         code = run_recorded(Recipient.load(recipient), output, command or [], app_roots=roots,
@@ -342,8 +355,18 @@ def main() -> None:
         typer.echo(f"sealtrace: error: sealtrace needs CPython 3.11, not "
                    f"{sys.implementation.name} {version}", err=True)  # fmt: skip
         raise SystemExit(2)
-    # `record` starts the program under test: it needs no other component's commands.
-    if sys.argv[1:2] != ["record"]:
+    # `record` starts the program under test: it needs no other component's commands. It
+    # also holds the record token: before anything else, it keeps the token from the program.
+    if sys.argv[1:2] == ["record"]:
+        from ._record_token import take_custody
+
+        try:
+            take_custody()
+        except OSError as exc:
+            typer.echo(f"sealtrace: error: cannot keep the record token from the program "
+                       f"({exc}); nothing was started", err=True)  # fmt: skip
+            raise SystemExit(1) from None
+    else:
         _load_commands()
     app()
 
