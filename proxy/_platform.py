@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._errors import UsageError
 from ._keys import Recipient
 from ._lease_pool import LeasePool, PooledKey, pool_key
 
@@ -48,6 +51,32 @@ class Lease:
     store: str | None = None  # the server's choice of location, if it has one
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_server_url(url: str) -> str:
+    """The server's URL, if its leases can be trusted on the way here: https, or plain http
+    to this host only. Over plain http anyone on the path could swap a lease's public key
+    for their own before the pool's MAC is written, and read every run sealed to it."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    loopback = _loopback(host)
+    if parts.scheme == "https" and host:
+        return url
+    if parts.scheme == "http" and loopback:
+        return url
+    if parts.scheme == "http" and host:
+        raise UsageError(f"--server {url}: plain http is allowed only to this host "
+                         "(127.0.0.1, ::1, localhost); use https")  # fmt: skip
+    raise UsageError(f"--server {url}: not an https:// (or loopback http://) URL")
+
+
 class PlatformClient:
     def __init__(
         self,
@@ -58,7 +87,7 @@ class PlatformClient:
         timeout: float = 3.0,
         cache: Path | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = check_server_url(url).rstrip("/")
         self.token = token
         self.batch = batch
         self.timeout = timeout
