@@ -52,7 +52,10 @@ DEFAULT_CHUNK_SIZE = 64 * 1024
 DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
 MIN_CHUNK_SIZE = 16
 MAX_CHUNK_SIZE = 16 * 1024 * 1024
-MAX_SEGMENT_SIZE = 1024 * 1024 * 1024
+# A reader holds one whole segment (it walks a segment's structure before it releases any of
+# its plaintext), so the largest segment is the reader's memory budget: 8 x the default and 64 x
+# the recorder's 1 MiB, and refused in a header (it used to allow 1 GiB, which nothing wrote).
+MAX_SEGMENT_SIZE = 64 * 1024 * 1024
 MAX_RUN_ID_BYTES = 200
 
 HEADER_OBJECT = "header"

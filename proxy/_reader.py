@@ -230,10 +230,17 @@ class SealedReader:
             data = memoryview(read_segment(self.source, self._listing, index, self.header))
             # Walk the whole segment before decrypting any of it, so a structural fault
             # anywhere in it (a cut, trailing bytes) is refused before its plaintext leaves.
-            records = list(iter_chunk_records(data, index, self.header, digest, status.chunks))
-            if index < last and any(r.flags & FLAG_FINAL for r in records):
+            # The walk runs again to decrypt rather than keep its records: a segment of empty
+            # chunks (21 bytes each) would cost five times its size in record objects.
+            first, records, final = status.chunks, 0, False
+            for record in iter_chunk_records(data, index, self.header, digest, first):
+                records += 1
+                final = final or bool(record.flags & FLAG_FINAL)
+            if index < last and final:
                 raise TamperedError(f"{segment_name(index + 1)} follows the final chunk")
-            for offset, length, flags in records:
+            for offset, length, flags in iter_chunk_records(
+                data, index, self.header, digest, first
+            ):
                 NONCE.pack_into(nonce, 0, status.chunks, flags & FLAG_FINAL)
                 AAD.pack_into(aad, 0, digest, index, flags)
                 ciphertext = data[offset : offset + length]
@@ -254,7 +261,7 @@ class SealedReader:
                     status.complete = True
                 yield plaintext
             status.segments += 1
-            status.segment_chunks.append(len(records))
+            status.segment_chunks.append(records)
 
     def read_all(self) -> bytes:
         return b"".join(self)
