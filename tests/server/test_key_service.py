@@ -3,7 +3,7 @@
 - minted private keys are stored only as KMS ciphertext under {tenant, run, purpose}: the
   raw key is nowhere in the database, and a ciphertext moved to another run does not unwrap;
 - leases hand out each public key once, mint a batch when the pool runs dry, and never cross
-  tenants;
+  tenants; every run (leased or not, in any batch, of any tenant) has its own key pair;
 - a run goes leased → recording → complete/incomplete/failed, and nothing else; only the
   token its key was leased to registers and finishes it;
 - a real recording sealed to a leased key gives its recording key to the one agent and
@@ -105,6 +105,27 @@ def test_leases_are_handed_out_once_per_tenant(service: tuple[KeyService, list[i
             service="svc",
             host="h",
         )
+
+
+def test_every_run_gets_its_own_key_pair(service: tuple[KeyService, list[int]]) -> None:
+    keys, (acme, globex) = service
+    leases = keys.lease(acme, "tok1", 5, mint_batch=2)  # minted in a batch of 5
+    leases += keys.lease(acme, "tok1", 3, mint_batch=2)  # a batch of 2 after the one left
+    leases += keys.lease(globex, "tok2", 3, mint_batch=3)
+    keys.mint(acme, 4)  # and some nobody leased yet
+    publics = [lease.public_key for lease in leases]
+    assert len(set(publics)) == len(publics) == 11, "a public key was handed out twice"
+    with keys.factory() as db:
+        runs = list(db.scalars(select(Run)))
+    assert len(runs) == 15 and len({run.public_key for run in runs}) == 15
+    # Each public key is its own private key's, and no two private keys are one.
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    privates = [_private_of(keys, run) for run in runs]
+    for run, private in zip(runs, privates, strict=True):
+        derived = X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+        assert derived == run.public_key
+    assert len(set(privates)) == len(runs)
 
 
 def test_a_run_moves_forward_only(service: tuple[KeyService, list[int]]) -> None:
