@@ -38,7 +38,7 @@ def test_every_recording_has_a_fresh_recording_key(keys: KeyFiles, tmp_path: Pat
     key_a = unwrap_recording_key(first.wrapped_key, identity, "run-same")
     key_b = unwrap_recording_key(second.wrapped_key, identity, "run-same")
     assert len(key_a) == len(key_b) == 32
-    same = key_a == key_b  # compared here: a failing assert would print the keys
+    same = key_a.view() == key_b.view()  # compared here: a failing assert would print them
     assert not same, "two recordings were sealed under one recording key"
     assert first.wrapped_key != second.wrapped_key
     segment_a = (tmp_path / "a" / "seg-000000").read_bytes()
