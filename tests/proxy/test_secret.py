@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,10 @@ def test_random_secrets_are_random() -> None:
 def test_a_secret_never_shows_or_copies_its_bytes() -> None:
     key = Secret.copy_of(bytes(range(1, 33)))
     assert repr(key) == "Secret(32 bytes)"
-    for leak in (pickle.dumps, copy.copy, copy.deepcopy, bytes):
+    leaks: list[Callable[[Any], object]] = [pickle.dumps, copy.copy, copy.deepcopy, bytes]
+    for leak in leaks:
         with pytest.raises(TypeError):
-            leak(key)  # type: ignore[operator]
+            leak(key)
 
 
 def test_negative_control_an_unwiped_secret_is_seen(secrets_made: list[Any]) -> None:
