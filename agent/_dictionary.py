@@ -34,7 +34,9 @@ _MAX_ITEMS = 10_000
 
 
 class Dictionary:
-    def __init__(self, key: bytes, parsed: ParsedStream) -> None:
+    def __init__(self, key: memoryview, parsed: ParsedStream) -> None:
+        """`key` is a view of the session's digest key (the SandboxClient's Secret): nothing
+        here copies it, and once the client wipes it no digest made here matches."""
         self.key = key
         self.values: dict[str, str] = {}  # value digest -> repr
         self.texts: dict[tuple[str, str], str] = {}  # (kind, digest) -> text

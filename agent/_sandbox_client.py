@@ -6,6 +6,11 @@ container bind-mounts it; LocalTransport runs the runner as a plain child proces
 tests and for machines without Podman). The first frame that breaks the protocol, an
 answer past its budget, or silence past the timeout kills the runner and raises
 SandboxError (exit 5); nothing the runner sent is trusted further.
+
+The session's digest key lives in a `Secret` read straight from /dev/urandom, is sent in the
+LOAD frame written from a buffer that is wiped after the write, and is wiped when the client
+closes. (The runner holds it as bytes for the session: the replayed program shares its
+process and could read it anyway; docs/protocol.md bounds what it could do with it.)
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, cast
 
-from sealtrace.proxy.format import CodecError, ParsedStream
+from sealtrace.proxy.format import CodecError, ParsedStream, Secret
 from sealtrace.sandbox import (
     ARGV_TAG,
     ENV_TAG,
@@ -35,6 +40,7 @@ from sealtrace.sandbox import (
     process_alive,
 )
 from sealtrace.sandbox.protocol import (
+    DIGEST_OFFSET,
     FRAME_SIZE,
     NO_SOURCE,
     DivergenceFlags,
@@ -182,10 +188,10 @@ class SandboxClient:
         self.parsed = parsed
         self.timeout = timeout
         self.transport = transport or LocalTransport()
-        self.key = os.urandom(32)
+        self.key = Secret.random(32)  # the session's digest key: wiped by close()
         self.sources = sources_of(parsed)
         self.reader = FrameReader(len(self.sources), budget=budget)
-        self.dictionary = Dictionary(self.key, parsed)
+        self.dictionary = Dictionary(self.key.view(), parsed)
         self.seq = 0
         self.closed = False
         self.questions_left = questions
@@ -214,9 +220,9 @@ class SandboxClient:
                     b=self.transport.memory_limit,
                     e=int(receipt_only),
                     f=len(data),
-                    digest=self.key,
                 ),
                 data,
+                digest=self.key,
             )[0]
         except BaseException:
             self.close()
@@ -234,7 +240,7 @@ class SandboxClient:
 
     # -- wire -----------------------------------------------------------------------------
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         deadline = time.monotonic() + self.timeout
         while view:
@@ -281,7 +287,11 @@ class SandboxClient:
         if [f.op for f in frames] != [Op.HELLO]:
             self._fail("the runner did not say HELLO")
 
-    def _ask(self, request: Frame, payload: bytes = b"") -> list[Frame]:
+    def _ask(
+        self, request: Frame, payload: bytes = b"", *, digest: Secret | None = None
+    ) -> list[Frame]:
+        """Send `request` (with `digest` in its digest field, written from a buffer wiped
+        after the write, when given) and its payload; its answer's frames, checked."""
         if self.closed:
             raise SandboxError("the sandbox session is closed")
         if self.questions_left <= 0:
@@ -290,7 +300,12 @@ class SandboxClient:
         self.seq += 1
         request = dataclasses.replace(request, seq=self.seq)
         self.reader.ask(request.op, request.seq)
-        self._write(encode(request) + payload)
+        with Secret.copy_of(encode(request)) as frame:
+            if digest is not None:
+                frame.view()[DIGEST_OFFSET:] = digest.view()
+            self._write(frame.view())
+        if payload:  # apart: never one copy of the frame and the whole recording together
+            self._write(payload)
         frames = self._frames()
         self.frames_left -= len(frames)
         if self.frames_left < 0:
@@ -324,6 +339,7 @@ class SandboxClient:
         if self.closed:
             return
         self.closed = True
+        self.key.wipe()  # nothing is asked after this: no digest is made or matched
         with contextlib.suppress(OSError):
             if self.reader.asked is None and self.reader.hello and not self.reader.closed:
                 self.seq += 1

@@ -2,7 +2,9 @@
 read the recording's segments (the oldest version of each) into memory, start the sandbox,
 tell the server the session is ready, then answer its questions until it closes or goes
 idle. The container and the session's tmpfs go with the session; the plaintext and the key
-are never written anywhere.
+are never written anywhere. The recording key is held in a `Secret` only until the reader
+has made its body cipher from it, and wiped in a `finally` whatever happens (docs/platform.md,
+"Key hygiene").
 
 This is plain code: the Celery task (sealtrace.agent._worker) only parses the assignment and
 calls serve().
@@ -76,17 +78,16 @@ def serve(
         # The key opens only for the header the server registered for the run, in the store
         # it named (session_info): a forged or swapped recording is refused here.
         header, _raw = read_header(source, source.list())
-        key = open_session_key(
+        with open_session_key(
             assignment.sealed_key,
             identity,
             session_id=assignment.session_id,
             run_id=assignment.run_id,
             store=assignment.store,
             wrapped_key=header.wrapped_key,
-        )
-        reader = SealedReader(source, None, expected_run_id=assignment.run_id,
-                              recording_key=key)  # fmt: skip
-        del key
+        ) as key:
+            reader = SealedReader(source, None, expected_run_id=assignment.run_id,
+                                  recording_key=key)  # fmt: skip
         data = reader.read_all()
         client = open_sandbox(data, parse_stream(data))
         del data

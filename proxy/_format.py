@@ -18,6 +18,11 @@ key (nobody outside this module touches HPKE_SUITE):
                                                 run id and format version bound in `info`
     seal_session_key / open_session_key         to an agent's public key for one session (what
                                                 crosses Redis), session and run ids bound in `info`
+
+A recording key that comes out of a recipe is a `Secret` (sealtrace.proxy._secret) its caller
+wipes; the body key exists only inside body_cipher(), between its derivation and the AESGCM
+object built from it. cryptography's HPKE returns the key as bytes, and AESGCM keeps its own
+copy of the body key: those copies are out of reach (freed, never wiped; docs/platform.md).
 """
 
 from __future__ import annotations
@@ -28,11 +33,15 @@ from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ._errors import TamperedError, UnsupportedFormatError, WrongIdentityError
 from ._keys import Identity, Recipient
+from ._secret import Secret
+
+Key = Secret | bytes | bytearray | memoryview  # what the recipes take a key as
 
 FORMAT_VERSION = 1
 
@@ -52,7 +61,10 @@ DEFAULT_CHUNK_SIZE = 64 * 1024
 DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
 MIN_CHUNK_SIZE = 16
 MAX_CHUNK_SIZE = 16 * 1024 * 1024
-MAX_SEGMENT_SIZE = 1024 * 1024 * 1024
+# A reader holds one whole segment (it walks a segment's structure before it releases any of
+# its plaintext), so the largest segment is the reader's memory budget: 8 x the default and 64 x
+# the recorder's 1 MiB, and refused in a header (it used to allow 1 GiB, which nothing wrote).
+MAX_SEGMENT_SIZE = 64 * 1024 * 1024
 MAX_RUN_ID_BYTES = 200
 
 HEADER_OBJECT = "header"
@@ -114,21 +126,33 @@ def hpke_info(run_id: str) -> bytes:
     return HPKE_INFO_LABEL + struct.pack(">HH", FORMAT_VERSION, len(rid)) + rid
 
 
-def wrap_recording_key(recording_key: bytes, recipient: Recipient, run_id: str) -> bytes:
+def _view(key: Key) -> bytes | bytearray | memoryview:
+    return key.view() if isinstance(key, Secret) else key
+
+
+def _taken(plaintext: bytes) -> Secret:
+    """HPKE's decrypted key, moved into a Secret: cryptography returns it as bytes, a copy
+    that is dropped here (freed, not wiped; nothing in Python can wipe bytes)."""
+    return Secret.copy_of(plaintext)
+
+
+def wrap_recording_key(recording_key: Key, recipient: Recipient, run_id: str) -> bytes:
     """enc || ciphertext of the recording key, single-shot HPKE base mode."""
-    sealed = HPKE_SUITE.encrypt(recording_key, recipient.public_key, info=hpke_info(run_id))
+    sealed = HPKE_SUITE.encrypt(_view(recording_key), recipient.public_key, info=hpke_info(run_id))
     assert len(sealed) == ENC_SIZE + WRAPPED_KEY_SIZE
     return sealed
 
 
-def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> bytes:
+def unwrap_recording_key(sealed: bytes, identity: Identity, run_id: str) -> Secret:
+    """The recording key, for the caller to wipe (`with unwrap_recording_key(...) as key`)."""
     try:
-        key = HPKE_SUITE.decrypt(sealed, identity.private_key, info=hpke_info(run_id))
+        key = _taken(HPKE_SUITE.decrypt(sealed, identity.private_key, info=hpke_info(run_id)))
     except InvalidTag:
         raise WrongIdentityError(
             "cannot unwrap the recording key: wrong identity, or the header was altered"
         ) from None
     if len(key) != RECORDING_KEY_SIZE:
+        key.wipe()
         raise TamperedError("the unwrapped recording key has the wrong length")
     return key
 
@@ -144,7 +168,7 @@ def session_info(session_id: str, run_id: str, store: str, wrapped_key: bytes) -
 
 
 def seal_session_key(
-    recording_key: bytes,
+    recording_key: Key,
     agent: Recipient,
     *,
     session_id: str,
@@ -157,33 +181,39 @@ def seal_session_key(
     if len(recording_key) != RECORDING_KEY_SIZE:
         raise ValueError("a recording key is 32 bytes")
     info = session_info(session_id, run_id, store, wrapped_key)
-    return HPKE_SUITE.encrypt(recording_key, agent.public_key, info=info)
+    return HPKE_SUITE.encrypt(_view(recording_key), agent.public_key, info=info)
 
 
 def open_session_key(
     blob: bytes, agent: Identity, *, session_id: str, run_id: str, store: str, wrapped_key: bytes
-) -> bytes:
-    """The recording key, or WrongIdentityError (another agent's blob, another session's or
-    run's, another store's, a header other than the registered one, or altered)."""
+) -> Secret:
+    """The recording key, for the caller to wipe; or WrongIdentityError (another agent's
+    blob, another session's or run's, another store's, a header other than the registered
+    one, or altered)."""
     info = session_info(session_id, run_id, store, wrapped_key)
     try:
-        key = HPKE_SUITE.decrypt(blob, agent.private_key, info=info)
+        key = _taken(HPKE_SUITE.decrypt(blob, agent.private_key, info=info))
     except (InvalidTag, ValueError):
         raise WrongIdentityError(
             "cannot open the session key: not this agent's, this session's or this store's, "
             "the recording's header is not the one registered for the run, or it was altered"
         ) from None
     if len(key) != RECORDING_KEY_SIZE:
+        key.wipe()
         raise WrongIdentityError("the session key has the wrong length")
     return key
 
 
-def derive_body_key(recording_key: bytes, header_digest: bytes) -> bytes:
-    """The AES-256-GCM key for chunks: bound to the whole header, not just the run."""
+def body_cipher(recording_key: Key, header_digest: bytes) -> AESGCM:
+    """AES-256-GCM for the chunks, under the body key: HKDF of the recording key, bound to the
+    whole header, not just the run. The body key is derived into a Secret and wiped as soon as
+    AESGCM has taken it (AESGCM keeps its own copy, out of reach, while it lives)."""
     hkdf = HKDF(
         algorithm=hashes.SHA256(), length=32, salt=None, info=BODY_KEY_LABEL + header_digest
     )
-    return hkdf.derive(recording_key)
+    with Secret(32) as body_key:
+        hkdf.derive_into(_view(recording_key), body_key.view())
+        return AESGCM(body_key.view())
 
 
 @dataclass(frozen=True)

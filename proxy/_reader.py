@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ._errors import RunIdMismatchError, TamperedError, UsageError
 from ._format import (
@@ -31,7 +30,7 @@ from ._format import (
     SEGMENT_MAGIC,
     TAG_SIZE,
     RecordingHeader,
-    derive_body_key,
+    body_cipher,
     header_digest,
     parse_segment_name,
     segment_capacity,
@@ -39,6 +38,7 @@ from ._format import (
     unwrap_recording_key,
 )
 from ._keys import Identity
+from ._secret import Secret
 from ._store import Listing, RecordingSource
 
 __all__ = ["ChunkRecord", "RecordingStatus", "SealedReader", "iter_chunk_records", "read_header"]
@@ -173,10 +173,12 @@ class SealedReader:
         identity: Identity | None,
         *,
         expected_run_id: str | None = None,
-        recording_key: bytes | None = None,
+        recording_key: Secret | None = None,
     ) -> None:
         """Open with the run's identity, or (an agent, given it sealed for its session) with
-        the recording key itself; exactly one of the two."""
+        the recording key itself; exactly one of the two. A key unwrapped here is wiped before
+        this returns; a key passed in is the caller's to wipe (it is not needed once this
+        returns: only the AESGCM object made from the body key is kept)."""
         if (identity is None) == (recording_key is None):
             raise ValueError("a SealedReader opens with an identity or a recording key")
         self.source = source
@@ -188,12 +190,11 @@ class SealedReader:
                 f"not {expected_run_id!r}"
             )
         if identity is not None:
-            key = unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id)
+            with unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id) as key:
+                self._aead = body_cipher(key, self.header_digest)
         else:
             assert recording_key is not None
-            key = recording_key
-        self._aead = AESGCM(derive_body_key(key, self.header_digest))
-        del key
+            self._aead = body_cipher(recording_key, self.header_digest)
         self._listing = listing
         self._segments = segment_names(listing)
         self.status = RecordingStatus(alarms=list(listing.alarms))
@@ -230,10 +231,17 @@ class SealedReader:
             data = memoryview(read_segment(self.source, self._listing, index, self.header))
             # Walk the whole segment before decrypting any of it, so a structural fault
             # anywhere in it (a cut, trailing bytes) is refused before its plaintext leaves.
-            records = list(iter_chunk_records(data, index, self.header, digest, status.chunks))
-            if index < last and any(r.flags & FLAG_FINAL for r in records):
+            # The walk runs again to decrypt rather than keep its records: a segment of empty
+            # chunks (21 bytes each) would cost five times its size in record objects.
+            first, records, final = status.chunks, 0, False
+            for record in iter_chunk_records(data, index, self.header, digest, first):
+                records += 1
+                final = final or bool(record.flags & FLAG_FINAL)
+            if index < last and final:
                 raise TamperedError(f"{segment_name(index + 1)} follows the final chunk")
-            for offset, length, flags in records:
+            for offset, length, flags in iter_chunk_records(
+                data, index, self.header, digest, first
+            ):
                 NONCE.pack_into(nonce, 0, status.chunks, flags & FLAG_FINAL)
                 AAD.pack_into(aad, 0, digest, index, flags)
                 ciphertext = data[offset : offset + length]
@@ -254,7 +262,7 @@ class SealedReader:
                     status.complete = True
                 yield plaintext
             status.segments += 1
-            status.segment_chunks.append(len(records))
+            status.segment_chunks.append(records)
 
     def read_all(self) -> bytes:
         return b"".join(self)

@@ -8,7 +8,9 @@ flags inside the authenticated nonce/AAD.
 
 flush() makes everything written so far durable as a complete segment object: a writer killed
 after a flush leaves a recording that opens up to that point and reports itself incomplete.
-The writer never keeps the recording key in plaintext beyond the AEAD object that uses it.
+The writer never keeps the recording key in plaintext beyond the AEAD object that uses it:
+os.urandom hands it over as bytes, which are dropped once the key is wrapped and the body
+cipher made (freed, not wiped: Python cannot wipe bytes; the body key itself is wiped).
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from __future__ import annotations
 import os
 import time
 from types import TracebackType
-
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ._errors import StorageError
 from ._format import (
@@ -35,8 +35,8 @@ from ._format import (
     SEGMENT_MAGIC,
     TAG_SIZE,
     RecordingHeader,
+    body_cipher,
     check_sizes,
-    derive_body_key,
     header_digest,
     segment_capacity,
     segment_name,
@@ -72,7 +72,7 @@ class SealedWriter:
             wrapped_key=wrap_recording_key(recording_key, recipient, run_id),
         ).encode()
         self.header_digest = header_digest(header)
-        self._aead = AESGCM(derive_body_key(recording_key, self.header_digest))
+        self._aead = body_cipher(recording_key, self.header_digest)
         del recording_key
         self._capacity = segment_capacity(chunk_size, segment_size)
         record = CHUNK_PREFIX.size + chunk_size + TAG_SIZE

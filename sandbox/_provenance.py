@@ -160,7 +160,9 @@ def canonical_bytes(value: Any, shown: str | None) -> bytes:
     return (shown or "").encode("utf-8", "surrogatepass")
 
 
-def keyed_digest(key: bytes, type_name: str, canonical: bytes) -> str:
+def keyed_digest(key: bytes | bytearray | memoryview, type_name: str, canonical: bytes) -> str:
+    """A digest only the key's holder can match (the agent keeps its key in a wiped buffer
+    and passes a view of it)."""
     return hashlib.blake2b(
         type_name.encode() + b"\0" + canonical, digest_size=32, key=key
     ).hexdigest()

@@ -57,6 +57,7 @@ from .questions import (
 )
 
 __all__ = [
+    "DIGEST_OFFSET",
     "FRAME_SIZE",
     "MAX_REQUEST_TEXT",
     "NONE",
@@ -87,6 +88,9 @@ NONE = 2**64 - 1
 MAX_LINE = 10_000_000
 _LAYOUT = struct.Struct("<HBBIQQIIIIqd32s")
 assert _LAYOUT.size == FRAME_SIZE
+# Where the digest field starts: the agent writes the session key (LOAD's digest) there itself,
+# from a buffer it wipes, so the key is never in a `bytes` made by encode().
+DIGEST_OFFSET = FRAME_SIZE - 32
 
 
 class Op(enum.IntEnum):

@@ -7,6 +7,13 @@ locally); the encryption context {tenant, run, purpose} is part of every wrap, s
 ciphertext moved to another row does not unwrap. The service never logs, stores or returns
 a private key or a recording key in the clear: minting wraps at once, and a session's key
 leaves only sealed to the agent.
+
+Key hygiene (docs/platform.md): an unwrapped run private key and a recording key being
+re-sealed are held in `Secret` buffers, wiped in a `finally` before seal_for_agent returns.
+What is out of reach, and so only freed: botocore's copies of KMS's plaintext (its response
+body, base64 in JSON, and the bytes it decodes), cryptography's bytes of a key HPKE decrypts,
+the copy its X25519 key object keeps in OpenSSL while it lives, and at minting the bytes of
+private_bytes_raw() and of KMS's request body.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from sealtrace.proxy.format import (
     WRAPPED_KEY_SIZE,
     Identity,
     Recipient,
+    Secret,
     seal_session_key,
     unwrap_recording_key,
 )
@@ -39,7 +47,9 @@ PURPOSE = "run-private-key"
 
 class KeyWrapper(Protocol):
     def wrap(self, plaintext: bytes, context: dict[str, str]) -> bytes: ...
-    def unwrap(self, ciphertext: bytes, context: dict[str, str]) -> bytes: ...
+    def unwrap(self, ciphertext: bytes, context: dict[str, str]) -> Secret:
+        """The plaintext, in a Secret the caller wipes."""
+        ...
 
 
 class KmsKeyWrapper:
@@ -58,14 +68,16 @@ class KmsKeyWrapper:
             raise KeyServiceError(f"KMS refused to wrap a run key: {_reason(exc)}") from None
         return bytes(out["CiphertextBlob"])
 
-    def unwrap(self, ciphertext: bytes, context: dict[str, str]) -> bytes:
+    def unwrap(self, ciphertext: bytes, context: dict[str, str]) -> Secret:
         try:
             out = self.client.decrypt(
                 KeyId=self.key_id, CiphertextBlob=ciphertext, EncryptionContext=context
             )
         except Exception as exc:
             raise KeyServiceError(f"KMS refused to unwrap a run key: {_reason(exc)}") from None
-        return bytes(out["Plaintext"])
+        # botocore's bytes (and the response it parsed them from) cannot be wiped: copied
+        # into a Secret and dropped at once.
+        return Secret.copy_of(out.pop("Plaintext"))
 
 
 def _reason(exc: Exception) -> str:
@@ -203,19 +215,13 @@ class KeyService:
                 raise KeyServiceError(f"run {run_id} has no recording")
             wrapped_private, wrapped_recording = run.wrapped_private_key, run.wrapped_recording_key
             store = run.store or ""
-        private = self.wrapper.unwrap(wrapped_private, _context(tenant_id, run_id))
-        identity = Identity(X25519PrivateKey.from_private_bytes(private))
-        del private
-        recording_key = unwrap_recording_key(wrapped_recording, identity, run_id)
-        del identity
-        return seal_session_key(
-            recording_key,
-            Recipient.from_raw(agent_public_key),
-            session_id=session_id,
-            run_id=run_id,
-            store=store,
-            wrapped_key=wrapped_recording,
-        )
+        agent = Recipient.from_raw(agent_public_key)
+        with self.wrapper.unwrap(wrapped_private, _context(tenant_id, run_id)) as private:
+            identity = Identity(X25519PrivateKey.from_private_bytes(private.view()))
+        with unwrap_recording_key(wrapped_recording, identity, run_id) as recording_key:
+            del identity
+            return seal_session_key(recording_key, agent, session_id=session_id, run_id=run_id,
+                                    store=store, wrapped_key=wrapped_recording)  # fmt: skip
 
     @classmethod
     def _leased_run(cls, db: Session, tenant_id: int, token_id: str, run_id: str) -> Run:

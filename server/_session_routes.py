@@ -1,7 +1,13 @@
 """The v1 API for sessions (people) and agents (agent tokens). Each route names its
 permission in OpenAPI's `x-permission`. A session is its opener's: anyone else (another
 tenant, or another user of the same tenant) gets 404, as for a session that does not exist;
-an agent reaches only the session it was assigned."""
+an agent reaches only the session it was assigned.
+
+Opening a session, each question and closing one append an audit event whatever their end:
+`ok`, `failed` (the action was tried and did not work: no agent, KMS, the agent, a timeout,
+a session not ready) or `denied` (refused before anything was tried: no such run or session
+for this user, a question that does not parse). The event's details are the server's own
+words, never the question's text or an answer."""
 
 from __future__ import annotations
 
@@ -75,6 +81,7 @@ def open_session(
     try:
         session = services.sessions.open(who.tenant_id, who.user_id, body.run_id)
     except RunNotFound as exc:
+        services.audit(who, "session.open", body.run_id, "denied", str(exc))
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     except NoAgent as exc:
         services.audit(who, "session.open", body.run_id, "failed", str(exc))
@@ -99,13 +106,18 @@ def _agents_session(
     return session
 
 
-def _users_session(services: Any, who: Principal, session_id: str) -> PlatformSession:
-    """The session, if `who` opened it (404 otherwise, whoever else's it is)."""
+def _users_session(
+    services: Any, who: Principal, session_id: str, *, audit: str | None = None
+) -> PlatformSession:
+    """The session, if `who` opened it (404 otherwise, whoever else's it is); the refusal is
+    audited as `audit` when that is given."""
     assert who.user_id is not None  # sessions:* are user permissions only
     try:
         session: PlatformSession = services.sessions.get(who.tenant_id, session_id,
                                                          user_id=who.user_id)  # fmt: skip
     except SessionNotFound as exc:
+        if audit is not None:
+            services.audit(who, audit, session_id, "denied", str(exc))
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return session
 
@@ -143,24 +155,30 @@ def ask(
     try:
         question = parse_question(body)
     except QueryError as exc:
+        # Its kind is unknown, and its text is the user's: the event says neither.
+        services.audit(who, "session.question", session_id, "denied", "the question is invalid")
         raise HTTPException(UNPROCESSABLE, str(exc)) from None
-    session = _users_session(services, who, session_id)
+    action = f"session.{question.kind}"
+    session = _users_session(services, who, session_id, audit=action)
     if session.status != "ready":
+        services.audit(who, action, session_id, "failed", f"the session is {session.status}")
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
     request = question_json(question)
     try:
         answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
     except AgentGone as exc:
         services.sessions.fail(who.tenant_id, session_id, str(exc))
-        services.audit(who, f"session.{question.kind}", session_id, "failed", str(exc))
+        services.audit(who, action, session_id, "failed", str(exc))
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
     except SessionClosed as exc:
+        services.audit(who, action, session_id, "failed", f"the session ended: {exc}")
         raise HTTPException(status.HTTP_409_CONFLICT, f"the session ended: {exc}") from None
     except TimeoutError:
+        services.audit(who, action, session_id, "failed", "no answer in time")
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, "no answer in time") from None
     status_code, detail, document = _judge(question.kind, answer)
-    services.audit(who, f"session.{question.kind}", session_id,
-                   "ok" if document is not None else "failed")  # fmt: skip
+    services.audit(who, action, session_id, "ok" if document is not None else "failed",
+                   "" if document is not None else f"answered {status_code}")  # fmt: skip
     if document is None:
         raise HTTPException(status_code, detail)
     return document
@@ -199,6 +217,7 @@ def close_session(
     try:
         session = services.sessions.close(who.tenant_id, who.user_id, session_id)
     except SessionNotFound as exc:
+        services.audit(who, "session.close", session_id, "denied", str(exc))
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     services.audit(who, "session.close", session_id, "ok")
     return _view(session)

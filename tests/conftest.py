@@ -48,6 +48,28 @@ def other_keys(tmp_path: Path) -> KeyFiles:
     return KeyFiles(pub, key)
 
 
+@pytest.fixture
+def secrets_made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every Secret (sealtrace.proxy.format) made while the test runs, kept alive here so that
+    only an explicit wipe, never collection, can have zeroed it (see wiped())."""
+    from sealtrace.proxy.format import Secret
+
+    made: list[Secret] = []
+    make = Secret.__init__
+
+    def recorded(self: Secret, size: int) -> None:
+        make(self, size)
+        made.append(self)
+
+    monkeypatch.setattr(Secret, "__init__", recorded)
+    return made
+
+
+def wiped(secrets: list[Any]) -> bool:
+    """Every one of them reads all zeros."""
+    return all(not any(secret.view()) for secret in secrets)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -3,8 +3,9 @@
 The public seam onto the recorder's format modules for the sandbox, the agent, the server,
 bench/ and infra/ (and for applications teaching the codec a type): the value codec's error
 and extension hook, the parsed event stream, the format's constants, keys, the sealed reader
-and writer, the stores, and the HPKE recipes (the recording key wrapped to a run, the
-recording key re-sealed to an agent for one session). Every name here is a re-export: the
+and writer, the stores, the HPKE recipes (the recording key wrapped to a run, the
+recording key re-sealed to an agent for one session) and the `Secret` buffer the recipes hand
+keys out in, which the agent and the server wipe after use. Every name here is a re-export: the
 layouts, derivations and the HPKE suite are defined once in the private modules behind it,
 whose names may be part of recorded bytes and so never move.
 
@@ -31,6 +32,7 @@ from .._format import (
 )
 from .._keys import Identity, Recipient, generate_identity, write_keypair
 from .._reader import RecordingStatus, SealedReader, read_header
+from .._secret import Secret
 from .._store import (
     DiscardSink,
     Listing,
@@ -66,6 +68,7 @@ __all__ = [
     "RecordingStatus",
     "SealedReader",
     "SealedWriter",
+    "Secret",
     "SourceFile",
     "StoredObject",
     "generate_identity",

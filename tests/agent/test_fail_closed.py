@@ -11,7 +11,7 @@ import pytest
 
 import sealtrace.agent._serving as serving
 from sealtrace.agent._serving import Assignment, serve
-from sealtrace.proxy.format import generate_identity
+from sealtrace.proxy.format import Secret, generate_identity
 
 
 class Server:
@@ -76,7 +76,7 @@ def test_a_sandbox_that_breaks_mid_session_is_closed_and_reported(
         def read_all(self) -> bytes:
             return b"plaintext"
 
-    monkeypatch.setattr(serving, "open_session_key", lambda *a, **k: b"k" * 32)
+    monkeypatch.setattr(serving, "open_session_key", lambda *a, **k: Secret.copy_of(b"k" * 32))
     monkeypatch.setattr(serving, "SealedReader", Reader)
     monkeypatch.setattr(serving, "open_store", lambda location: Store())
     monkeypatch.setattr(serving, "read_header", lambda source, listing: (Header(), b""))

@@ -39,7 +39,8 @@ def test_a_sealed_session_key_opens_for_its_agent_session_and_run() -> None:
     agent, key = generate_identity(), os.urandom(32)
     blob = seal_session_key(key, agent.recipient, **BOUND)  # type: ignore[arg-type]
     assert len(blob) == SESSION_BLOB_SIZE == 80
-    assert open_session_key(blob, agent, **BOUND) == key  # type: ignore[arg-type]
+    with open_session_key(blob, agent, **BOUND) as opened:  # type: ignore[arg-type]
+        assert opened.view() == key
 
 
 @pytest.mark.parametrize("change", ["session", "run", "store", "header", "agent", "bit"])

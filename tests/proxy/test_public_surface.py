@@ -90,6 +90,7 @@ FORMAT_EXPORTED = [
     "SESSION_BLOB_SIZE",
     "SealedReader",
     "SealedWriter",
+    "Secret",
     "SourceFile",
     "StoredObject",
     "WRAPPED_KEY_SIZE",
@@ -133,6 +134,7 @@ RECORDER_MODULES = {
     "sealtrace.proxy._inspect",
     "sealtrace.proxy._keys",
     "sealtrace.proxy._reader",
+    "sealtrace.proxy._secret",
     "sealtrace.proxy._store",
     "sealtrace.proxy._writer",
 }

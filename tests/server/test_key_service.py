@@ -3,11 +3,13 @@
 - minted private keys are stored only as KMS ciphertext under {tenant, run, purpose}: the
   raw key is nowhere in the database, and a ciphertext moved to another run does not unwrap;
 - leases hand out each public key once, mint a batch when the pool runs dry, and never cross
-  tenants;
+  tenants; every run (leased or not, in any batch, of any tenant) has its own key pair;
 - a run goes leased → recording → complete/incomplete/failed, and nothing else; only the
   token its key was leased to registers and finishes it;
 - a real recording sealed to a leased key gives its recording key to the one agent and
   session it is re-sealed for, and to nobody else;
+- re-sealing a run's key for an agent leaves the run's private key and the recording key it
+  held wiped (docs/platform.md, "Key hygiene");
 - KMS refusing (a key it does not have) is one clear error, and nothing is half-minted.
 """
 
@@ -20,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from sealtrace.agent._contracts import open_session_key
-from sealtrace.proxy import Identity, Recipient, SealedWriter
+from sealtrace.proxy import Identity, Recipient, SealedReader, SealedWriter
 from sealtrace.proxy._errors import WrongIdentityError
 from sealtrace.proxy._format import RecordingHeader, unwrap_recording_key
 from sealtrace.proxy._keys import generate_identity
@@ -28,6 +30,8 @@ from sealtrace.proxy._store import LocalDirStore
 from sealtrace.server import KeyServiceError, RunNotFound
 from sealtrace.server._key_service import KeyService, KmsKeyWrapper, _context
 from sealtrace.server._models import Run, RunStatus, Tenant
+
+from ..conftest import wiped
 
 
 @pytest.fixture
@@ -43,7 +47,8 @@ def service(store: tuple[Any, Any], kms: tuple[Any, str]) -> tuple[KeyService, l
 
 
 def _private_of(keys: KeyService, run: Run) -> bytes:
-    return keys.wrapper.unwrap(run.wrapped_private_key, _context(run.tenant_id, run.id))
+    with keys.wrapper.unwrap(run.wrapped_private_key, _context(run.tenant_id, run.id)) as key:
+        return bytes(key.view())  # a copy the test may keep
 
 
 def test_private_keys_exist_only_wrapped(
@@ -105,6 +110,27 @@ def test_leases_are_handed_out_once_per_tenant(service: tuple[KeyService, list[i
             service="svc",
             host="h",
         )
+
+
+def test_every_run_gets_its_own_key_pair(service: tuple[KeyService, list[int]]) -> None:
+    keys, (acme, globex) = service
+    leases = keys.lease(acme, "tok1", 5, mint_batch=2)  # minted in a batch of 5
+    leases += keys.lease(acme, "tok1", 3, mint_batch=2)  # a batch of 2 after the one left
+    leases += keys.lease(globex, "tok2", 3, mint_batch=3)
+    keys.mint(acme, 4)  # and some nobody leased yet
+    publics = [lease.public_key for lease in leases]
+    assert len(set(publics)) == len(publics) == 11, "a public key was handed out twice"
+    with keys.factory() as db:
+        runs = list(db.scalars(select(Run)))
+    assert len(runs) == 15 and len({run.public_key for run in runs}) == 15
+    # Each public key is its own private key's, and no two private keys are one.
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    privates = [_private_of(keys, run) for run in runs]
+    for run, private in zip(runs, privates, strict=True):
+        derived = X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+        assert derived == run.public_key
+    assert len(set(privates)) == len(runs)
 
 
 def test_a_run_moves_forward_only(service: tuple[KeyService, list[int]]) -> None:
@@ -198,8 +224,9 @@ def test_the_recording_key_reaches_one_agent_for_one_session(
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
         identity = Identity(X25519PrivateKey.from_private_bytes(_private_of(keys, run)))
-    assert recording_key == unwrap_recording_key(header.wrapped_key, identity, lease.run_id)
-    assert recording_key not in blob
+    with unwrap_recording_key(header.wrapped_key, identity, lease.run_id) as expected:
+        assert recording_key.view() == expected.view()
+    assert bytes(recording_key.view()) not in blob
     # Nobody else opens it: another agent, another session, another run, an altered blob.
     for who, session, run_id, sealed in (
         (other_agent, "sess-1", lease.run_id, blob),
@@ -212,6 +239,31 @@ def test_the_recording_key_reaches_one_agent_for_one_session(
                              **bound)  # type: ignore[arg-type]  # fmt: skip
     # Each session gets its own blob (fresh HPKE encapsulation).
     assert keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1") != blob
+
+
+def test_resealing_wipes_the_run_key_and_the_recording_key(
+    service: tuple[KeyService, list[int]], tmp_path: Path, secrets_made: list[Any]
+) -> None:
+    keys, (acme, _) = service
+    (lease,) = keys.lease(acme, "tok", 1, mint_batch=1)
+    with SealedWriter(LocalDirStore(tmp_path / "rec"), Recipient.from_raw(lease.public_key),
+                      lease.run_id) as writer:  # fmt: skip
+        writer.write(b"the run's events")
+    header = RecordingHeader.decode((tmp_path / "rec" / "header").read_bytes())
+    keys.register(acme, lease.run_id, token_id="tok", wrapped_recording_key=header.wrapped_key,
+                  store=str(tmp_path / "rec"), service="checkout", host="web-1")  # fmt: skip
+    agent = generate_identity()
+    secrets_made.clear()
+    blob = keys.seal_for_agent(acme, lease.run_id, agent.recipient.raw, "sess-1")
+    # The run's private key (from KMS) and the recording key (from the header), both zero.
+    assert [len(secret) for secret in secrets_made] == [32, 32]
+    assert wiped(secrets_made)
+    # Control: the blob carries the recording's key.
+    bound = {"store": str(tmp_path / "rec"), "wrapped_key": header.wrapped_key}
+    with open_session_key(blob, agent, session_id="sess-1", run_id=lease.run_id,
+                          **bound) as key:  # type: ignore[arg-type]  # fmt: skip
+        assert SealedReader(LocalDirStore(tmp_path / "rec"), None,
+                            recording_key=key).read_all() == b"the run's events"  # fmt: skip
 
 
 def test_kms_refusing_is_one_clear_error(
