@@ -1,9 +1,12 @@
 """sealtrace.agent: the disposable worker that replays one recording in the sandbox.
 
 `sealtrace agent` (`_worker`) is a Celery worker that serves exactly one session: it makes an
-X25519 key pair at boot, registers with the server (`_server`), takes the one assignment on
-its own queue, and exits. Serving it (`_serving`) means opening the recording key the server
-sealed to it (`_contracts`), reading the recording into memory, and driving the sandbox.
+X25519 key pair at boot, enrolls with the server with the one-time enrollment it was started
+with (`_server`), takes the one assignment on its own queue, and exits. `sealtrace
+launch-agent` (`_launcher`) mints that enrollment with a launcher token and becomes the
+agent, which never holds the launcher token. Serving the session (`_serving`) means opening
+the recording key the server sealed to it (`_contracts`), reading the recording into memory,
+and driving the sandbox.
 
 The sandbox client (`_sandbox_client`) runs the replay runner in a hardened rootless Podman
 container (`_podman`; `_local` finds the Podman service and image on this machine, for

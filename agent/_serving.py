@@ -102,7 +102,7 @@ def serve(
                 continue
             request = message["request"]
             if request.get("kind") == "close":
-                server.state(agent_id, assignment.session_id, "closed")
+                _acknowledge_close(server, agent_id, assignment.session_id)
                 return "closed"
             last = time.monotonic()
             server.answer(agent_id, assignment.session_id, int(message["id"]),
@@ -116,6 +116,16 @@ def serve(
     finally:
         if client is not None:
             client.close()
+
+
+def _acknowledge_close(server: ServerClient, agent_id: str, session_id: str) -> None:
+    """Report a close the server asked for. The session ended there first and its agent with
+    it, so the credential may already be revoked (401): the close stands either way."""
+    try:
+        server.state(agent_id, session_id, "closed")
+    except ServerError as exc:
+        if exc.status != 401:
+            raise
 
 
 def _why(exc: Exception) -> str:

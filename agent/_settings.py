@@ -8,11 +8,12 @@ variables when it writes that user's containers.conf, so one environment configu
 The session container: its ulimits, its memory limit and its /tmp (docs/sandbox.md says
 what each one bounds). The defaults are what the tests and docs/sandbox.md show.
 
-Not here: the agent token. `sealtrace agent` pops SEALTRACE_AGENT_TOKEN from the environment
-before anything else runs, so no child process (the Podman service, Celery, the sandbox)
-inherits it; settings are built again wherever they are used, after that, and a token held
-in them would travel with every instance. The server URL and the broker are the command's
-options (SEALTRACE_AGENT_SERVER, SEALTRACE_AGENT_BROKER).
+Not here: the agent's one-time enrollment. `sealtrace agent` pops SEALTRACE_AGENT_ENROLLMENT
+from the environment before anything else runs, so no child process (the Podman service,
+Celery, the sandbox) inherits it; settings are built again wherever they are used, after
+that, and a credential held in them would travel with every instance. Nor the launcher
+token, which `sealtrace launch-agent` takes and never hands to the agent. The server URL and
+the broker are the command's options (SEALTRACE_AGENT_SERVER, SEALTRACE_AGENT_BROKER).
 """
 
 from __future__ import annotations

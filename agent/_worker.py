@@ -1,7 +1,9 @@
 """`sealtrace agent`: a disposable Celery worker that serves exactly one session.
 
-At boot it makes an X25519 key pair in memory, registers the public half with the server
-(which names the one queue it consumes), and keeps telling the server it is alive. The
+At boot it makes an X25519 key pair in memory and enrolls with the server: the one-time
+enrollment it was started with and the public half buy it its own credential and the one
+queue it consumes. It keeps telling the server it is alive, and exits when the server says
+it is retired (410) or no longer honours its credential (401: revoked or expired). The
 first assignment on its queue is served (sealtrace.agent._serving); then the worker stops,
 the container and the session's tmpfs are gone, the key pair is dropped and the process
 exits. A supervisor starts a fresh one. Its network needs: the server, Redis and S3.
@@ -30,6 +32,7 @@ HEARTBEAT = 10.0  # seconds; the server takes an idle agent silent for 30 s as g
 
 def run_agent(
     server: ServerClient,
+    enrollment: str,
     broker_url: str,
     open_sandbox: Callable[[bytes, Any], Any],
     *,
@@ -41,7 +44,8 @@ def run_agent(
     from celery.exceptions import WorkerShutdown
 
     held = [generate_identity()]  # emptied when the agent ends: the key pair goes with it
-    hello = server.register(held[0].recipient.raw)
+    hello = server.enroll(enrollment, held[0].recipient.raw)
+    del enrollment  # used: worthless now, and not kept either
     agent_id, queue = hello["agent_id"], hello["queue"]
     stop = threading.Event()
     ended: list[str] = []
@@ -51,7 +55,9 @@ def run_agent(
             try:
                 server.heartbeat(agent_id)
             except ServerError as exc:
-                if exc.status == 410:  # retired: its session failed before reaching it
+                # Retired (its session failed before reaching it), or its credential
+                # revoked or expired: the server will not assign it anything.
+                if exc.status in (401, 410):
                     ended.append("retired")
                     os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown
                     return

@@ -1,4 +1,5 @@
-"""`sealtrace sandbox build-image`, registered through the `sealtrace.cli` entry point."""
+"""`sealtrace agent`, `sealtrace launch-agent` and `sealtrace sandbox build-image`,
+registered through the `sealtrace.cli` entry point."""
 
 from __future__ import annotations
 
@@ -63,36 +64,50 @@ def build_image(
         typer.echo(f"{reference}  {image.id}  {distributions} distributions")
 
 
+ServerOpt = Annotated[str, typer.Option("--server", envvar="SEALTRACE_AGENT_SERVER",
+                                         help="The server's URL.")]  # fmt: skip
+
+
 @guarded
 def agent(
-    server: Annotated[str, typer.Option("--server", envvar="SEALTRACE_AGENT_SERVER",
-                                        help="The server's URL.")],
+    server: ServerOpt,
     broker: Annotated[str, typer.Option("--broker", envvar="SEALTRACE_AGENT_BROKER",
                                         help="Redis, where assignments come.")] = "redis://127.0.0.1:6379/0",
     idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds without a "
                                                 "question before the session closes.")] = 900.0,
 ) -> None:  # fmt: skip
     """Serve one replay session, then exit (a supervisor starts the next agent). The agent
-    token comes from SEALTRACE_AGENT_TOKEN, never the command line."""
+    enrolls with the one-time enrollment in SEALTRACE_AGENT_ENROLLMENT, never the command
+    line (sealtrace server enroll-agent, or sealtrace launch-agent, mints one)."""
     import os
 
     from sealtrace.proxy import UsageError
 
     from ._hygiene import harden_process
+    from ._launcher import ENROLLMENT_ENV
     from ._local import sandbox_opener
     from ._server import ServerClient
     from ._worker import run_agent
 
-    harden_process()  # before the token is read and the key pair made
-    token = os.environ.pop("SEALTRACE_AGENT_TOKEN", "")
-    if not token:
+    harden_process()  # before the enrollment is read and the key pair made
+    # Taken out of the environment before anything else starts, so that no child process
+    # (the Podman service, Celery, the sandbox) inherits either.
+    enrollment = os.environ.pop(ENROLLMENT_ENV, "")
+    retired = os.environ.pop("SEALTRACE_AGENT_TOKEN", "")
+    if not enrollment:
         raise UsageError(
-            "set SEALTRACE_AGENT_TOKEN to an agent token (sealtrace server create-token)"
+            "SEALTRACE_AGENT_TOKEN is no longer accepted: set SEALTRACE_AGENT_ENROLLMENT to a "
+            "one-time enrollment (sealtrace server enroll-agent, or sealtrace launch-agent)"
+            if retired
+            else "set SEALTRACE_AGENT_ENROLLMENT to a one-time enrollment (sealtrace server "
+            "enroll-agent, or sealtrace launch-agent)"
         )
-    client = ServerClient(server, token)
+    del retired
+    client = ServerClient(server)
     opener = sandbox_opener()  # the image found (or built) before the agent offers itself
     ended = run_agent(
         client,
+        enrollment,
         broker,
         opener,
         idle_timeout=idle_timeout,
@@ -101,8 +116,22 @@ def agent(
     typer.echo(f"agent: session {ended}", err=True)
 
 
+@guarded
+def launch_agent(ctx: typer.Context, server: ServerOpt) -> None:
+    """Start one agent: mint a one-time enrollment for it with the launcher token, then
+    become `sealtrace agent` (the same process, given the other options), which holds the
+    enrollment and nothing of the launcher token. The token comes from
+    SEALTRACE_LAUNCHER_TOKEN, or from the AWS Secrets Manager secret named by
+    SEALTRACE_LAUNCHER_TOKEN_SECRET; never the command line."""
+    from ._launcher import launch
+
+    launch(server, list(ctx.args))
+
+
 def register(app: typer.Typer) -> None:
     app.command("agent")(agent)
+    passing = {"allow_extra_args": True, "ignore_unknown_options": True}  # the agent's options
+    app.command("launch-agent", context_settings=passing)(launch_agent)
     sandbox = typer.Typer(help="The replay sandbox: its image.", no_args_is_help=True)
     sandbox.command("build-image")(build_image)
     app.add_typer(sandbox, name="sandbox")

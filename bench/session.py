@@ -112,10 +112,12 @@ def main() -> None:
         lease_rate = leases / (time.perf_counter() - started)
         opens = 50 if not quick else 10
         for _ in range(opens):  # idle agents with no worker behind them: the server's part
+            code, minted = stack.request("POST", "/v1/agents/enrollments",
+                                         stack.tokens["launcher"], {})  # fmt: skip
+            assert code == 201, minted
             key = base64.b64encode(os.urandom(32)).decode()
-            code, _ = stack.request(
-                "POST", "/v1/agents", stack.tokens["agent"], {"public_key": key}
-            )
+            code, _ = stack.request("POST", "/v1/agents", minted["enrollment"],
+                                    {"public_key": key})  # fmt: skip
             assert code == 201
         started = time.perf_counter()
         for _ in range(opens):

@@ -3,13 +3,15 @@
 It holds runs' private keys, wrapped by KMS, and decides who may open what: settings
 (`_settings`), the database, its models and Alembic migrations (`_db`, `_models`,
 `migrations/`), passwords, scoped API tokens and the role table (`_auth`), the sign-in
-limiter (`_login_limit`), the hash-chained audit log, a chain per tenant whose heads a KMS
+limiter (`_login_limit`), agents' one-time enrollments and the credential each enrolled
+agent holds (`_enrollment`), the hash-chained audit log, a chain per tenant whose heads a KMS
 key MACs (`_audit`, `_audit_key`), the KMS key service that mints, leases and re-seals run
-keys (`_key_service`), sessions that assign a run to one disposable agent (`_sessions`) and
-relay their questions and answers in memory (`_relay`), the errors (`_errors`), and the v1
-API (`_app`, `_deps`, `_routes`, `_session_routes`), run and administered by `sealtrace
-server` (`cli`). It must never store or log a recording key in the clear or an answer. Not
-built: the web console, the MCP endpoint, and serving from several processes.
+keys (`_key_service`), sessions that assign a run to one enrolled, live, disposable agent
+(`_sessions`) and relay their questions and answers in memory (`_relay`), the errors
+(`_errors`), and the v1 API (`_app`, `_deps`, `_routes`, `_session_routes`), run and
+administered by `sealtrace server` (`cli`). It must never store or log a recording key in
+the clear or an answer, nor hand a session to an agent that did not enroll. Not built: the
+web console, the MCP endpoint, and serving from several processes.
 
 Nothing imports this package; it imports the agent's public names, the sandbox's question
 contract and the proxy.
@@ -20,6 +22,7 @@ from typing import Any
 from ._errors import (
     AgentGone,
     DispatchError,
+    EnrollmentRefused,
     KeyServiceError,
     NoAgent,
     RunNotFound,
@@ -31,6 +34,7 @@ from ._errors import (
 __all__ = [
     "AgentGone",
     "DispatchError",
+    "EnrollmentRefused",
     "KeyServiceError",
     "NoAgent",
     "RunNotFound",

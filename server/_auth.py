@@ -2,10 +2,13 @@
 
 A token is `st_<id>_<secret>`: the id is stored, the secret only as a BLAKE2b digest keyed
 with the server's secret key, so neither a database dump nor a log line can be replayed as
-a token. A `record` token may lease keys and register and finish runs; an `agent` token may
-register an agent and exchange its session's traffic; a user token carries its user's role,
-and PERMISSIONS says what each role may do. The OpenAPI description of every endpoint names
-the permission it needs.
+a token. A `record` token may lease keys and register and finish runs; a `launcher` token
+may mint one-time agent enrollments; an `agent` token is one enrolled agent's credential
+(sealtrace.server._enrollment): its row names the agent, it resolves to a principal bound
+to that agent id, and it exchanges that agent's traffic only. An `agent` token that names no
+agent (the tenant-wide kind of before migration 0003) resolves to nothing. A user token
+carries its user's role, and PERMISSIONS says what each role may do. The OpenAPI description
+of every endpoint names the permission it needs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "issue_token",
     "resolve_token",
     "revoke_token",
+    "secret_digest",
     "verify_password",
 ]
 
@@ -39,7 +43,14 @@ __all__ = [
 # one, reads runs and the audit log but opens no sessions.
 PERMISSIONS: dict[Role, frozenset[str]] = {
     Role.ADMIN: frozenset(
-        {"runs:read", "sessions:open", "sessions:query", "audit:read", "users:manage"}
+        {
+            "runs:read",
+            "sessions:open",
+            "sessions:query",
+            "audit:read",
+            "users:manage",
+            "agents:enroll",
+        }
     ),
     Role.ONCALL: frozenset({"runs:read", "sessions:open", "sessions:query"}),
     Role.SECURITY: frozenset({"runs:read", "sessions:open", "sessions:query"}),
@@ -47,7 +58,8 @@ PERMISSIONS: dict[Role, frozenset[str]] = {
 }
 SCOPE_PERMISSIONS: dict[Scope, frozenset[str]] = {
     Scope.RECORD: frozenset({"keys:lease", "runs:register"}),
-    Scope.AGENT: frozenset({"agents:register", "agents:serve"}),
+    Scope.AGENT: frozenset({"agents:serve"}),
+    Scope.LAUNCHER: frozenset({"agents:enroll"}),
 }
 
 _HASHER = PasswordHasher()  # argon2id with the library's current parameters
@@ -87,6 +99,7 @@ class Principal:
     user_id: int | None = None
     user_name: str | None = None
     role: Role | None = None
+    agent_id: str | None = None  # an agent token's one agent
 
     @property
     def permissions(self) -> frozenset[str]:
@@ -99,10 +112,13 @@ class Principal:
         """For the audit log."""
         if self.user_name:
             return f"user:{self.user_name}"
+        if self.agent_id:
+            return f"agent:{self.agent_id}"
         return f"{self.scope.value}-token:{self.token_id}"
 
 
-def _secret_digest(key: bytes, secret: str) -> bytes:
+def secret_digest(key: bytes, secret: str) -> bytes:
+    """What is stored of a credential's secret: BLAKE2b keyed with the server's secret."""
     return hashlib.blake2b(secret.encode(), key=key[:64], digest_size=32).digest()
 
 
@@ -115,8 +131,12 @@ def issue_token(
     name: str,
     user: User | None = None,
     lifetime: dt.timedelta | None = None,
+    agent_id: str | None = None,
 ) -> str:
-    """A new token (shown once; only its digest is kept). Added to `db`, not committed."""
+    """A new token (shown once; only its digest is kept). Added to `db`, not committed. An
+    `agent` token is always one agent's (`agent_id`)."""
+    if (scope is Scope.AGENT) != (agent_id is not None):
+        raise ValueError("an agent token, and only an agent token, names its agent")
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     db.add(
@@ -126,9 +146,10 @@ def issue_token(
             user_id=user.id if user is not None else None,
             scope=scope,
             name=name,
-            secret_digest=_secret_digest(key, secret),
+            secret_digest=secret_digest(key, secret),
             # A zero lifetime is an expired token, never an everlasting one.
             expires=dt.datetime.now(dt.UTC) + lifetime if lifetime is not None else None,
+            agent_id=agent_id,
         )
     )
     return f"st_{token_id}_{secret}"
@@ -152,7 +173,7 @@ def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:
     if prefix != "st" or not token_id or not secret:
         return None
     row = db.get(ApiToken, token_id)
-    if row is None or not hmac.compare_digest(row.secret_digest, _secret_digest(key, secret)):
+    if row is None or not hmac.compare_digest(row.secret_digest, secret_digest(key, secret)):
         return None
     now = dt.datetime.now(dt.UTC)
     if row.revoked is not None or (row.expires is not None and row.expires <= now):
@@ -160,6 +181,8 @@ def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:
     user = db.get(User, row.user_id) if row.user_id is not None else None
     if row.scope is Scope.USER and user is None:
         return None
+    if row.scope is Scope.AGENT and row.agent_id is None:
+        return None  # the tenant-wide kind: it registered any agent, so it stands for none
     return Principal(
         token_id=row.id,
         tenant_id=row.tenant_id,
@@ -167,4 +190,5 @@ def resolve_token(db: Session, key: bytes, token: str) -> Principal | None:
         user_id=user.id if user else None,
         user_name=user.name if user else None,
         role=user.role if user else None,
+        agent_id=row.agent_id,
     )

@@ -1,6 +1,6 @@
 """What routes get injected: the settings, a database session, the key service, the
 sign-in limiter, and the principal a bearer token stands for, checked against the
-permission a route needs.
+permission a route needs (and, on an agent's routes, against the agent id in the path).
 
 Routes never build these themselves; create_app() puts one `Services` on the app's state.
 """
@@ -26,8 +26,10 @@ from ._settings import ServerSettings
 
 __all__ = [
     "DB",
+    "AsAgent",
     "AuditKeyDep",
     "Keys",
+    "Presented",
     "Services",
     "ServicesDep",
     "Settings",
@@ -95,6 +97,10 @@ AuditKeyDep = Annotated[AuditKey, Depends(_audit_key)]
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: st_<id>_<secret>")
 
+# The bearer credential as presented, unresolved: the one route that takes something other
+# than an API token (an agent's one-time enrollment) reads it through this.
+Presented = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
 
 def _principal(
     services: ServicesDep,
@@ -131,6 +137,26 @@ def require(permission: str) -> Callable[..., Any]:
 
     check.permission = permission  # type: ignore[attr-defined]
     return check
+
+
+def _as_agent(
+    agent_id: str,
+    services: ServicesDep,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("agents:serve"))],
+) -> Principal:
+    """An agent's credential, acting as the agent it was issued to: one that names another
+    agent in the path is refused (403, audited), whatever that agent's state."""
+    if principal.agent_id != agent_id:
+        services.audit(principal, f"denied {request.method} {request.url.path}",
+                       f"agent:{agent_id}", "denied",
+                       "an agent's credential acts as its own agent only")  # fmt: skip
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this credential is another agent's")
+    return principal
+
+
+# The principal of an agent's route: an agent credential whose agent is the path's {agent_id}.
+AsAgent = Annotated[Principal, Depends(_as_agent)]
 
 
 def needs(permission: str) -> dict[str, Any]:

@@ -6,7 +6,9 @@ each into an HTTP status (shown after the arrow), so none carries an exit code.
     │   │                               refused, a run in the wrong state, a bad wrapped key
     │   │                               → 409 (runs), 503 (leases, sessions)
     │   └── RunNotFound                 no such run for this tenant → 404
-    ├── NoAgent                         no idle agent for the tenant → 503
+    ├── NoAgent                         no enrolled, live, idle agent for the tenant → 503
+    ├── EnrollmentRefused               an agent's enrollment credential is unknown, wrong,
+    │                                   expired or already used → 401 (audited)
     ├── SessionNotFound                 no such session (or agent) for this tenant → 404
     ├── SessionMoveRefused              an agent reported a state its session cannot move
     │                                   to from where it is (closed back to ready) → 409
@@ -25,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "AgentGone",
     "DispatchError",
+    "EnrollmentRefused",
     "KeyServiceError",
     "NoAgent",
     "RunNotFound",
@@ -43,7 +46,18 @@ class RunNotFound(KeyServiceError):
 
 
 class NoAgent(Exception):
-    """No idle agent for the tenant."""
+    """No enrolled, live, idle agent for the tenant."""
+
+
+class EnrollmentRefused(Exception):
+    """An enrollment credential that enrolls nothing: unknown, wrong, expired or used. The
+    message says which, for the audit log only: the presenter is told none of it. `tenant_id`
+    and `enrollment_id` are the credential's, when its id is known."""
+
+    def __init__(self, why: str, *, tenant_id: int | None = None, enrollment_id: str = "") -> None:
+        super().__init__(why)
+        self.tenant_id = tenant_id
+        self.enrollment_id = enrollment_id
 
 
 class SessionNotFound(Exception):

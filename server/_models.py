@@ -2,7 +2,8 @@
 test checks the two agree.
 
 Key material is stored only wrapped: a run's private key as KMS ciphertext (encryption
-context {tenant, run, purpose}), API tokens and passwords only as digests.
+context {tenant, run, purpose}), API tokens, agent enrollments and passwords only as
+digests.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _Owned = TypeVar("_Owned", "Run", "PlatformSession", "Agent")
 
 __all__ = [
     "Agent",
+    "AgentEnrollment",
     "ApiToken",
     "AuditEvent",
     "Base",
@@ -93,7 +95,10 @@ class Role(enum.StrEnum):
 class Scope(enum.StrEnum):
     USER = "user"  # a signed-in user's token: the user's role decides
     RECORD = "record"  # lease keys, register and finish runs; nothing else
-    AGENT = "agent"  # register an agent, exchange its session's traffic; nothing else
+    # One enrolled agent's own credential (its row names the agent): that agent's heartbeat
+    # and its session's traffic; nothing else. Revoked when the agent is gone.
+    AGENT = "agent"
+    LAUNCHER = "launcher"  # mint one-time agent enrollments; nothing else
 
 
 class RunStatus(enum.StrEnum):
@@ -137,6 +142,25 @@ class ApiToken(Base):
     created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
     expires: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     revoked: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # An `agent` token stands for this one agent and no other (sealtrace.server._enrollment).
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True, index=True)
+
+
+class AgentEnrollment(Base):
+    """A one-time credential that lets one agent enroll (sealtrace.server._enrollment):
+    minted by whatever starts the agent, short-lived, consumed by its first use."""
+
+    __tablename__ = "agent_enrollments"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public half
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    secret_digest: Mapped[bytes] = mapped_column(LargeBinary(32))  # keyed BLAKE2b
+    minted_by: Mapped[str] = mapped_column(String(200))  # the audit log's actor
+    created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    expires: Mapped[dt.datetime] = mapped_column(UtcDateTime())
+    used: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # The agent it enrolled (set in the transaction that used it).
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
 
 
 class Run(Base):

@@ -1,7 +1,8 @@
-"""The v1 API for sessions (people) and agents (agent tokens). Each route names its
-permission in OpenAPI's `x-permission`. A session is its opener's: anyone else (another
-tenant, or another user of the same tenant) gets 404, as for a session that does not exist;
-an agent reaches only the session it was assigned.
+"""The v1 API for sessions (people) and agents. Each route names its permission in OpenAPI's
+`x-permission`. A session is its opener's: anyone else (another tenant, or another user of
+the same tenant) gets 404, as for a session that does not exist. An agent enrolls once, with
+a one-time enrollment minted for it (sealtrace.server._enrollment), and then acts with its
+own credential, as itself only: it reaches only the session it was assigned.
 
 Opening a session, each question and closing one append an audit event whatever their end:
 `ok`, `failed` (the action was tried and did not work: no agent, KMS, the agent, a timeout,
@@ -23,10 +24,12 @@ from sealtrace.sandbox import QueryError
 from sealtrace.sandbox.questions import check_answer, json_schema, parse_question, question_json
 
 from ._auth import Principal
-from ._deps import ServicesDep, needs, require
+from ._deps import DB, AsAgent, Presented, ServicesDep, needs, require
+from ._enrollment import enroll, mint
 from ._errors import (
     AgentGone,
     DispatchError,
+    EnrollmentRefused,
     KeyServiceError,
     NoAgent,
     RunNotFound,
@@ -34,7 +37,7 @@ from ._errors import (
     SessionMoveRefused,
     SessionNotFound,
 )
-from ._models import PlatformSession
+from ._models import PlatformSession, Scope
 
 __all__ = ["router"]
 
@@ -226,6 +229,37 @@ def close_session(
 # -- agents ------------------------------------------------------------------------------
 
 
+class EnrollmentRequest(BaseModel):
+    # Seconds the enrollment may wait for its agent (the server's enrollment_ttl if not given).
+    ttl: float | None = Field(default=None, gt=0, le=86400)
+
+
+class EnrollmentView(BaseModel):
+    enrollment: str  # ste_<id>_<secret>: shown once, for one agent's SEALTRACE_AGENT_ENROLLMENT
+    enrollment_id: str
+    expires: dt.datetime
+
+
+@router.post("/agents/enrollments", tags=["agents"], status_code=201,
+             openapi_extra=needs("agents:enroll"))  # fmt: skip
+def mint_enrollment(
+    db: DB,
+    services: ServicesDep,
+    who: Annotated[Principal, Depends(require("agents:enroll"))],
+    body: EnrollmentRequest | None = None,
+) -> EnrollmentView:
+    """A one-time credential that enrolls one agent of the caller's tenant: whatever starts
+    an agent mints one for it. Only its digest is kept; its first use consumes it."""
+    seconds = body.ttl if body is not None and body.ttl is not None else None
+    ttl = dt.timedelta(seconds=seconds or services.settings.enrollment_ttl)
+    made = mint(db, services.token_key, tenant_id=who.tenant_id, minted_by=who.name, ttl=ttl)
+    db.commit()
+    services.audit(who, "agent.enrollment.mint", f"enrollment:{made.enrollment_id}", "ok",
+                   f"expires {made.expires.isoformat(timespec='seconds')}")  # fmt: skip
+    return EnrollmentView(enrollment=made.credential, enrollment_id=made.enrollment_id,
+                          expires=made.expires)  # fmt: skip
+
+
 class AgentHello(BaseModel):
     public_key: str  # raw X25519, base64, made at the agent's boot
 
@@ -233,23 +267,42 @@ class AgentHello(BaseModel):
 class AgentView(BaseModel):
     agent_id: str
     queue: str
+    credential: str  # st_<id>_<secret>: this agent's own, shown once; dies with the agent
+    expires: dt.datetime
+
+
+_REFUSED = "not a valid enrollment credential: unknown, expired or already used"
 
 
 @router.post("/agents", tags=["agents"], status_code=201,
-             openapi_extra=needs("agents:register"))  # fmt: skip
-def register_agent(
-    body: AgentHello,
-    services: ServicesDep,
-    who: Annotated[Principal, Depends(require("agents:register"))],
-) -> AgentView:
-    """An agent booted: its public key, and the queue it will consume."""
+             openapi_extra=needs("none: a one-time enrollment credential"))  # fmt: skip
+def enroll_agent(body: AgentHello, services: ServicesDep, presented: Presented) -> AgentView:
+    """An agent booted: with its one-time enrollment as the bearer credential, it gives the
+    public key it made at boot and gets its own credential and the queue it will consume.
+    An enrollment used before (even at the same moment), expired or unknown is refused with
+    401, and audited."""
     try:
         raw = base64.b64decode(body.public_key, validate=True)
-        agent = services.sessions.register_agent(who.tenant_id, raw)
     except (binascii.Error, ValueError) as exc:
-        raise HTTPException(422, f"public_key: {exc}") from None
-    services.audit(who, "agent.register", agent.id, "ok")
-    return AgentView(agent_id=agent.id, queue=agent.queue)
+        raise HTTPException(UNPROCESSABLE, f"public_key: {exc}") from None
+    lifetime = dt.timedelta(hours=services.settings.agent_credential_hours)
+    try:
+        if presented is None:
+            raise EnrollmentRefused("no enrollment credential")
+        enrolled = enroll(services.factory, services.token_key, presented.credentials, raw,
+                          lifetime=lifetime)  # fmt: skip
+    except ValueError as exc:
+        raise HTTPException(UNPROCESSABLE, f"public_key: {exc}") from None
+    except EnrollmentRefused as exc:
+        services.audit(None, "agent.enroll", f"enrollment:{exc.enrollment_id or '-'}",
+                       "denied", str(exc), tenant_id=exc.tenant_id)  # fmt: skip
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, _REFUSED,
+                            headers={"WWW-Authenticate": "Bearer"}) from None  # fmt: skip
+    agent = Principal(enrolled.token_id, enrolled.tenant_id, Scope.AGENT,
+                      agent_id=enrolled.agent_id)  # fmt: skip
+    services.audit(agent, "agent.enroll", f"enrollment:{enrolled.enrollment_id}", "ok")
+    return AgentView(agent_id=enrolled.agent_id, queue=enrolled.queue,
+                     credential=enrolled.credential, expires=enrolled.expires)  # fmt: skip
 
 
 @router.post("/agents/{agent_id}/heartbeat", tags=["agents"], status_code=204,
@@ -257,7 +310,7 @@ def register_agent(
 def heartbeat(
     agent_id: str,
     services: ServicesDep,
-    who: Annotated[Principal, Depends(require("agents:serve"))],
+    who: AsAgent,
 ) -> Response:
     try:
         agent = services.sessions.heartbeat(who.tenant_id, agent_id)
@@ -280,7 +333,7 @@ def session_state(
     session_id: str,
     body: AgentState,
     services: ServicesDep,
-    who: Annotated[Principal, Depends(require("agents:serve"))],
+    who: AsAgent,
 ) -> SessionView:
     try:
         session = services.sessions.agent_state(who.tenant_id, agent_id, session_id,
@@ -301,7 +354,7 @@ def next_question(
     agent_id: str,
     session_id: str,
     services: ServicesDep,
-    who: Annotated[Principal, Depends(require("agents:serve"))],
+    who: AsAgent,
     wait: float = 20.0,
 ) -> Response:
     """The next question for the agent (long poll); 204 when none came in `wait` seconds.
@@ -334,7 +387,7 @@ def answer(
     question_id: int,
     body: Answer,
     services: ServicesDep,
-    who: Annotated[Principal, Depends(require("agents:serve"))],
+    who: AsAgent,
 ) -> Response:
     _agents_session(services, who, agent_id, session_id)
     found = body.model_dump(exclude_none=True)

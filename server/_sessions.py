@@ -1,7 +1,9 @@
-"""Sessions: an authorised user opens one on a run, the server picks an idle agent of the
-tenant, re-seals the run's recording key to that agent (sealtrace.server._key_service) and, after
-the database commit, hands the assignment to the agent's own queue. Only the sealed key
-crosses the queue. Questions and answers then go through the relay (sealtrace.server._relay).
+"""Sessions: an authorised user opens one on a run, the server picks an enrolled, live, idle
+agent of the tenant (sealtrace.server._enrollment: one whose own credential still holds,
+heard from in the last AGENT_FRESH), re-seals the run's recording key to that agent
+(sealtrace.server._key_service) and, after the database commit, hands the assignment to the
+agent's own queue. Only the sealed key crosses the queue. Questions and answers then go
+through the relay (sealtrace.server._relay).
 
 Seams: `Dispatcher` is the task queue (Celery on Redis: CeleryDispatcher).
 """
@@ -20,6 +22,7 @@ from sqlalchemy.orm import sessionmaker
 
 from sealtrace.agent import ASSIGNMENT_TASK
 
+from ._enrollment import assignable, retire
 from ._errors import (
     DispatchError,
     KeyServiceError,
@@ -84,18 +87,7 @@ class SessionService:
         self.relay = relay
         self.dispatcher = dispatcher
 
-    # -- agents ---------------------------------------------------------------------------
-
-    def register_agent(self, tenant_id: int, public_key: bytes) -> Agent:
-        if len(public_key) != 32:
-            raise ValueError("an agent's public key is 32 raw X25519 bytes")
-        agent_id = f"agent-{secrets.token_hex(8)}"
-        agent = Agent(id=agent_id, tenant_id=tenant_id, public_key=public_key,
-                      queue=f"sealtrace.agent.{agent_id}", status="idle")  # fmt: skip
-        with self.factory() as db:
-            db.add(agent)
-            db.commit()
-        return agent
+    # -- agents (they enroll through sealtrace.server._enrollment) --------------------------
 
     def heartbeat(self, tenant_id: int, agent_id: str) -> Agent:
         with self.factory() as db:
@@ -105,16 +97,17 @@ class SessionService:
             return agent
 
     def agent_left(self, tenant_id: int, agent_id: str) -> None:
+        """The agent is gone without a session to end: retired, its credential revoked."""
         with self.factory() as db:
-            agent = self._agent(db, tenant_id, agent_id)
-            agent.status = "gone"
+            retire(db, self._agent(db, tenant_id, agent_id))
             db.commit()
 
     # -- sessions -------------------------------------------------------------------------
 
     def open(self, tenant_id: int, user_id: int, run_id: str) -> PlatformSession:
-        """Assign an idle agent; KeyServiceError if KMS refuses (the session is then failed),
-        NoAgent if none is idle, RunNotFound for a run that is not this tenant's."""
+        """Assign an enrolled, live, idle agent; KeyServiceError if KMS refuses (the session is
+        then failed), NoAgent if there is none, RunNotFound for a run that is not this
+        tenant's."""
         session_id = f"sess-{secrets.token_hex(12)}"
         with self.factory() as db:
             run = db.get(Run, run_id)
@@ -122,7 +115,10 @@ class SessionService:
                 raise RunNotFound(f"no recorded run {run_id}")
             agent = self._idle_agent(db, tenant_id)
             if agent is None:
-                raise NoAgent("no idle agent: start one (sealtrace agent)")
+                raise NoAgent(
+                    "no idle agent: start one (sealtrace launch-agent, or sealtrace "
+                    "agent with an enrollment)"
+                )
             agent.status = "busy"
             session = PlatformSession(id=session_id, tenant_id=tenant_id, run_id=run_id,
                               user_id=user_id, agent_id=agent.id, status="assigned")  # fmt: skip
@@ -150,15 +146,18 @@ class SessionService:
         return session
 
     def _idle_agent(self, db: DbSession, tenant_id: int) -> Agent | None:
+        """The tenant's idle agent heard from most recently, among those that enrolled and
+        whose own credential is still valid: nobody else's key is ever sealed to."""
+        now = _now()
         query = (
             select(Agent)
             .where(Agent.tenant_id == tenant_id, Agent.status == "idle",
-                   Agent.seen >= _now() - AGENT_FRESH)
+                   Agent.seen >= now - AGENT_FRESH, assignable(now))
             .order_by(Agent.seen.desc())
             .limit(1)
         )  # fmt: skip
         if db.bind is not None and db.bind.dialect.name == "postgresql":
-            query = query.with_for_update(skip_locked=True)
+            query = query.with_for_update(of=Agent, skip_locked=True)
         return db.scalars(query).first()
 
     def get(self, tenant_id: int, session_id: str, *, user_id: int | None) -> PlatformSession:
@@ -220,7 +219,8 @@ class SessionService:
         db: DbSession | None = None,
     ) -> PlatformSession:
         """End the session (in `db`'s transaction if given). An agent that never received
-        it (the key or the queue failed first) goes back to idle; one that did is done."""
+        it (the key or the queue failed first) goes back to idle; one that did is done, and
+        retired with its credential."""
         with contextlib.nullcontext(db) if db is not None else self.factory() as db:
             session = self._session(db, tenant_id, session_id)
             if session.status not in ("closed", "failed"):
@@ -229,7 +229,10 @@ class SessionService:
                 session.detail = detail[:2000]
             agent = db.get(Agent, session.agent_id) if session.agent_id else None
             if agent is not None and agent.status != "gone":
-                agent.status = agent_after
+                if agent_after == "gone":
+                    retire(db, agent)
+                else:
+                    agent.status = agent_after
             db.commit()
         if status == "failed":
             self.relay.close(session_id, failed=detail)

@@ -50,6 +50,11 @@ class ServerSettings(BaseSettings):
     agent_silence: float = 30.0
     # How long an assigned session may wait for its agent to load it before it fails.
     assign_timeout: float = 180.0
+    # How long a one-time agent enrollment lives when its minter does not say (seconds; at
+    # most a day), and how long an enrolled agent's credential works at most (hours; it is
+    # revoked sooner, when the agent is gone).
+    enrollment_ttl: float = 600.0
+    agent_credential_hours: float = 24.0
 
     def check(self) -> ServerSettings:
         """Refuse settings that must not reach production; returns self."""
@@ -69,4 +74,8 @@ class ServerSettings(BaseSettings):
             raise ValueError("login_attempts must be at least 1 and login_window more than 0")
         if not self.user_token_hours > 0:
             raise ValueError("user_token_hours must be more than 0")
+        if not 0 < self.enrollment_ttl <= 86400:
+            raise ValueError("enrollment_ttl must be more than 0 and at most 86400 seconds")
+        if not self.agent_credential_hours > 0:
+            raise ValueError("agent_credential_hours must be more than 0")
         return self

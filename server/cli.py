@@ -1,12 +1,13 @@
 """`sealtrace server`: run the API, migrate its database, create tenants, users and tokens,
-and verify the audit log. Registered through the `sealtrace.cli` entry point; settings come
-from SEALTRACE_SERVER_* (sealtrace.server._settings)."""
+mint one-time agent enrollments, and verify the audit log. Registered through the
+`sealtrace.cli` entry point; settings come from SEALTRACE_SERVER_* (sealtrace.server._settings).
+"""
 
 from __future__ import annotations
 
 import json
 import secrets
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -116,15 +117,19 @@ def create_user(
 @guarded
 def create_token(
     tenant: TenantOpt,
-    scope: Annotated[str, typer.Option("--scope", help="record or agent")],
+    scope: Annotated[str, typer.Option("--scope", help="record or launcher")],
     name: Annotated[str, typer.Option("--name")] = "token",
 ) -> None:
-    """Create a `record` or `agent` token (shown once; only its digest is kept)."""
+    """Create a `record` token (a recorder's) or a `launcher` token (it mints one-time agent
+    enrollments, for whatever starts agents); shown once, only its digest is kept."""
     from ._auth import issue_token
     from ._models import Scope
 
-    if scope not in ("record", "agent"):
-        raise UsageError("--scope is record or agent (people sign in for a user token)")
+    if scope == "agent":
+        raise UsageError("there is no tenant-wide agent token: each agent enrolls once, with "
+                         "`sealtrace server enroll-agent` or a launcher token")  # fmt: skip
+    if scope not in ("record", "launcher"):
+        raise UsageError("--scope is record or launcher (people sign in for a user token)")
     settings = _settings()
     with _factory()() as db:
         key = settings.secret_key.get_secret_value().encode()
@@ -133,6 +138,62 @@ def create_token(
         db.commit()
     _audit_cli("token.create", f"{scope}-token:{token.split('_')[1]} ({name})", tenant_id)
     typer.echo(token)
+
+
+@app.command("revoke-token")
+@guarded
+def revoke_token(
+    token_id: Annotated[str, typer.Option("--token-id", help="The id: st_<id>_… .")],
+) -> None:
+    """Revoke a token at once (a leaked record or launcher token, an agent's credential)."""
+    from ._auth import revoke_token as revoke
+    from ._models import ApiToken
+
+    with _factory()() as db:
+        row = db.get(ApiToken, token_id)
+        if row is None:
+            raise UsageError(f"no token {token_id!r}")
+        revoke(db, token_id)
+        db.commit()
+        target, tenant_id = f"{row.scope.value}-token:{token_id} ({row.name})", row.tenant_id
+    _audit_cli("token.revoke", target, tenant_id)
+    typer.echo(f"revoked {token_id}")
+
+
+@app.command("enroll-agent")
+@guarded
+def enroll_agent(
+    tenant: TenantOpt,
+    ttl: Annotated[Optional[float], typer.Option(  # noqa: UP045 - typer reads it at run time
+        "--ttl", help="Seconds it may wait for its agent (SEALTRACE_SERVER_ENROLLMENT_TTL, "
+        "600, by default; at most 86400).")] = None,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Mint a one-time enrollment for one agent (shown once, only its digest is kept): give
+    it to that agent alone, as SEALTRACE_AGENT_ENROLLMENT; its first use consumes it."""
+    import datetime as dt
+
+    from ._enrollment import MAX_TTL, mint
+
+    settings = _settings()
+    seconds = settings.enrollment_ttl if ttl is None else ttl
+    if not 0 < seconds <= MAX_TTL.total_seconds():
+        raise UsageError(f"--ttl is more than 0 and at most {MAX_TTL.total_seconds():.0f} seconds")
+    actor = _cli_actor()
+    with _factory()() as db:
+        tenant_id = _tenant_id(db, tenant)
+        made = mint(db, settings.secret_key.get_secret_value().encode(), tenant_id=tenant_id,
+                    minted_by=actor, ttl=dt.timedelta(seconds=seconds))  # fmt: skip
+        db.commit()
+    expires = made.expires.isoformat(timespec="seconds")
+    _audit_cli("agent.enrollment.mint", f"enrollment:{made.enrollment_id}", tenant_id,
+               f"expires {expires}")  # fmt: skip
+    if as_json:
+        out = {"tenant": tenant, "enrollment": made.credential,
+               "enrollment_id": made.enrollment_id, "expires": expires}  # fmt: skip
+        typer.echo(json.dumps(out))
+    else:
+        typer.echo(made.credential)
 
 
 @app.command("audit-verify")
@@ -161,15 +222,19 @@ def audit_verify(as_json: JsonOpt = False) -> None:
         raise typer.Exit(3)
 
 
-def _audit_cli(action: str, target: str, tenant_id: int) -> None:
-    """Privileged actions from this command line are audit events too (actor: the OS user)."""
+def _cli_actor() -> str:
     import getpass
 
+    return f"cli:{getpass.getuser()}"
+
+
+def _audit_cli(action: str, target: str, tenant_id: int, detail: str = "") -> None:
+    """Privileged actions from this command line are audit events too (actor: the OS user)."""
     from ._audit import append
     from ._audit_key import audit_key
 
-    append(_factory(), audit_key(_settings()), actor=f"cli:{getpass.getuser()}", action=action,
-           target=target, result="ok", tenant_id=tenant_id)  # fmt: skip
+    append(_factory(), audit_key(_settings()), actor=_cli_actor(), action=action,
+           target=target, result="ok", tenant_id=tenant_id, detail=detail)  # fmt: skip
 
 
 def _factory() -> sessionmaker[Session]:

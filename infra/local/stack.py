@@ -7,6 +7,10 @@
 started here is stopped on exit, and its files (the database, logs, the bucket's contents,
 the lease pool) live in one temporary directory removed on exit. The end-to-end tests build
 their platform with the same Stack (without the supervisor: they start agents themselves).
+
+Every agent enrolls with its own one-time enrollment: the supervisor (and start_agent)
+starts each one with `sealtrace launch-agent` and the stack's launcher token, as a fleet's
+launcher would; enroll() mints one with the operator's `sealtrace server enroll-agent`.
 """
 
 from __future__ import annotations
@@ -160,7 +164,7 @@ class Stack:
             made = json.loads(self.cli("server", "create-user", "--tenant", tenant, "--name",
                                        name, "--role", role, "--json"))  # fmt: skip
             self.passwords[name] = (tenant, made["password"])
-        for scope in ("record", "agent"):
+        for scope in ("record", "launcher"):
             self.tokens[scope] = self.cli("server", "create-token", "--tenant", "acme",
                                           "--scope", scope)  # fmt: skip
         port = free_port()
@@ -227,10 +231,21 @@ class Stack:
             raw = exc.read()
             return exc.code, json.loads(raw) if raw else None
 
-    def start_agent(self, *options: str) -> subprocess.Popen[bytes]:
-        env = {**self.agent_env, "SEALTRACE_AGENT_TOKEN": self.tokens["agent"]}
+    def enroll(self, *options: str) -> str:
+        """A one-time enrollment for one agent of acme, minted by the operator's command."""
+        return self.cli("server", "enroll-agent", "--tenant", "acme", *options)
+
+    def start_agent(self, *options: str, enrollment: str | None = None) -> subprocess.Popen[bytes]:
+        """An agent, started as a launcher does (`sealtrace launch-agent` mints its
+        enrollment with the launcher token), or with `enrollment` by `sealtrace agent`."""
+        if enrollment is None:
+            env = {**self.agent_env, "SEALTRACE_LAUNCHER_TOKEN": self.tokens["launcher"]}
+            argv = [SEALTRACE, "launch-agent", "--server", self.url, *options]
+        else:
+            env = {**self.agent_env, "SEALTRACE_AGENT_ENROLLMENT": enrollment}
+            argv = [SEALTRACE, "agent", "--server", self.url, *options]
         log = f"agent-{len(self.agents)}.log"
-        agent = self._spawn([SEALTRACE, "agent", "--server", self.url, *options], log, env)
+        agent = self._spawn(argv, log, env)
         self.agents.append(agent)
         # At boot the agent finds the replay image, or builds it (a minute, the first time).
         deadline = time.monotonic() + 300
@@ -411,6 +426,8 @@ def up() -> int:
             print(f"record   SEALTRACE_TOKEN={stack.tokens['record']} AWS_ENDPOINT_URL="
                   f"{stack.aws['AWS_ENDPOINT_URL']} sealtrace record --server {stack.url} "
                   f"--store s3://{stack.bucket}/acme -- python3 app.py")  # fmt: skip
+            print(f"agents   one idle agent at all times (sealtrace launch-agent with "
+                  f"SEALTRACE_LAUNCHER_TOKEN={stack.tokens['launcher']})")  # fmt: skip
             print("Ctrl-C stops everything", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()

@@ -10,7 +10,10 @@ and closes it. Afterwards:
   in the server's database, or in the server's and agent's logs;
 - a second session gets a new agent and a different sealed key;
 - a user of another tenant gets 404; a record token reads nothing back; an auditor cannot
-  open a session (the role table says so).
+  open a session (the role table says so);
+- every agent enrolled with its own one-time enrollment: what an agent process holds (its
+  environment and command line) has no launcher token, and its enrollment enrolls nothing
+  more; a rogue agent gets no session; an agent whose credential is revoked exits.
 """
 
 from __future__ import annotations
@@ -149,8 +152,13 @@ def _recording_key(p: Any, run_id: str) -> bytes:
         return bytes(key.view())  # a copy the test looks for everywhere
 
 
-def _session_dirs() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("sealtrace-")}
+def _session_dirs(*agents: subprocess.Popen[bytes]) -> set[str]:
+    """The session directories on /dev/shm; with `agents`, only theirs (the name carries the
+    making process's pid): other sealtrace processes on a shared host make their own."""
+    found = {name for name in os.listdir("/dev/shm") if name.startswith("sealtrace-")}
+    if agents:
+        found = {name for name in found if any(f"-{a.pid}-" in name for a in agents)}
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +171,7 @@ def test_the_story_through_the_platform(platform: Any, story_run: str, tmp_path:
     run_id = story_run
     before_shm = _session_dirs()
     agent = p.start_agent()
+    agent_log = p.logs[-1]
     with RedisTap(p.redis.url) as tap:
         session_id = p.open_session("ada", run_id)
         code, doc = p.request("POST", f"/v1/sessions/{session_id}/queries", p.tokens["ada"],
@@ -205,6 +214,7 @@ def test_the_story_through_the_platform(platform: Any, story_run: str, tmp_path:
                                 p.tokens["ada"])  # fmt: skip
         assert code == 200 and closed["status"] == "closed"
         assert agent.wait(timeout=60) == 0  # one session, then the agent is gone
+        assert b"agent: session closed" in agent_log.read_bytes()
         # A second session: a new agent, a different sealed key.
         p.start_agent()
         second = p.open_session("ada", run_id)
@@ -241,7 +251,7 @@ def test_the_story_through_the_platform(platform: Any, story_run: str, tmp_path:
     # The command-line administration is audited too.
     code, log = p.request("GET", "/v1/audit?after=0&limit=1000", p.tokens["aud"])
     assert {"tenant.create", "user.create", "token.create"} <= {e["action"] for e in log}
-    assert not _session_dirs() - before_shm  # the agents wiped their tmpfs
+    assert not _session_dirs(*p.agents) - before_shm  # the agents wiped their tmpfs
 
 
 BUSY = "import sys\nprint('working', sum(range(10)))\nsys.exit(5)\n"
@@ -342,7 +352,7 @@ def test_redis_restarted_fails_what_was_in_flight_and_new_sessions_work(
     # An agent that registered but consumes nothing holds the assignment in Redis (a real
     # one blocked in BRPOP would have taken it off Redis already).
     silent = base64.b64encode(os.urandom(32)).decode()
-    code, hello = p.request("POST", "/v1/agents", p.tokens["agent"], {"public_key": silent})
+    code, hello = p.request("POST", "/v1/agents", p.enroll(), {"public_key": silent})
     assert code == 201, hello
     # Redis away while a session opens: it fails at once, cleanly, and says why.
     p.redis.stop()
@@ -396,7 +406,8 @@ def test_kms_refusing_is_a_clear_error_and_an_audit_event(
 
 def test_a_session_left_idle_closes_and_its_agent_exits(platform: Any, story_run: str) -> None:
     p = platform
-    agent = p.start_agent("--idle-timeout", "2")
+    # Started by hand, as an operator would: an enrollment from the server's command line.
+    agent = p.start_agent("--idle-timeout", "2", enrollment=p.enroll())
     session_id = p.open_session("ada", story_run)
     assert agent.wait(timeout=90) == 0  # nobody asked: it closed its session and left
     found = _status(p, session_id)
@@ -405,8 +416,8 @@ def test_a_session_left_idle_closes_and_its_agent_exits(platform: Any, story_run
 
 
 def test_a_retired_agent_exits(platform: Any) -> None:
-    """An agent whose place the server gave up (its session failed before reaching it) is
-    told so at its next heartbeat, and exits."""
+    """An agent whose place the server gave up (its session failed before reaching it), or
+    whose credential the operator revoked, is told so at its next heartbeat, and exits."""
     p = platform
     agent = p.start_agent()
     with sqlite3.connect(p.db) as conn:
@@ -414,6 +425,55 @@ def test_a_retired_agent_exits(platform: Any) -> None:
     conn.close()
     assert agent.wait(timeout=60) == 0
     assert b"session retired" in p.logs[-1].read_bytes()
+    agent = p.start_agent()
+    with sqlite3.connect(p.db) as conn:
+        (token_id,) = conn.execute(
+            "SELECT t.id FROM api_tokens t JOIN agents a ON a.id = t.agent_id "
+            "WHERE a.status = 'idle'"
+        ).fetchone()
+    conn.close()
+    p.cli("server", "revoke-token", "--token-id", token_id)
+    assert agent.wait(timeout=60) == 0
+    assert b"session retired" in p.logs[-1].read_bytes()
+
+
+def _proc_text(pid: int, name: str) -> bytes:
+    return Path(f"/proc/{pid}/{name}").read_bytes()
+
+
+def test_what_an_agent_holds_makes_no_other_agent(platform: Any, story_run: str) -> None:
+    """Issue 21, finding 3, with real processes: an attacker who reads everything an agent
+    process was given (its environment and command line, as root can) finds no launcher
+    token and an enrollment already used; enrolling a rogue agent with it is refused, and the
+    next session goes to the real agent, which serves it."""
+    p = platform
+    launcher = p.tokens["launcher"]
+    agent = p.start_agent()  # sealtrace launch-agent: it minted the enrollment, then exec'd
+    environ = _proc_text(agent.pid, "environ").split(b"\0")
+    cmdline = _proc_text(agent.pid, "cmdline")
+    assert b"agent" in cmdline.split(b"\0") and b"launch-agent" not in cmdline
+    for leak in (environ, [cmdline]):
+        assert not [v for v in leak if launcher.encode() in v or b"LAUNCHER" in v], leak
+    (enrollment,) = [v.split(b"=", 1)[1].decode() for v in environ
+                     if v.startswith(b"SEALTRACE_AGENT_ENROLLMENT=")]  # fmt: skip
+    rogue = {"public_key": base64.b64encode(os.urandom(32)).decode()}
+    code, got = p.request("POST", "/v1/agents", enrollment, rogue)
+    assert code == 401, got
+    session_id = p.open_session("ada", story_run)
+    code, doc = _ask_trace(p, session_id)
+    assert code == 200 and doc["query"]["value"]["repr"] == "0.0", doc
+    with sqlite3.connect(p.db) as conn:
+        (served_by,) = conn.execute("SELECT agent_id FROM sessions WHERE id = ?",
+                                    (session_id,)).fetchone()  # fmt: skip
+        enrolled = conn.execute("SELECT agent_id FROM agent_enrollments WHERE id = ?",
+                                (enrollment.split("_")[1],)).fetchone()  # fmt: skip
+    conn.close()
+    assert enrolled == (served_by,)  # the session went to the agent that enrollment made
+    p.request("POST", f"/v1/sessions/{session_id}/close", p.tokens["ada"])
+    assert agent.wait(timeout=60) == 0
+    code, log = p.request("GET", "/v1/audit?after=0&limit=1000", p.tokens["aud"])
+    assert any(e["action"] == "agent.enroll" and e["result"] == "denied"
+               and "already used" in e["detail"] for e in log), log  # fmt: skip
 
 
 def _core_limit(pid: int) -> list[str]:

@@ -11,8 +11,9 @@ own `sealtrace` and `python`, a working directory outside the repository and no 
   the recorder's run, replayed and traced in the sandbox from an image of the production
   venv's distributions (`sandbox build-image --requirements`), agrees with its own replay;
 - server (`[server]`): `server migrate`, `server serve` on loopback, `GET /health` is 200;
-- agent (`[agent]`): against the server venv's server and a Redis, the agent boots (its
-  replay image built from its venv), waits, and exits 0 when the server retires it;
+- agent (`[agent]`): against the server venv's server and a Redis, the agent enrolls with a
+  one-time enrollment the server's command line minted, boots (its replay image built from
+  its venv), waits, and exits 0 when the server retires it;
 - the negative control: the wheel without one declared dependency (click) fails `--help`,
   so this tier catches a dependency the code needs but the package does not declare.
 
@@ -457,22 +458,22 @@ def test_agent_role(
     images_removed: list[str],
 ) -> None:
     """`pip install 'WHEEL[agent]'`: against the server role's server and a Redis, the agent
-    registers, finds (builds) its replay image from its own venv, waits for an assignment,
-    and exits 0 when the server retires it (its place given up), saying so."""
+    finds (builds) its replay image from its own venv, enrolls, waits for an assignment, and
+    exits 0 when the server retires it (its place given up), saying so."""
     work = server_venv.work / "platform"
     work.mkdir()
     settings = _server_settings(work, SEALTRACE_SERVER_REDIS_URL=redis_url)
     _ok(server_venv.sealtrace("server", "migrate", **settings))
     _ok(server_venv.sealtrace("server", "create-tenant", "--tenant", "acme", **settings))
-    made = _ok(server_venv.sealtrace("server", "create-token", "--tenant", "acme", "--scope",
-                                     "agent", **settings))  # fmt: skip
-    token = made.stdout.decode().strip()
-    assert token.startswith("st_"), made.stdout
+    made = _ok(server_venv.sealtrace("server", "enroll-agent", "--tenant", "acme",
+                                     **settings))  # fmt: skip
+    enrollment = made.stdout.decode().strip()
+    assert enrollment.startswith("ste_"), made.stdout
     server = _serve(server_venv, settings, "platform")
     podman = {"SEALTRACE_PODMAN_SOCKET": podman_service[2]}
     log = agent_venv.work / "agent.log"
     agent = agent_venv.spawn(["agent", "--server", server.url, "--broker", redis_url], log,
-                             SEALTRACE_AGENT_TOKEN=token, **podman)  # fmt: skip
+                             SEALTRACE_AGENT_ENROLLMENT=enrollment, **podman)  # fmt: skip
     try:
         deadline = time.monotonic() + 300  # the first boot builds the image
         while b"waiting" not in log.read_bytes():

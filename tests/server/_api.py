@@ -1,10 +1,11 @@
-"""What the API tests share: the app on a migrated database with two tenants, their users
-and a record token (the `api` fixture in conftest.py builds it), and the calls a test makes
-to get a recorded run."""
+"""What the API tests share: the app on a migrated database with two tenants, their users,
+a record token and a launcher token (the `api` fixture in conftest.py builds it), and the
+calls a test makes to get a recorded run and an enrolled agent."""
 
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,8 +40,8 @@ def serve_api(
     **settings: Any,
 ) -> Iterator[tuple[TestClient, dict[str, str]]]:
     """The app, two tenants, an oncall user (ada, bob) and an auditor (aud) in acme, an
-    oncall user in globex (gil), and a record and an agent token for acme; yields the client
-    and {name: token}."""
+    oncall user in globex (gil), and a record and a launcher token for acme; yields the
+    client and {name: token}."""
     client, key_id = kms
     config = ServerSettings(database_url=database_url, secret_key=SECRET, mint_batch=4,
                             **settings)  # fmt: skip
@@ -54,7 +55,7 @@ def serve_api(
                                    (globex, "gil", Role.ONCALL)):  # fmt: skip
             db.add(User(tenant_id=tenant.id, name=name, role=role,
                         password_hash=hash_password(f"{name}-pw")))  # fmt: skip
-        for scope in (Scope.RECORD, Scope.AGENT):
+        for scope in (Scope.RECORD, Scope.LAUNCHER):
             tokens[scope.value] = issue_token(db, SECRET.encode(), tenant_id=acme.id,
                                               scope=scope, name="prod")  # fmt: skip
         db.commit()
@@ -91,3 +92,17 @@ def recorded_run(http: TestClient, token: str) -> str:
                      headers=auth(token))  # fmt: skip
     assert done.status_code == 200 and done.json()["status"] == "complete"
     return str(run_id)
+
+
+def enroll_agent(
+    http: TestClient, launcher: str, public_key: bytes | None = None
+) -> tuple[str, str]:
+    """An agent enrolled as a launcher starts one: an enrollment minted with `launcher`, then
+    used with the agent's public key (random unless given). Its id and its own credential."""
+    minted = http.post("/v1/agents/enrollments", headers=auth(launcher))
+    assert minted.status_code == 201, minted.text
+    key = public_key if public_key is not None else os.urandom(32)
+    hello = {"public_key": base64.b64encode(key).decode()}
+    enrolled = http.post("/v1/agents", json=hello, headers=auth(minted.json()["enrollment"]))
+    assert enrolled.status_code == 201, enrolled.text
+    return enrolled.json()["agent_id"], enrolled.json()["credential"]

@@ -6,33 +6,37 @@ queue is a list and the sealing of the run's key is not under test here).
   left as it was; the auditor's role holds no session permission at all;
 - an agent's reports move a session one way only: assigned → ready → closed or failed, and
   assigned → failed; any other move is 409 and leaves the session as it was; repeating the
-  state a session is in changes nothing (the agent's acknowledgment of a user's close).
+  state a session is in changes nothing; once the session has ended its agent is gone, and
+  so is its credential (401), so nothing it reports afterwards moves the session either.
 """
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
-from ._api import auth, recorded_run
+from sealtrace.server import SessionMoveRefused
+from sealtrace.server._models import Tenant
+
+from ._api import auth, enroll_agent, recorded_run
 
 QUESTION = {"kind": "inspect-stack", "at": "end"}
 
 
-def _open(http: TestClient, tokens: dict[str, str], user: str = "ada") -> tuple[str, str]:
-    """A session `user` opened on a recorded run, and its agent's id."""
+def _open(
+    http: TestClient, tokens: dict[str, str], user: str = "ada"
+) -> tuple[str, str, dict[str, str]]:
+    """A session `user` opened on a recorded run, its agent's id and the agent's headers."""
     services: Any = http.app.state.services  # type: ignore[attr-defined]
     services.keys.seal_for_agent = lambda *_args: b"sealed"
-    hello = {"public_key": base64.b64encode(bytes(range(32))).decode()}
-    agent = http.post("/v1/agents", json=hello, headers=auth(tokens["agent"]))
-    assert agent.status_code == 201, agent.text
+    agent_id, credential = enroll_agent(http, tokens["launcher"])
     run_id = recorded_run(http, tokens["record"])
     opened = http.post("/v1/sessions", json={"run_id": run_id}, headers=auth(tokens[user]))
     assert opened.status_code == 201, opened.text
-    return opened.json()["session_id"], agent.json()["agent_id"]
+    return opened.json()["session_id"], agent_id, auth(credential)
 
 
 def _status(http: TestClient, token: str, session_id: str) -> str:
@@ -45,9 +49,9 @@ def test_a_session_belongs_to_the_user_who_opened_it(
     api: tuple[TestClient, dict[str, str]],
 ) -> None:
     http, tokens = api
-    session_id, agent_id = _open(http, tokens)
+    session_id, agent_id, agent = _open(http, tokens)
     state = http.post(f"/v1/agents/{agent_id}/sessions/{session_id}/state",
-                      json={"state": "ready"}, headers=auth(tokens["agent"]))  # fmt: skip
+                      json={"state": "ready"}, headers=agent)  # fmt: skip
     assert state.status_code == 200, state.text
     # Another on-call user of the same tenant: 404, as for a session that does not exist.
     bob = auth(tokens["bob"])
@@ -68,20 +72,21 @@ def test_a_session_belongs_to_the_user_who_opened_it(
     assert closed.status_code == 200 and closed.json()["status"] == "closed"
 
 
-# (reports the agent makes first, the report under test, its status, the session after)
+# (reports the agent makes first, the report under test, its status, the session after).
+# Once its session has ended the agent is gone and its credential with it: 401.
 MOVES = [
     ([], "ready", 200, "ready"),
     ([], "failed", 200, "failed"),
     (["ready"], "closed", 200, "closed"),
     (["ready"], "failed", 200, "failed"),
     (["ready"], "ready", 200, "ready"),  # a repeated report changes nothing
-    (["ready", "closed"], "closed", 200, "closed"),
     ([], "closed", 409, "assigned"),  # closed without ever being ready
-    (["ready", "closed"], "ready", 409, "closed"),
-    (["ready", "failed"], "ready", 409, "failed"),
-    (["failed"], "ready", 409, "failed"),
-    (["ready", "closed"], "failed", 409, "closed"),
-    (["ready", "failed"], "closed", 409, "failed"),
+    (["ready", "closed"], "closed", 401, "closed"),
+    (["ready", "closed"], "ready", 401, "closed"),
+    (["ready", "failed"], "ready", 401, "failed"),
+    (["failed"], "ready", 401, "failed"),
+    (["ready", "closed"], "failed", 401, "closed"),
+    (["ready", "failed"], "closed", 401, "failed"),
 ]
 
 
@@ -90,26 +95,36 @@ def test_an_agent_moves_its_session_one_way(
     api: tuple[TestClient, dict[str, str]], before: list[str], report: str, code: int, after: str
 ) -> None:
     http, tokens = api
-    session_id, agent_id = _open(http, tokens)
+    session_id, agent_id, agent = _open(http, tokens)
     path = f"/v1/agents/{agent_id}/sessions/{session_id}/state"
     for state in before:
-        assert http.post(path, json={"state": state},
-                         headers=auth(tokens["agent"])).status_code == 200  # fmt: skip
-    reply = http.post(path, json={"state": report}, headers=auth(tokens["agent"]))
+        assert http.post(path, json={"state": state}, headers=agent).status_code == 200
+    reply = http.post(path, json={"state": report}, headers=agent)
     assert reply.status_code == code, reply.text
     assert _status(http, tokens["ada"], session_id) == after
 
 
-def test_a_session_the_user_closed_stays_closed(api: tuple[TestClient, dict[str, str]]) -> None:
+def test_a_session_the_user_closed_stays_closed(
+    api: tuple[TestClient, dict[str, str]], store: tuple[Any, Any]
+) -> None:
     http, tokens = api
-    session_id, agent_id = _open(http, tokens)
+    _, factory = store
+    session_id, agent_id, agent = _open(http, tokens)
     path = f"/v1/agents/{agent_id}/sessions/{session_id}/state"
     close = http.post(f"/v1/sessions/{session_id}/close", headers=auth(tokens["ada"]))
     assert close.status_code == 200
-    # The agent loads it late: it cannot make it ready again ...
-    assert http.post(path, json={"state": "ready"},
-                     headers=auth(tokens["agent"])).status_code == 409  # fmt: skip
+    # The agent loads it late: its credential ended with the session, so it cannot make it
+    # ready again, nor report anything else.
+    for state in ("ready", "closed", "failed"):
+        assert http.post(path, json={"state": state}, headers=agent).status_code == 401
     assert _status(http, tokens["ada"], session_id) == "closed"
-    # ... and its acknowledgment of the close is accepted and changes nothing.
-    ack = http.post(path, json={"state": "closed"}, headers=auth(tokens["agent"]))
-    assert ack.status_code == 200 and ack.json()["detail"] == "closed by the user"
+    # The state machine holds on its own too, whatever the credential: an acknowledgment of
+    # the close changes nothing, and making the session ready again is refused.
+    with factory() as db:
+        acme = db.scalars(select(Tenant.id).where(Tenant.name == "acme")).one()
+    sessions = http.app.state.services.sessions  # type: ignore[attr-defined]
+    ack = sessions.agent_state(acme, agent_id, session_id, "closed")
+    assert ack.status == "closed" and ack.detail == "closed by the user"
+    with pytest.raises(SessionMoveRefused):
+        sessions.agent_state(acme, agent_id, session_id, "ready")
+    assert _status(http, tokens["ada"], session_id) == "closed"
