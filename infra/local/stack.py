@@ -277,7 +277,10 @@ class Stack:
         return subprocess.run(
             [SEALTRACE, "record", "--server", server or self.url, *where,
              "--service", "checkout", "--app-root", str(APP), "--", *command],
-            env={**self.env, "SEALTRACE_TOKEN": self.tokens["record"], **env},
+            # A production host holds its store's credentials and the record token, never
+            # the server's own settings (its secret key, its KMS and database).
+            env={**{k: v for k, v in self.env.items() if not k.startswith("SEALTRACE_SERVER_")},
+                 "SEALTRACE_TOKEN": self.tokens["record"], **env},
             capture_output=True, timeout=120, check=False,
         )  # fmt: skip
 

@@ -216,7 +216,8 @@ def test_the_rogue_agent_attack_is_refused(
     assert queue == f"sealtrace.agent.{agent_id}" and assignment["session_id"] == session_id
     sealed = base64.b64decode(assignment["sealed_key"])
     bound = {"session_id": session_id, "run_id": run_id, "store": where, "wrapped_key": wrapped}
-    assert open_session_key(sealed, agent, **bound) == recording_key  # type: ignore[arg-type]
+    with open_session_key(sealed, agent, **bound) as opened_key:  # type: ignore[arg-type]
+        assert bytes(opened_key.view()) == recording_key
     with pytest.raises(WrongIdentityError):
         open_session_key(sealed, rogue, **bound)  # type: ignore[arg-type]
     # Nor can the loot reach the session's traffic.

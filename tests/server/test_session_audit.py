@@ -8,7 +8,6 @@ its own, through the real relay; the sealing of the run's key is not under test 
 
 from __future__ import annotations
 
-import base64
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from sqlalchemy import func, select
 
 from sealtrace.server._models import AuditEvent, Tenant
 
-from ._api import auth, recorded_run, serve_api
+from ._api import auth, enroll_agent, recorded_run, serve_api
 
 QUESTION = {"kind": "inspect-stack", "at": "end"}
 STACK = {"query": {"at": "end", "counter": 7}, "frames": []}
@@ -85,10 +84,7 @@ def test_open_each_question_and_close_are_audited(api: tuple[TestClient, dict[st
     http, tokens = api
     acme, globex = _tenant(http, "acme"), _tenant(http, "globex")
     _services(http).keys.seal_for_agent = lambda *_args: b"sealed"
-    hello = {"public_key": base64.b64encode(bytes(range(32))).decode()}
-    agent = http.post("/v1/agents", json=hello, headers=auth(tokens["agent"]))
-    assert agent.status_code == 201, agent.text
-    agent_id = agent.json()["agent_id"]
+    agent_id, credential = enroll_agent(http, tokens["launcher"], bytes(range(32)))
     run_id = recorded_run(http, tokens["record"])
     ada, bob = auth(tokens["ada"]), auth(tokens["bob"])
 
@@ -116,12 +112,12 @@ def test_open_each_question_and_close_are_audited(api: tuple[TestClient, dict[st
     _, events = audited("POST", queries, ada, 409, json=QUESTION)
     assert events == [("user:ada", "session.inspect-stack", session_id, "failed", acme)]
     ready = http.post(f"/v1/agents/{agent_id}/sessions/{session_id}/state",
-                      json={"state": "ready"}, headers=auth(tokens["agent"]))  # fmt: skip
+                      json={"state": "ready"}, headers=auth(credential))  # fmt: skip
     assert ready.status_code == 200, ready.text
 
     # Each question: answered; answered with what the contract does not allow; not answered
     # in time; asked by another user; not a question at all.
-    agent_side = _Agent(http, tokens["agent"], agent_id, session_id)
+    agent_side = _Agent(http, credential, agent_id, session_id)
     for reply, code, result in (({"document": STACK}, 200, "ok"),
                                 ({"document": {"frames": 1}}, 502, "failed"),
                                 (None, 504, "failed")):  # fmt: skip
