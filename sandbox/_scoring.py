@@ -29,6 +29,10 @@ origin's place is the program line that asked for its event, from the recording'
 pass, sealtrace.sandbox._sites), or argv[N]. Identical origins (the same event, the same
 literal at the same line) count once.
 
+A program may also have a forward truth (`flows`): the outputs its value reaches. Each output
+a `flows` answer names is one it reaches (correct), one it must avoid, or another (wrong);
+flows precision and recall are measured apart from the backward figures.
+
 This module only reads an answer: it never replays anything.
 """
 
@@ -42,7 +46,18 @@ from sealtrace.proxy.format import Event, ParsedStream
 
 from .validation.truth import INPUT_KINDS, Mark
 
-__all__ = ["EventFacts", "Expected", "Named", "Placed", "Recorded", "Score", "score", "unanswered"]
+__all__ = [
+    "EventFacts",
+    "Expected",
+    "FlowScore",
+    "Named",
+    "Placed",
+    "Recorded",
+    "Score",
+    "score",
+    "score_flows",
+    "unanswered",
+]
 
 CORRECT = ("origin", "allowed")
 UNJUDGED = ("library-constant",)
@@ -57,6 +72,7 @@ class EventFacts:
     raised: bool
     text: str
     site: str | None
+    written: str | None = None  # an output's bytes, as text
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,7 @@ class Recorded:
                 raised=e.raised,
                 text=_text(parsed, e),
                 site=relative(where.get(str(e.index))),
+                written=None if e.data is None else e.data.decode("utf-8", "replace"),
             )
             for e in parsed.events
         ]
@@ -105,7 +122,16 @@ class Recorded:
 
     def events_at(self, where: str, mark: Mark) -> list[int]:
         """The events an external mark stands for: asked for at `where`, not raised, showing
-        its value and made by its call."""
+        its value and made by its call. For an output mark: the writes made at `where`
+        whose bytes show its value."""
+        if mark.kind == "output":
+            return [
+                i
+                for i, e in enumerate(self.events)
+                if e.site == where
+                and e.written is not None
+                and (mark.value is None or mark.value in e.written)
+            ]
         return [
             i
             for i, e in enumerate(self.events)
@@ -252,6 +278,60 @@ def score(answer: Mapping[str, Any], truth: Sequence[Placed], rec: Recorded) -> 
     named_decoys = {n.mark for n in result.named if n.verdict == "decoy"}
     result.leaked = [name for name in inner if name not in named_decoys]
     result.expected = _expected(origins, rec, list(views.values()))
+    return result
+
+
+@dataclass
+class FlowScore:
+    """A `flows` answer against a forward truth: the outputs it says the value reached."""
+
+    reached: list[tuple[int, str]] = field(default_factory=list)  # (event, verdict)
+    expected: list[tuple[int, bool]] = field(default_factory=list)  # (event, named)
+
+    @property
+    def correct(self) -> int:
+        return sum(verdict == "reaches" for _, verdict in self.reached)
+
+    @property
+    def named(self) -> int:
+        return len(self.reached)
+
+    @property
+    def found(self) -> int:
+        return sum(named for _, named in self.expected)
+
+    @property
+    def precision(self) -> float | None:
+        return self.correct / self.named if self.named else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.found / len(self.expected) if self.expected else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "recall": self.recall,
+            "reached": [{"event": e, "verdict": v} for e, v in self.reached],
+            "expected": [{"event": e, "named": n} for e, n in self.expected],
+        }
+
+
+def score_flows(
+    outputs: Sequence[int], reaches: Sequence[Placed], avoids: Sequence[Placed], rec: Recorded
+) -> FlowScore:
+    """Every output a `flows` answer names is one the value reaches (correct), one it must
+    avoid, or another output (both wrong); recall is the share of the outputs it reaches."""
+    wanted = {e for p in reaches for e in rec.events_at(p.where, p.mark)}
+    avoided = {e for p in avoids for e in rec.events_at(p.where, p.mark)}
+    for p in (*reaches, *avoids):
+        if not rec.events_at(p.where, p.mark):
+            raise ValueError(f"the flow's {p.mark.describe()} names no output at {p.where}")
+    result = FlowScore()
+    for event in sorted(set(outputs)):
+        verdict = "reaches" if event in wanted else "avoids" if event in avoided else "other"
+        result.reached.append((event, verdict))
+    result.expected = [(e, e in set(outputs)) for e in sorted(wanted)]
     return result
 
 

@@ -39,6 +39,10 @@ recorded result shows that text, `call` only those whose callee contains it; an 
 raised is never an origin. Each such event is one item of recall. The line's other events
 (the statement behind a fetch, the open behind a read) are how the input was fetched: an
 answer may name them.
+
+A program may also carry a forward truth (`Flow`): the outputs a value reaches (`flows`),
+named the same way, by the lines that made them (`output` marks: the writes a marked line
+asked for, with `value` the text the written bytes show).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = [
     "INPUT_KINDS",
     "KINDS",
     "ROLES",
+    "Flow",
     "Mark",
     "Truth",
     "argv",
@@ -59,6 +64,7 @@ __all__ = [
     "external",
     "line",
     "markers",
+    "output",
     "resolve",
 ]
 
@@ -113,6 +119,25 @@ def line(name: str, value: str | None = None, *, file: str = "app.py") -> Mark:
     return Mark("any", name, file, value=value)
 
 
+def output(name: str, value: str | None = None, *, file: str = "app.py") -> Mark:
+    """The outputs (stdout, stderr, file and socket writes) the marked line made; `value`: only
+    those whose written bytes show it."""
+    return Mark("output", name, file, value=value)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The forward truth of a program: `source`, an expression evaluated just before the
+    line marked `at` first runs, reaches exactly the outputs of `reaches`, and none of
+    `avoids` (or any other output)."""
+
+    source: str
+    at: str
+    reaches: tuple[Mark, ...]
+    avoids: tuple[Mark, ...] = ()
+    file: str = "app.py"
+
+
 @dataclass(frozen=True)
 class Truth:
     origins: tuple[Mark, ...]
@@ -153,7 +178,12 @@ def resolve(mark: Mark, role: str, root: Path) -> str:
     if found is None:
         raise ValueError(f"{mark.file} has no marker named {mark.name!r}")
     marked_role, number = found
-    allowed = {"origin": ("origin",), "decoy": ("decoy",), "allow": ("allow", "origin")}[role]
+    allowed = {
+        "origin": ("origin",),
+        "decoy": ("decoy",),
+        "allow": ("allow", "origin"),
+        "flow": ROLES,  # a flow's source and outputs may be on any marked line
+    }[role]
     if marked_role not in allowed:
         raise ValueError(f"{mark.file}: {mark.name} is marked {marked_role}, not {role}")
     return f"{mark.file}:{number}"

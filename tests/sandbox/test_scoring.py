@@ -1,7 +1,7 @@
 """The corpus's scoring (sealtrace.sandbox._scoring) on answers written by hand: each verdict,
 precision and recall, and the cases that must count against an answer (a constant standing
 in for an input, a key, a decoy inside the slice) or must not (a library's literal, a branch
-the engine could not follow)."""
+the engine could not follow); and the forward truth's scoring of the outputs a flow names."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from sealtrace.sandbox._scoring import EventFacts, Placed, Recorded, score, unanswered
-from sealtrace.sandbox.validation.truth import Mark, argv, constant, env, external, line
+from sealtrace.sandbox._scoring import (
+    EventFacts,
+    Placed,
+    Recorded,
+    score,
+    score_flows,
+    unanswered,
+)
+from sealtrace.sandbox.validation.truth import Mark, argv, constant, env, external, line, output
 
 ROOT = "/scratch/program"
 LIB = "/usr/lib/python3.11/json/decoder.py"
@@ -172,3 +179,28 @@ def test_identical_origins_count_once_and_no_answer_misses_everything() -> None:
     assert len(s.named) == 1
     missed = unanswered(TRUTH, REC)
     assert (missed.found, len(missed.expected), missed.precision) == (0, 3, None)
+
+
+def test_flows_are_scored_by_the_outputs_they_name() -> None:
+    events = [
+        EventFacts("file.read", False, "ines@example.no", "app.py:10"),
+        EventFacts("file.write", False, "32", "app.py:20", written="INFO ines@example.no\n"),
+        EventFacts("stdout.write", False, "27", "app.py:20", written="INFO ines@example.no\n"),
+        EventFacts("stdout.write", False, "20", "app.py:20", written="INFO tom@example.no\n"),
+        EventFacts("stdout.write", False, "9", "app.py:30", written="2 signups"),
+    ]
+    rec = Recorded(ROOT, events)
+    reaches = [placed("flow", output("log", "ines@"), "app.py:20")]
+    avoids = [
+        placed("flow", output("log", "tom@"), "app.py:20"),
+        placed("flow", output("count"), "app.py:30"),
+    ]
+    lost = score_flows([], reaches, avoids, rec)  # "reached 0 outputs"
+    assert (lost.precision, lost.recall) == (None, 0.0)
+    exact = score_flows([1, 2], reaches, avoids, rec)
+    assert (exact.precision, exact.recall) == (1.0, 1.0)
+    leaky = score_flows([1, 2, 3, 4], reaches, avoids, rec)
+    assert leaky.reached == [(1, "reaches"), (2, "reaches"), (3, "avoids"), (4, "avoids")]
+    assert (leaky.precision, leaky.recall) == (0.5, 1.0)
+    with pytest.raises(ValueError, match="names no output"):
+        score_flows([], [placed("flow", output("log", "ada@"), "app.py:20")], [], rec)
