@@ -125,7 +125,7 @@ class ProgramResult:
         else:
             out.update(precision=None, recall=0.0 if self.missing else None, correct=0,
                        judged=0, found=0, expected=[], named=[], decoys_inside=[],
-                       unknown=0, cut=0)  # fmt: skip
+                       wrong_root=None, unknown=0, cut=0)  # fmt: skip
         return out
 
 

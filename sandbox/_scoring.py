@@ -19,9 +19,10 @@ one verdict:
     library-constant     a constant inside a library's code                     not judged
 
 Precision is correct / judged, where judged counts every verdict but the last, plus one for
-each decoy that shows up only as an inner step of the slice. Recall is the share of the
-truth's origins the answer names: each event an external origin stands for, each
-environment variable, argument and constant. A branch the answer cut (depth) or could not
+each decoy that shows up only as an inner step of the slice, plus one when the answer's root
+made another value than the one asked about (a wrong root: no ancestor at all). Recall is
+the share of the truth's origins the answer names: each event an external origin stands for,
+each environment variable, argument and constant. A branch the answer cut (depth) or could not
 follow (origin "unknown") names nothing: it costs recall, never precision.
 
 Places are compared as the truth names them: FILE:LINE inside the program (an external
@@ -197,6 +198,8 @@ class Score:
     leaked: list[str] = field(default_factory=list)  # decoys seen only as inner steps
     unknown: int = 0  # origins the answer could not know
     cut: int = 0  # steps left unexpanded (the depth bound)
+    # The answer's root made another value than the one asked about: it is no ancestor.
+    wrong_root: str | None = None
 
     @property
     def correct(self) -> int:
@@ -204,7 +207,8 @@ class Score:
 
     @property
     def judged(self) -> int:
-        return sum(n.judged for n in self.named) + len(self.leaked)
+        wrong_root = 1 if self.wrong_root is not None else 0
+        return sum(n.judged for n in self.named) + len(self.leaked) + wrong_root
 
     @property
     def found(self) -> int:
@@ -232,6 +236,7 @@ class Score:
             "expected": [e.to_json() for e in self.expected],
             "named": [n.to_json() for n in self.named],
             "decoys_inside": self.leaked,
+            "wrong_root": self.wrong_root,
             "unknown": self.unknown,
             "cut": self.cut,
         }
@@ -278,7 +283,20 @@ def score(answer: Mapping[str, Any], truth: Sequence[Placed], rec: Recorded) -> 
     named_decoys = {n.mark for n in result.named if n.verdict == "decoy"}
     result.leaked = [name for name in inner if name not in named_decoys]
     result.expected = _expected(origins, rec, list(views.values()))
+    result.wrong_root = _wrong_root(answer, rec)
     return result
+
+
+def _wrong_root(answer: Mapping[str, Any], rec: Recorded) -> str | None:
+    """The root of an answer is the step that made the value asked about: when both values
+    can be shown and differ, the root is some other step."""
+    asked = ((answer.get("query") or {}).get("value") or {}).get("repr")
+    root = answer["root"]
+    made = (root.get("value") or {}).get("repr")
+    if asked is None or made is None or asked == made:
+        return None
+    view = _view(root, rec)
+    return f"step {root['counter']} {root['op']} at {_shown(view)} made {made}, not {asked}"
 
 
 @dataclass

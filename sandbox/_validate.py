@@ -445,6 +445,8 @@ def _corpus_table(report: Report) -> list[str]:
             f"{n.verdict} {n.where}" for n in (s.named if s else []) if n.judged and not n.correct
         ]
         wrong += [f"decoy inside {name}" for name in (s.leaked if s else [])]
+        if s is not None and s.wrong_root is not None:
+            wrong.append(f"wrong root ({s.wrong_root})")
         text = ", ".join(wrong) or "-"
         if p.program.control:
             text = ("holds" if p.control_holds else "control FAILED") + (

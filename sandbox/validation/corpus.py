@@ -733,7 +733,7 @@ CORPUS: tuple[Program, ...] = (
     Program(
         "conversions",
         ("conversion", "sum"),
-        "dict(zip()), dict() of tuple()s and list() of a dict, then a sum over them",
+        "dict() of split lines and of tuple()s, list() of a dict, then a sum over them",
         _conversions,
         'summary["total_cents"]',
         Truth(
@@ -1052,7 +1052,13 @@ CORPUS: tuple[Program, ...] = (
         'order["value"]',
         Truth(
             origins=(external("quote", "11.52"), argv(2)),
-            allowed=(external("connect"), constant("reader"), constant("request"), argv(1)),
+            allowed=(
+                constant("address"),
+                external("connect"),
+                constant("reader"),
+                constant("request"),
+                argv(1),
+            ),
             decoys=(line("status"),),
         ),
     ),
@@ -1154,7 +1160,7 @@ CORPUS: tuple[Program, ...] = (
                 argv(2),
                 argv(4),
             ),
-            decoys=(line("welcome"),),
+            decoys=(line("banner"), line("welcome")),
         ),
     ),
     Program(
@@ -1201,7 +1207,7 @@ CORPUS: tuple[Program, ...] = (
                 argv(1),
                 argv(2),
             ),
-            decoys=(line("store"), line("welcome")),
+            decoys=(line("store"), line("banner"), line("welcome")),
         ),
     ),
     Program(

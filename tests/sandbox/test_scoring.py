@@ -204,3 +204,14 @@ def test_flows_are_scored_by_the_outputs_they_name() -> None:
     assert (leaky.precision, leaky.recall) == (0.5, 1.0)
     with pytest.raises(ValueError, match="names no output"):
         score_flows([], [placed("flow", output("log", "ada@"), "app.py:20")], [], rec)
+
+
+def test_a_root_that_made_another_value_is_wrong() -> None:
+    answer = right_answer()
+    answer["query"] = {"value": {"type": "float", "repr": "0.0", "digest": ""}}
+    answer["root"]["value"]["repr"] = "0.0"
+    assert score(answer, TRUTH, REC).wrong_root is None
+    answer["root"]["value"]["repr"] = "(<cell>,)"  # a step inside a library, not the value
+    s = score(answer, TRUTH, REC)
+    assert s.wrong_root is not None and "(<cell>,)" in s.wrong_root
+    assert s.precision == pytest.approx(6 / 7)

@@ -6,6 +6,7 @@ truth, and a control that reaches an input all exit 3)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -101,6 +102,33 @@ def test_corpus_manifest_names_every_origin() -> None:
             assert {m.kind for m in p.truth.origins} == {"constant"}, p.name
             assert all(m.kind not in INPUT_KINDS for m in p.truth.allowed), p.name
     assert [p.name for p in CORPUS if p.control] == ["control_layout", "control_policy"]
+
+
+def _spans(path: Path) -> list[tuple[int, int]]:
+    """Each statement's first and last line (a compound statement's: its header's)."""
+    spans = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.stmt):
+            body = getattr(node, "body", None)
+            last = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno
+            spans.append((node.lineno, last or node.lineno))
+    return spans
+
+
+def test_corpus_markers_are_on_one_line_statements() -> None:
+    """A marked statement must fit on its line: where a call spans lines, which of them an
+    event or a step is attributed to is not the program's author's to choose (and a
+    formatter that wraps a long line would move the marker away from the call)."""
+    wrapped = []
+    for p in CORPUS:
+        for path in sorted(p.program.glob("*.py")):
+            lines = [n for _, n in markers(path).values()] + [p.trace_line()]
+            spans = _spans(path)
+            for n in lines:
+                inner = min((s for s in spans if s[0] <= n <= s[1]), key=lambda s: s[1] - s[0])
+                if inner[0] != inner[1]:
+                    wrapped.append(f"{p.name}/{path.name}:{n}")
+    assert wrapped == []
 
 
 def _baseline(report: dict[str, Any]) -> dict[str, Any]:

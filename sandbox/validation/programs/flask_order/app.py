@@ -51,9 +51,8 @@ def create_order():
         subtotal = product.price_pence * body["qty"]
         discount = get_discount(session, body["promo"])
         total = round(subtotal * (1 - discount) / 100, 2)  # <- allow:arithmetic
-        welcome = session.scalars(
-            select(Promotion).filter_by(code="WELCOME10")
-        ).first()  # <- decoy:welcome
+        banner = select(Promotion).filter_by(code="WELCOME10")  # <- decoy:banner
+        welcome = session.scalars(banner).first()  # <- decoy:welcome
     response = {"store": STORE, "banner_pct": welcome.discount_pct, "currency": "GBP"}
     response["total_price"] = total
     return jsonify(response)  # <- trace

@@ -47,9 +47,8 @@ def main():
     with Session(engine) as session:
         order = {"promo": sys.argv[4]}
         order["total_price"] = price_order(session, sys.argv[2], int(sys.argv[3]), sys.argv[4])
-        welcome = session.scalars(
-            select(Promotion).filter_by(code="WELCOME10")
-        ).first()  # <- decoy:welcome
+        banner = select(Promotion).filter_by(code="WELCOME10")  # <- decoy:banner
+        welcome = session.scalars(banner).first()  # <- decoy:welcome
         order["banner_pct"] = welcome.discount_pct
     print(json.dumps(order))  # <- trace
 

@@ -19,8 +19,9 @@ class Reading:
 
 def parse(line):
     reading = Reading.__new__(Reading)
-    for name, raw in zip(Reading.__slots__, line.split(","), strict=True):  # <- allow:comma
-        setattr(reading, name, raw.strip())
+    fields = line.split(",")  # <- allow:comma
+    for i, name in enumerate(Reading.__slots__):
+        setattr(reading, name, fields[i].strip())
     return reading
 
 

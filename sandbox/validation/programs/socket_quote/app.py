@@ -13,9 +13,8 @@ import sys
 
 def main():
     qty = int(sys.argv[2])
-    with socket.create_connection(
-        ("127.0.0.1", int(sys.argv[1])), timeout=30
-    ) as sock:  # <- allow:connect
+    address = ("127.0.0.1", int(sys.argv[1]))  # <- allow:address
+    with socket.create_connection(address, timeout=30) as sock:  # <- allow:connect
         replies = sock.makefile("rb")  # <- allow:reader
         sock.sendall(b"QUOTE EURNOK\n")  # <- allow:request
         quote = replies.readline().decode().split()  # <- origin:quote
