@@ -442,7 +442,9 @@ def _corpus_table(report: Report) -> list[str]:
     for p in report.corpus:
         s = p.score
         wrong = [
-            f"{n.verdict} {n.where}" for n in (s.named if s else []) if n.judged and not n.correct
+            f"{n.verdict} {n.where} {_clip(n.value or '?', 16)}"
+            for n in (s.named if s else [])
+            if n.judged and not n.correct
         ]
         wrong += [f"decoy inside {name}" for name in (s.leaked if s else [])]
         if s is not None and s.wrong_root is not None:
@@ -457,7 +459,7 @@ def _corpus_table(report: Report) -> list[str]:
                 p.program.name,
                 f"{p.correct}/{p.judged}",
                 f"{p.found}/{p.expected}",
-                _clip(text, 70),
+                _clip(text, 80),
                 str(s.unknown) if s else "-",
                 str(s.cut) if s else "-",
                 f"{p.seconds:.1f}",
