@@ -10,7 +10,9 @@ checked: `_replay` is the replay process, `_replay_process` starts it and return
 `trace`, `flows`, `inspect-stack` and `validate`. Provenance questions are answered by
 replaying with the engine attached (`_provenance` inside the replay, `_inquiry` for the
 passes behind each question, `_checkpoints` for fork checkpoints, `_explain` for text), and
-checked on planted root causes (`_validate`, `_ranking`, `validation/`).
+checked on planted root causes and measured on a ground-truth corpus (`_validate`,
+`_ranking`, `_measurement`, `_scoring`, `_sites`, `_depth_property`, `_program_runs`,
+`validation/`).
 
 The sandbox side: the runner (`runner`) that the agent starts in a container, the fixed-frame
 pipe protocol it speaks (`protocol`), its memory watch (`_memory`), and the offline replay

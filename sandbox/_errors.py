@@ -11,7 +11,9 @@
     │                               recording says (the receipt names the first event)
     ├── ValidationError             exit 3: the provenance engine failed its own validation
     │                               (`sealtrace validate`: a planted root cause not ranked
-    │                               first, or the negative control reached an input)
+    │                               first, the corpus below precision 1.00 or recall 0.95,
+    │                               a negative control reached an input, or the depth
+    │                               property broke)
     └── ReplayCrashedError          exit 1: the replay process died without a receipt
 
 Integrity failures of the recording itself (tampered, truncated, wrong key, a corrupt event

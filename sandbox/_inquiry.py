@@ -18,6 +18,7 @@ The JSON a `trace` returns is a public contract (docs/provenance.md):
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sealtrace.proxy.format import ParsedStream
@@ -193,41 +194,74 @@ class Inquiry:
         return {int(k): v for k, v in result["nodes"].items()}
 
     def trace(self, question: Trace) -> TraceAnswer:
-        at, expr, depth = parse_at(question.at), question.var, question.depth
-        if depth < 0:
+        return self.traces(question, (question.depth,))[question.depth]
+
+    def traces(self, question: Trace, depths: Sequence[int]) -> dict[int, TraceAnswer]:
+        """The trace of one value at each of several depths: one locate, one slice pass
+        walked back to every depth, and one capture of every step any slice holds (a step is
+        described the same whatever else is captured with it); each answer is built from its
+        own slice. The depth property of `sealtrace validate` compares them
+        (sealtrace.sandbox._depth_property); with one depth this is `trace`."""
+        at, expr = parse_at(question.at), question.var
+        if any(depth < 0 for depth in depths):
             raise QueryError("--depth must be 0 or more")
         located = self.locate(at, expr)
         value = located["value"]
         root_tag = int(value["tag"])
         top = located["frames"][0] if located["frames"] else {}
-        query = {
-            "at": at.text,
-            "var": expr,
-            "depth": depth,
-            "stopped_at": {
-                "counter": located["counter"],
-                "file": top.get("file"),
-                "line": top.get("line"),
-                "function": top.get("function"),
-            },
-            "value": value["summary"],
-            "slot": value["via"],
-            "passes": 0,
+        stopped_at = {
+            "counter": located["counter"],
+            "file": top.get("file"),
+            "line": top.get("line"),
+            "function": top.get("function"),
         }
         if root_tag == 0:
             raise QueryError(
                 f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
                 "does not trace)"
             )
-        nodes = self.capture(set(self.backward_slice(root_tag, depth)))
-        query["passes"] = self.passes
-        query["truncated"] = self.truncated
-        self.last_nodes = nodes
-        levels = _levels(root_tag, nodes)
-        expanded: set[int] = set()
-        root = self._tree(root_tag, nodes, 0, depth, levels, expanded)
-        # The documents are built as plain dicts; their shapes are the contract's.
-        return cast(TraceAnswer, {"query": query, "root": root})
+        if len(depths) == 1:
+            slices = {depths[0]: (self.backward_slice(root_tag, depths[0]), self.truncated)}
+        else:
+            slices = self.backward_slices(root_tag, depths)
+        captured = self.capture({c for counters, _ in slices.values() for c in counters})
+        answers: dict[int, TraceAnswer] = {}
+        for depth, (counters, truncated) in slices.items():
+            nodes = {c: captured[c] for c in counters if c in captured}
+            query = {
+                "at": at.text,
+                "var": expr,
+                "depth": depth,
+                "stopped_at": stopped_at,
+                "value": value["summary"],
+                "slot": value["via"],
+                "passes": self.passes,
+                "truncated": truncated,
+            }
+            self.last_nodes = nodes
+            levels = _levels(root_tag, nodes)
+            expanded: set[int] = set()
+            root = self._tree(root_tag, nodes, 0, depth, levels, expanded)
+            # The documents are built as plain dicts; their shapes are the contract's.
+            answers[depth] = cast(TraceAnswer, {"query": query, "root": root})
+        return answers
+
+    def backward_slices(
+        self, root: int, depths: Sequence[int]
+    ) -> dict[int, tuple[list[int], bool]]:
+        """The slice at each depth, and whether it was cut, from one replay: the edges the
+        pass records do not depend on the bound, which only applies to the walk back."""
+        if origin_tag_kind(root) is not None:
+            return {depth: ([root], False) for depth in depths}
+        query = {"kind": "slice", "root": root, "depth": max(depths), "depths": list(depths)}
+        slices = self.run(query)["slices"]
+        return {
+            depth: (
+                [int(tag) for tag, _level in slices[str(depth)]["nodes"]],
+                bool(slices[str(depth)]["truncated"]),
+            )
+            for depth in depths
+        }
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
         """Counters within `depth` steps back from `root`, nearest first (one replay)."""

@@ -407,9 +407,14 @@ class Provenance:
 
     def _slice(self) -> dict[str, Any]:
         q = self.query
-        nodes, truncated = self.engine.backward_slice(
-            int(q["root"]), int(q["depth"]), int(q.get("max_nodes", SLICE_NODES))
-        )
+        root, limit = int(q["root"]), int(q.get("max_nodes", SLICE_NODES))
+        if q.get("depths"):  # several bounds over the same recorded edges (the depth property)
+            slices = {}
+            for depth in q["depths"]:
+                nodes, truncated = self.engine.backward_slice(root, int(depth), limit)
+                slices[str(depth)] = {"nodes": nodes, "truncated": truncated}
+            return {"slices": slices}
+        nodes, truncated = self.engine.backward_slice(root, int(q["depth"]), limit)
         return {"nodes": nodes, "truncated": truncated}
 
     def _sliced(self) -> None:

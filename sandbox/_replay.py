@@ -370,6 +370,10 @@ def _provenance(
     """Attach the provenance engine for one query pass (sealtrace.sandbox._provenance)."""
     if query is None:
         return None
+    if query.get("kind") == "sites":  # where each input was asked for: no engine
+        from ._sites import InputSites
+
+        return InputSites(rt)
     from ._provenance import Provenance, attach_to_environ
 
     def redirect(sink: Callable[[dict[str, Any], int], NoReturn]) -> None:

@@ -144,7 +144,7 @@ def unlocked_bucket(s3_client: Any) -> str:
 
 
 def run_cli(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[bytes]:
     """The real `sealtrace` console script in a subprocess."""
     exe = Path(sys.executable).with_name("sealtrace")
@@ -153,7 +153,7 @@ def run_cli(
         input=stdin,
         capture_output=True,
         env={**os.environ, **(env or {})},
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 

@@ -33,24 +33,17 @@ program is run with.
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from .inputs import Inputs, database, write_json
 
 __all__ = ["CASES", "PLANTED", "PROGRAMS", "TRACE", "Case", "Inputs", "Origin", "marked_line"]
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 PLANTED = "# <- planted"
 TRACE = "# <- trace"
-
-
-@dataclass(frozen=True)
-class Inputs:
-    args: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,33 +102,19 @@ def marked_line(path: Path, marker: str) -> int:
 # -- inputs ---------------------------------------------------------------------------------
 
 
-def _database(path: Path, schema: str, insert: str, rows: Iterable[tuple[Any, ...]]) -> None:
-    db = sqlite3.connect(path)
-    try:
-        db.execute(schema)
-        db.executemany(insert, rows)
-        db.commit()
-    finally:
-        db.close()
-
-
-def _json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2))
-
-
 def _wrong_constant(d: Path) -> Inputs:
-    _database(
+    database(
         d / "ledger.db",
         "create table accounts (customer text, balance_cents int, days_late int, reminders int)",
         "insert into accounts values (?, ?, ?, ?)",
         [("c-1042", 18250, 31, 2), ("c-2001", 500, 0, 0)],
     )
-    _json(d / "preferences.json", {"language": "nb", "paperless": True})
+    write_json(d / "preferences.json", {"language": "nb", "paperless": True})
     return Inputs(("ledger.db", "c-1042", "preferences.json"))
 
 
 def _wrong_default(d: Path) -> Inputs:
-    _database(
+    database(
         d / "rates.db",
         "create table zones (country text, surcharge_cents int)",
         "insert into zones values (?, ?)",
@@ -145,24 +124,24 @@ def _wrong_default(d: Path) -> Inputs:
         "country": "NO",
         "items": [{"sku": "tent", "grams": 2350}, {"sku": "mat", "grams": 650}],
     }
-    _json(d / "order.json", order)
+    write_json(d / "order.json", order)
     return Inputs(("rates.db", "order.json"), {"SHIP_CARRIER": "fjord-express"})
 
 
 def _wrong_class_constant(d: Path) -> Inputs:
-    _database(
+    database(
         d / "customers.db",
         "create table customers (name text, tier text)",
         "insert into customers values (?, ?)",
         [("ines", "gold"), ("tom", "silver")],
     )
     lines = [{"sku": "kettle", "cents": 3999, "qty": 1}, {"sku": "filter", "cents": 499, "qty": 3}]
-    _json(d / "cart.json", {"customer": "ines", "lines": lines})
+    write_json(d / "cart.json", {"customer": "ines", "lines": lines})
     return Inputs(("customers.db", "cart.json"), {"SHIPPING_CENTS": "495"})
 
 
 def _poisoned_input(d: Path) -> Inputs:
-    _database(
+    database(
         d / "inventory.db",
         "create table stock (warehouse text, sku text, on_hand int)",
         "insert into stock values (?, ?, ?)",
@@ -173,23 +152,23 @@ def _poisoned_input(d: Path) -> Inputs:
             ("south", "NUT-M6", 300),
         ],
     )
-    _json(d / "warehouses.json", {"warehouses": ["north", "south", "east"]})
+    write_json(d / "warehouses.json", {"warehouses": ["north", "south", "east"]})
     return Inputs(("inventory.db", "warehouses.json"), {"REPORT_TITLE": "Fasteners, week 19"})
 
 
 def _dict_routing(d: Path) -> Inputs:
-    _database(
+    database(
         d / "limits.db",
         "create table overrides (account text, period text, amount int)",
         "insert into overrides values (?, ?, ?)",
         [("acc-7", "daily", 250000), ("acc-7", "weekly", 900), ("acc-9", "daily", 300)],
     )
-    _json(d / "profile.json", {"owner": "R. Diaz", "currency": "EUR", "monthly_cap": 8000})
+    write_json(d / "profile.json", {"owner": "R. Diaz", "currency": "EUR", "monthly_cap": 8000})
     return Inputs(("limits.db", "acc-7", "profile.json"), {"WEEKLY_CAP": "2500"})
 
 
 def _dict_items_loop(d: Path) -> Inputs:
-    _database(
+    database(
         d / "payments.db",
         "create table payments (currency text, amount real)",
         "insert into payments values (?, ?)",
@@ -200,7 +179,7 @@ def _dict_items_loop(d: Path) -> Inputs:
 
 
 def _list_routing(d: Path) -> Inputs:
-    _database(
+    database(
         d / "plant.db",
         "create table sensors (name text, celsius real)",
         "insert into sensors values (?, ?)",
@@ -214,29 +193,29 @@ def _list_routing(d: Path) -> Inputs:
 
 
 def _attribute_mutation(d: Path) -> Inputs:
-    _database(
+    database(
         d / "bank.db",
         "create table accounts (number text, balance int)",
         "insert into accounts values (?, ?)",
         [("NO-77", 120000)],
     )
-    _json(d / "snapshot.json", {"balance": -9900000, "taken_at": "2024-05-01T02:00Z"})
+    write_json(d / "snapshot.json", {"balance": -9900000, "taken_at": "2024-05-01T02:00Z"})
     return Inputs(("bank.db", "NO-77", "snapshot.json"), {"OVERDRAFT_CENTS": "50000"})
 
 
 def _closure_capture(d: Path) -> Inputs:
-    _database(
+    database(
         d / "rates.db",
         "create table rates (code text, rate real)",
         "insert into rates values (?, ?)",
         [("USD", 1.08)],
     )
-    _json(d / "catalogue.json", {"list_cents": {"lamp": 4900, "desk": 25900}})
+    write_json(d / "catalogue.json", {"list_cents": {"lamp": 4900, "desk": 25900}})
     return Inputs(("rates.db", "catalogue.json"), {"GBP_RATE": "0.86", "EUR_RATE": "10.0"})
 
 
 def _generator_pipeline(d: Path) -> Inputs:
-    _database(
+    database(
         d / "utilities.db",
         "create table meters (meter text, owner text)",
         "insert into meters values (?, ?)",
@@ -251,7 +230,7 @@ def _generator_pipeline(d: Path) -> Inputs:
 
 
 def _intermediate_decoy(d: Path) -> Inputs:
-    _database(
+    database(
         d / "catalogue.db",
         "create table prices (sku text, cents int)",
         "insert into prices values (?, ?)",
@@ -261,30 +240,30 @@ def _intermediate_decoy(d: Path) -> Inputs:
         {"sku": "KB-101", "off_cents": 500, "active": False},
         {"sku": "MS-220", "off_cents": 200, "active": True},
     ]
-    _json(d / "coupons.json", {"coupons": coupons})
+    write_json(d / "coupons.json", {"coupons": coupons})
     return Inputs(("catalogue.db", "coupons.json", "KB-101"), {"PROMO_PCT": "15"})
 
 
 def _argv_option(d: Path) -> Inputs:
-    _database(
+    database(
         d / "customers.db",
         "create table customers (id text, name text, street text, city text)",
         "insert into customers values (?, ?, ?, ?)",
         [("17", "Ada Byre", "Storgata 1", "Oslo")],
     )
-    _json(d / "template.json", {"layout": "{name}\n{street}\n{city}", "per_sheet": 8})
+    write_json(d / "template.json", {"layout": "{name}\n{street}\n{city}", "per_sheet": 8})
     args = ("customers.db", "17", "--template", "template.json", "--copies", "300")
     return Inputs(args, {"LABEL_PRINTER": "zebra-2"})
 
 
 def _negative_control(d: Path) -> Inputs:
-    _database(
+    database(
         d / "orders.db",
         "create table orders (id int)",
         "insert into orders values (?)",
         [(1,), (2,), (3,)],
     )
-    _json(d / "export.json", {"target": "s3://exports/nightly"})
+    write_json(d / "export.json", {"target": "s3://exports/nightly"})
     return Inputs(("orders.db", "export.json"), {"EXPORT_OPERATOR": "night-shift"})
 
 
