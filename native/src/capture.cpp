@@ -9,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -41,11 +42,25 @@ void Tracer::every(std::uint64_t interval, PyObject* callback) {
   every_interval_ = callback != nullptr ? interval : 0;
 }
 
-void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post) {
+void Tracer::capture(PyObject* counters, PyObject* pre, PyObject* post) {
   capture_.clear();
-  capture_.insert(counters.begin(), counters.end());
-  capture_min_ = counters.empty() ? 1 : *std::min_element(counters.begin(), counters.end());
-  capture_max_ = counters.empty() ? 0 : *std::max_element(counters.begin(), counters.end());
+  capture_min_ = 1;
+  capture_max_ = 0;
+  PyObject* it = PyObject_GetIter(counters);
+  if (it == nullptr) return;
+  for (PyObject* item = PyIter_Next(it); item != nullptr; item = PyIter_Next(it)) {
+    const std::uint64_t c = PyLong_AsUnsignedLongLong(item);
+    Py_DECREF(item);
+    if (c == static_cast<std::uint64_t>(-1) && PyErr_Occurred()) break;
+    capture_min_ = capture_.empty() ? c : std::min(capture_min_, c);
+    capture_max_ = capture_.empty() ? c : std::max(capture_max_, c);
+    capture_.insert(c);
+  }
+  Py_DECREF(it);
+  if (capture_.empty()) {
+    capture_min_ = 1;
+    capture_max_ = 0;
+  }
   Py_XDECREF(capture_pre_);
   Py_XDECREF(capture_post_);
   Py_XINCREF(pre);
@@ -55,6 +70,7 @@ void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, 
 }
 
 void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
+  QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(counter_.value()));
   if (r == nullptr) {
@@ -66,6 +82,7 @@ void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
 
 void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
   if (capture_pre_ == nullptr) return;
+  QuietScope quiet;
   PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));
   if (inputs == nullptr) {
     PyErr_Clear();
@@ -93,6 +110,7 @@ void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
 
 void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
   if (capture_post_ == nullptr) return;
+  QuietScope quiet;
   PyObject** lp = sf.iframe->localsplus;
   PyObject* outputs = PyList_New(0);
   if (outputs == nullptr) {

@@ -7,6 +7,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -32,6 +33,7 @@ void Tracer::record(const Pending& p) {
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
   }
   if (p.counter == edges_upto_ && edges_done_ != nullptr) {
+    QuietScope quiet;
     PyObject* cb = edges_done_;
     edges_done_ = nullptr;
     PyObject* r = PyObject_CallNoArgs(cb);

@@ -27,6 +27,7 @@
 
 #include "counter.hpp"
 #include "opcodes.hpp"
+#include "quiet_heap.h"
 #include "slots.hpp"
 
 struct _PyInterpreterFrame;
@@ -157,11 +158,12 @@ class Tracer {
   [[nodiscard]] std::uint64_t crash_counter() const noexcept { return crash_counter_; }
 
   // pre(frame, counter, index, inputs) before, post(counter, outputs, raised) after.
-  void capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post);
+  // counters: an iterable of ints (read here, so no temporary of the question's size is made).
+  void capture(PyObject* counters, PyObject* pre, PyObject* post);
 
   // The instruction the innermost traced frame is executing (0 when none).
   [[nodiscard]] std::uint64_t current() const noexcept;
-  void taint(const std::vector<Tag>& tags);
+  void taint(PyObject* tags);  // an iterable of ints
   void taint_current() noexcept;
   [[nodiscard]] bool current_tainted() const noexcept;
   [[nodiscard]] std::vector<Reach> reached() const;
@@ -345,7 +347,13 @@ class Tracer {
   std::uint64_t hits_ = 0;
   PyObject* stop_line_cb_ = nullptr;
 
-  std::unordered_set<std::uint64_t> capture_;
+  // What one question asks for lives in the quiet heap: passes asking different things must
+  // leave the program's heaps alike (quiet.h).
+  template <class T>
+  using QuietSet = std::unordered_set<T, std::hash<T>, std::equal_to<T>, QuietAllocator<T>>;
+  template <class T>
+  using QuietVector = std::vector<T, QuietAllocator<T>>;
+  QuietSet<std::uint64_t> capture_;
   std::uint64_t capture_min_ = 1;
   std::uint64_t capture_max_ = 0;
   PyObject* capture_pre_ = nullptr;
@@ -361,12 +369,14 @@ class Tracer {
   std::size_t edges_limit_ = 0;
   bool edges_overflow_ = false;
   PyObject* edges_done_ = nullptr;
-  std::vector<Edges> edges_;
-  std::vector<Tag> edge_tags_;
+  QuietVector<Edges> edges_;
+  QuietVector<Tag> edge_tags_;
 
   bool tainting_ = false;
-  std::unordered_set<Tag> tainted_;
-  std::unordered_map<std::uint64_t, Reach> reach_;
+  QuietSet<Tag> tainted_;
+  std::unordered_map<std::uint64_t, Reach, std::hash<std::uint64_t>, std::equal_to<std::uint64_t>,
+                     QuietAllocator<std::pair<const std::uint64_t, Reach>>>
+      reach_;
 
   Stats stats_;
 };
