@@ -37,21 +37,31 @@ from sealtrace.proxy.boundary import is_own_code
 
 __all__ = [
     "ARGV_TAG",
+    "CUT_TAG",
     "ENV_TAG",
+    "MARKER_OPS",
+    "UNKNOWN_TAG",
     "ExpressionError",
     "Provenance",
+    "input_tags",
+    "marker_node",
     "origin_tag_kind",
     "parse_expression",
     "summarize",
 ]
 
-# Tags at or above 2**62 are origins with no instruction behind them.
+# Tags at or above 2**62 are origins with no instruction behind them (the engine spells the
+# last two: native/src/py_values.hpp). UNKNOWN_TAG is an input of a value C code made from a
+# container holding items the engine has no producer for (put there by code it does not
+# trace); CUT_TAG one of a value made from more items than a pass reads.
 ARGV_TAG = 1 << 62
 ENV_TAG = (1 << 62) | (1 << 40)
 FLOW_TAG = (1 << 62) | (1 << 41)
+UNKNOWN_TAG = (1 << 62) | (1 << 42)
+CUT_TAG = (1 << 62) | (1 << 43)
 # A slice pass keeps the input tags of every instruction up to the root: bounded here.
 EDGE_LIMIT = 50_000_000
-SLICE_NODES = 2_000
+SLICE_NODES = 4_000
 _REPR_LIMIT = 200
 _ITEMS_LIMIT = 12
 _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
@@ -59,8 +69,32 @@ _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _DEOPT: dict[str, str] = getattr(dis, "deoptmap", {})
 
 
+# The node standing for an UNKNOWN_TAG or CUT_TAG input (a trace's NODE, with no counter).
+MARKER_OPS = {"unknown": "items written by untraced code", "cut": "more items, not read"}
+
+
+def marker_node(kind: str) -> dict[str, Any]:
+    """The NODE of an "unknown" marker (items the engine has no producer for: its origin is
+    unknown) or a "cut" one (items a pass did not read: the branch was cut)."""
+    return {
+        "counter": 0,
+        "file": "",
+        "line": 0,
+        "function": "",
+        "op": MARKER_OPS[kind],
+        "value": {"type": "?", "repr": None, "digest": ""},
+        "origin": {"kind": "unknown", "call": None, "event": None} if kind == "unknown" else None,
+        "inputs": [],
+    }
+
+
 def origin_tag_kind(tag: int) -> tuple[str, int] | None:
-    """("argv", index) or ("env", index) for a seeded origin tag, else None."""
+    """("argv", index), ("env", index), ("unknown", 0) or ("cut", 0) for an origin tag, else
+    None."""
+    if tag >= CUT_TAG:
+        return "cut", tag - CUT_TAG
+    if tag >= UNKNOWN_TAG:
+        return "unknown", tag - UNKNOWN_TAG
     if tag >= FLOW_TAG:
         return "value", tag - FLOW_TAG
     if tag >= ENV_TAG:
@@ -148,7 +182,10 @@ def _safe_repr(value: Any, depth: int = 0) -> str | None:
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return f"<{_type_name(value)} {value.__qualname__}>"
     if t.__module__ in ("decimal", "fractions", "datetime", "uuid", "pathlib"):
-        return repr(value)
+        try:
+            return repr(value)
+        except Exception:  # a value still being built (Fraction.__new__ before its fields)
+            return None
     fields = _instance_dict(value)
     if fields is not None and not isinstance(value, types.ModuleType):
         inner = ", ".join(
@@ -601,12 +638,21 @@ class Provenance:
             ],
             "builtin": False,
             "value": None,
-            "callbacks": [],
+            "edges": None,
         }
 
     def _post(
-        self, counter: int, outputs: list[tuple[Any, int]], raised: bool, callbacks: Any
+        self,
+        counter: int,
+        outputs: list[tuple[Any, int]],
+        raised: bool,
+        edges: Any,
+        move: bool = False,
     ) -> None:
+        """`edges`: every input the engine records for the instruction (its operands, values
+        handed back to C while it ran, items C read out of containers), or None for a return
+        or a yield seen leaving the frame. `move`: the value is one of its inputs read or
+        copied, not computed (it costs a trace no depth)."""
         node = self.nodes.get(counter)
         if node is None:
             return
@@ -625,7 +671,9 @@ class Provenance:
             ):
                 node["builtin"] = True
         node["raised"] = bool(raised)
-        node["callbacks"] = list(callbacks or [])
+        if edges is not None:
+            node["edges"] = [int(t) for t in edges]
+        node["move"] = bool(move)
         if len(self.nodes) == len(self.wanted) and all(
             n["value"] is not None or n.get("raised") for n in self.nodes.values()
         ):
@@ -646,11 +694,7 @@ class Provenance:
                 "call": f"os.environ[{self.env_reads[counter]!r}]",
                 "event": None,
             }
-        elif (
-            node["opname"] == "LOAD_CONST"
-            or node.get("builtin")
-            or (not node["operands"] and not node["callbacks"])
-        ):
+        elif node["opname"] == "LOAD_CONST" or node.get("builtin") or not input_tags(node):
             # Nothing flowed in: the code alone determines the value.
             node["origin"] = {"kind": "constant", "call": None, "event": None}
         else:
@@ -660,6 +704,18 @@ class Provenance:
 
 def _fresh_or_none(text: str | None) -> str | None:
     return None if text is None else _fresh(text)
+
+
+def input_tags(node: dict[str, Any]) -> list[int]:
+    """The tags a captured instruction's node has as inputs: what the engine recorded for it,
+    else its operands'."""
+    edges = node.get("edges")
+    tags = edges if edges is not None else [int(o["tag"]) for o in node.get("operands", [])]
+    seen: list[int] = []
+    for t in tags:
+        if t and t not in seen and t != node["counter"]:
+            seen.append(t)
+    return seen
 
 
 def _callable_name(obj: Any) -> str:

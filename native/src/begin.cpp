@@ -49,6 +49,9 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_tag = 0;
   p.aux_value = nullptr;
   p.callbacks.clear();
+  if (!p.item_inputs.empty()) p.item_inputs.clear();
+  p.replaced = 0;
+  p.move_item = false;
   int pops = op_pops(in.op, in.oparg);
   int peeks = op_peeks(in.op, in.oparg);
   const int stack_depth = depth - sf.code->nlocalsplus;
@@ -97,6 +100,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kBinarySubscr:
       begin_subscr_load(sf, depth);
+      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
       break;
     case Rule::kStoreSubscr:
       begin_subscr_store(sf, depth);
@@ -155,9 +159,19 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kCall:
       begin_call(sf);
+      gather_item_inputs(sf);
+      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
+      break;
+    case Rule::kCallFunctionEx:
+      gather_item_inputs(sf);
+      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
       break;
     case Rule::kPushExcInfo:
       begin_push_exc_info(sf, depth);
+      break;
+    case Rule::kSetAdd:
+    case Rule::kSetUpdate:
+      begin_set_items(sf, in, depth);
       break;
     default:
       // Rules with no first half, but for three opcodes.
@@ -165,6 +179,8 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
         sf.kw_pending = true;  // the next CALL's last arguments are keywords
       } else if (in.op == kPopExceptOp || in.op == kEndAsyncForOp) {
         begin_handler_exit(sf, in);
+      } else if (in.op == kFormatValueOp || in.op == kBinaryOp) {
+        gather_item_inputs(sf);  // f"{items}", "%s" % (items,), a + [b]
       }
       break;
   }

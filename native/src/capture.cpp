@@ -4,8 +4,10 @@
 #include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <string>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
@@ -69,14 +71,33 @@ void Tracer::capture(PyObject* counters, PyObject* pre, PyObject* post) {
   capture_post_ = post;
 }
 
+// A query callback raised. Its error goes to the process's own stderr, never to sys.stderr:
+// the program's stderr is a boundary the replay checks, and a write there would diverge.
+void Tracer::callback_failed() noexcept {
+  ++stats_.callback_errors;
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* text = value != nullptr ? PyObject_Repr(value) : nullptr;
+  const char* utf8 = text != nullptr ? PyUnicode_AsUTF8(text) : nullptr;
+  if (utf8 != nullptr) {
+    const std::string line = std::string("sealtrace: a query callback failed: ") + utf8 + "\n";
+    const ssize_t written = ::write(2, line.data(), line.size());
+    (void)written;
+  }
+  Py_XDECREF(text);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyErr_Clear();
+}
+
 void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
   QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(counter_.value()));
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
 }
 
@@ -100,15 +121,12 @@ void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
   }
   PyObject* r = PyObject_CallFunction(capture_pre_, "OKiO", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(p.counter), p.index, inputs);
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
   Py_DECREF(inputs);
 }
 
-void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
+void Tracer::capture_post(ShadowFrame& sf, int depth, int base, bool move) {
   if (capture_post_ == nullptr) return;
   QuietScope quiet;
   PyObject** lp = sf.iframe->localsplus;
@@ -126,20 +144,20 @@ void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
       Py_DECREF(item);
     }
   }
+  // Every input the instruction's edges name (edge_inputs), as a slice pass records them.
+  edge_inputs(sf.p, inputs_scratch_);
   PyObject* callbacks = PyList_New(0);
-  for (Tag t : sf.p.callbacks) {
+  for (Tag t : inputs_scratch_) {
     PyObject* v = PyLong_FromUnsignedLongLong(t);
     if (v != nullptr && callbacks != nullptr) PyList_Append(callbacks, v);
     Py_XDECREF(v);
   }
-  PyObject* r = PyObject_CallFunction(
-      capture_post_, "KOOO", static_cast<unsigned long long>(sf.p.counter), outputs,
-      sf.p.raised ? Py_True : Py_False, callbacks != nullptr ? callbacks : Py_None);
+  PyObject* r =
+      PyObject_CallFunction(capture_post_, "KOOOO", static_cast<unsigned long long>(sf.p.counter),
+                            outputs, sf.p.raised ? Py_True : Py_False,
+                            callbacks != nullptr ? callbacks : Py_None, move ? Py_True : Py_False);
   Py_XDECREF(callbacks);
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
   Py_DECREF(outputs);
 }

@@ -139,9 +139,9 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
       QuietScope quiet;
       PyObject* outputs = Py_BuildValue("[(OK)]", value, static_cast<unsigned long long>(ret));
       if (outputs != nullptr) {
-        PyObject* r =
-            PyObject_CallFunction(capture_post_, "KOOO", static_cast<unsigned long long>(p.counter),
-                                  outputs, Py_False, Py_None);
+        PyObject* r = PyObject_CallFunction(capture_post_, "KOOOO",
+                                            static_cast<unsigned long long>(p.counter), outputs,
+                                            Py_False, Py_None, Py_True);
         Py_XDECREF(r);
         Py_DECREF(outputs);
       }

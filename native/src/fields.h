@@ -16,6 +16,13 @@ extern "C" {
 // attributes if it keeps them inline, or None.
 PyObject* sealtrace_instance_fields(PyObject* obj);
 
+// A borrowed reference to the instance's __dict__ if it has one already (never builds one);
+// NULL otherwise.
+PyObject* sealtrace_instance_dict(PyObject* obj);
+
+// Whether one of the instance's attributes (or a class's namespace entries) is `value` itself.
+int sealtrace_instance_holds(PyObject* obj, PyObject* value);
+
 #ifdef __cplusplus
 }
 #endif

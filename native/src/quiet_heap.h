@@ -30,7 +30,10 @@ int sealtrace_heap_owns(const void* ptr);
 }
 
 #include <cstddef>
+#include <functional>
 #include <new>
+#include <unordered_set>
+#include <vector>
 
 namespace sealtrace {
 
@@ -56,6 +59,11 @@ struct QuietAllocator {
     return false;
   }
 };
+
+template <class T>
+using QuietVector = std::vector<T, QuietAllocator<T>>;
+template <class T>
+using QuietSet = std::unordered_set<T, std::hash<T>, std::equal_to<T>, QuietAllocator<T>>;
 
 }  // namespace sealtrace
 #endif
