@@ -49,9 +49,6 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_tag = 0;
   p.aux_value = nullptr;
   p.callbacks.clear();
-  if (!p.item_inputs.empty()) p.item_inputs.clear();
-  p.replaced = 0;
-  p.move_item = false;
   int pops = op_pops(in.op, in.oparg);
   int peeks = op_peeks(in.op, in.oparg);
   const int stack_depth = depth - sf.code->nlocalsplus;
@@ -100,7 +97,10 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kBinarySubscr:
       begin_subscr_load(sf, depth);
-      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_move_candidates(sf.p);
+      }
       break;
     case Rule::kStoreSubscr:
       begin_subscr_store(sf, depth);
@@ -159,12 +159,18 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kCall:
       begin_call(sf);
-      gather_item_inputs(sf);
-      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_item_inputs(sf);
+        gather_move_candidates(sf.p);
+      }
       break;
     case Rule::kCallFunctionEx:
-      gather_item_inputs(sf);
-      if (keeps_inputs(sf.p.counter)) gather_move_candidates(sf.p);
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_item_inputs(sf);
+        gather_move_candidates(sf.p);
+      }
       break;
     case Rule::kPushExcInfo:
       begin_push_exc_info(sf, depth);
@@ -179,7 +185,8 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
         sf.kw_pending = true;  // the next CALL's last arguments are keywords
       } else if (in.op == kPopExceptOp || in.op == kEndAsyncForOp) {
         begin_handler_exit(sf, in);
-      } else if (in.op == kFormatValueOp || in.op == kBinaryOp) {
+      } else if ((in.op == kBinaryOp || in.op == kFormatValueOp) && keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
         gather_item_inputs(sf);  // f"{items}", "%s" % (items,), a + [b]
       }
       break;

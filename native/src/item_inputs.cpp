@@ -58,11 +58,6 @@ bool python_callable(PyObject* c) {
 
 }  // namespace
 
-bool Tracer::keeps_inputs(Tag now) const noexcept {
-  return now <= edges_upto_ ||
-         (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
-}
-
 bool Tracer::is_container(PyObject* v) const noexcept {
   return PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v) || PyAnySet_Check(v) ||
          (deque_type_ != nullptr && Py_IS_TYPE(v, deque_type_)) || PyDictValues_Check(v) ||
@@ -163,13 +158,10 @@ void Tracer::ItemWalk::add(Tag t) {
   tags.push_back(t);
 }
 
-// Before a call into C, an f-string's FORMAT_VALUE or a binary operator runs: the items of the
-// containers among its operands.
+// Before a call into C, an f-string's FORMAT_VALUE or a binary operator runs (in a pass that
+// keeps inputs: begin checks): the items of the containers among its operands.
 void Tracer::gather_item_inputs(ShadowFrame& sf) {
   Pending& p = sf.p;
-  p.item_inputs.clear();
-  p.replaced = 0;
-  if (!keeps_inputs(p.counter)) return;
   std::size_t first = 0;
   if (p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx) {
     if (p.in_objs.size() < 2) return;
@@ -206,6 +198,20 @@ void Tracer::gather_item_inputs(ShadowFrame& sf) {
   if (w.cut) p.item_inputs.push_back(kCutTag);
 }
 
+// A query pass reads more of this instruction (its containers' items, what it may be a move
+// of): forget what was read for another.
+void Tracer::prepare_query_inputs(Pending& p) {
+  p.query_counter = p.counter;
+  p.item_inputs.clear();
+  p.replaced = 0;
+  p.move_hint = false;
+  p.move_item = false;
+  p.move_item_tag = 0;
+  p.move_candidates.clear();
+  p.move_tags.clear();
+  p.move_digests.clear();
+}
+
 // The inputs an instruction records and a capture reports: its operands (a call's callable
 // aside, operands replaced by their items aside), the values Python code handed back to C
 // while it ran, and the items C read.
@@ -220,16 +226,18 @@ void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
       out.push_back(t);
     }
   };
+  const bool read = p.query_counter == p.counter;  // items and moves were read for it
   // A result that is one item of an argument (moves.cpp) was read from it alone.
-  const bool one_item = p.move_item;
+  const bool one_item = read && p.move_item;
+  const std::uint64_t replaced = read && !one_item ? p.replaced : 0;
   for (std::size_t i = first; i < p.in_tags.size(); ++i) {
-    if (!one_item && i < 64 && (p.replaced & (std::uint64_t{1} << i)) != 0) continue;
+    if (i < 64 && (replaced & (std::uint64_t{1} << i)) != 0) continue;
     push(p.in_tags[i]);
   }
   for (Tag t : p.callbacks) push(t);
   if (one_item) {
     push(p.move_item_tag);
-  } else {
+  } else if (read) {
     for (Tag t : p.item_inputs) push(t);
   }
 }

@@ -55,12 +55,6 @@ std::uint64_t digest_of(PyObject* v) {
 
 // Before a call or a subscript runs (query passes only): what its result could be a move of.
 void Tracer::gather_move_candidates(Pending& p) {
-  p.move_hint = false;
-  p.move_item = false;
-  p.move_item_tag = 0;
-  p.move_candidates.clear();
-  p.move_tags.clear();
-  p.move_digests.clear();
   if (p.rule == Rule::kBinarySubscr) {
     PyObject* c = p.in_objs.size() == 2 ? p.in_objs[0] : nullptr;
     p.move_hint = c != nullptr && (PyList_Check(c) || PyTuple_Check(c) || PyDict_Check(c) ||
@@ -139,9 +133,10 @@ bool Tracer::is_move(ShadowFrame& sf, int base, int depth) {
     case Rule::kLoadClassDeref:
       return true;
     case Rule::kBinarySubscr:
-      return p.move_hint;
+      return p.query_counter == p.counter && p.move_hint;
     case Rule::kCall:
     case Rule::kCallFunctionEx:
+      if (p.query_counter != p.counter) return false;
       break;
     default:
       return false;

@@ -15,6 +15,8 @@
 namespace sealtrace {
 
 bool Tracer::trackable(PyObject* obj) const noexcept {
+  // The commonest values first: numbers and text keep no slots (and are never hooked).
+  if (PyLong_CheckExact(obj) || PyUnicode_CheckExact(obj) || PyFloat_CheckExact(obj)) return false;
   PyTypeObject* t = Py_TYPE(obj);
   while (t != nullptr && t->tp_dealloc == g_subtype_dealloc) t = t->tp_base;
   return t != nullptr && hooked(t->tp_dealloc);

@@ -92,6 +92,9 @@ struct Pending {
   // The items of containers C code read while it ran (sum over a list, "".join, json.dumps),
   // kept by query passes only (item_inputs.cpp); bit i of `replaced`: operand i's items all
   // had tags and stand for it.
+  // Query passes only; valid while query_counter is this instruction's counter (the hot path
+  // never touches them).
+  Tag query_counter = 0;
   QuietVector<Tag> item_inputs;
   std::uint64_t replaced = 0;
   // What the result may be a move of (moves.cpp), read before the instruction runs.
@@ -307,10 +310,16 @@ class Tracer {
     bool cut = false;
     void add(Tag t);
   };
-  [[nodiscard]] bool keeps_inputs(Tag now) const noexcept;
+  // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
+  // capture of it): only then are containers' items and moves read. Inline: the hot path.
+  [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
+    return now <= edges_upto_ ||
+           (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
+  }
   [[nodiscard]] bool is_container(PyObject* v) const noexcept;
   Tag item_tag_of(PyObject* container, std::uint64_t key, PyObject* item) const noexcept;
   bool walk_items(PyObject* c, int depth, ItemWalk& w);
+  void prepare_query_inputs(Pending& p);
   void gather_item_inputs(ShadowFrame& sf);
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
