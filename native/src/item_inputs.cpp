@@ -48,7 +48,7 @@ bool reads_no_items(const char* name) {
 bool reads_own_items(const char* name) {
   return std::strcmp(name, "copy") == 0 || std::strcmp(name, "count") == 0 ||
          std::strcmp(name, "index") == 0 || std::strcmp(name, "__copy__") == 0 ||
-         std::strcmp(name, "__reduce_ex__") == 0;
+         std::strcmp(name, "__reduce_ex__") == 0 || std::strcmp(name, "decode") == 0;
 }
 
 bool python_callable(PyObject* c) {
@@ -60,8 +60,8 @@ bool python_callable(PyObject* c) {
 
 bool Tracer::is_container(PyObject* v) const noexcept {
   return PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v) || PyAnySet_Check(v) ||
-         (deque_type_ != nullptr && Py_IS_TYPE(v, deque_type_)) || PyDictValues_Check(v) ||
-         PyDictItems_Check(v) || Py_IS_TYPE(v, &PyListIter_Type) ||
+         PyByteArray_Check(v) || (deque_type_ != nullptr && Py_IS_TYPE(v, deque_type_)) ||
+         PyDictValues_Check(v) || PyDictItems_Check(v) || Py_IS_TYPE(v, &PyListIter_Type) ||
          Py_IS_TYPE(v, &PyTupleIter_Type);
 }
 
@@ -131,6 +131,22 @@ bool Tracer::walk_items(PyObject* c, int depth, ItemWalk& w) {
     PyObject* k = nullptr;
     Py_hash_t hash = 0;
     while (!w.cut && _PySet_NextEntry(c, &pos, &k, &hash)) visit(k, 0);
+  } else if (PyByteArray_Check(c)) {
+    // Its fills, in order (model_fill): they stand for it if it was made empty and filled only
+    // in ways the engine followed.
+    const ObjectRecord* record = slots_.find(addr(c));
+    if (record == nullptr) return false;
+    Py_ssize_t fills = 0;
+    for (;; ++fills) {
+      const Slot* fill = slots_.slot(addr(c), index_key(fills));
+      if (fill == nullptr) break;
+      w.add(fill->tag);
+    }
+    // Bytes with no fill the engine saw came from somewhere it did not see.
+    const bool whole =
+        record->created_empty && !record->dirty && (fills > 0 || PyByteArray_GET_SIZE(c) == 0);
+    if (!whole && (record->created_empty || record->dirty)) w.unknown = true;
+    return whole && !w.cut;
   } else if (deque_type_ != nullptr && Py_IS_TYPE(c, deque_type_)) {
     PyObject* it = PyObject_GetIter(c);  // the deque's own iterator: C, runs no Python code
     if (it == nullptr) {

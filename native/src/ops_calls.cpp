@@ -85,6 +85,14 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
   }
   if (trackable(result) && Py_REFCNT(result) == 1) {
     slots_.mark_created(addr(result), p.counter, container_size(result, deque_type_) == 0);
+    // list.copy(), dict.copy(): the same items, in the same places, with the same tags. The
+    // original is still alive if its record is (deallocation drops it).
+    const ObjectRecord* original = p.copy_of != nullptr ? slots_.find(addr(p.copy_of)) : nullptr;
+    if (original != nullptr && Py_TYPE(result) == Py_TYPE(p.copy_of)) {
+      std::vector<std::pair<std::uint64_t, Slot>> copy(original->slots.begin(),
+                                                       original->slots.end());
+      for (const auto& [k, slot] : copy) copy_slot(addr(result), k, slot, p.counter);
+    }
   }
   return p.counter;
 }
@@ -96,7 +104,9 @@ inline void Tracer::model_list_method(Pending& p, PyObject* self, const char* na
   const Tag now = p.counter;
   auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
   const Py_ssize_t len = PyList_GET_SIZE(self);
-  if (is("append") && argc == 1) {
+  if (is("copy") && argc == 0) {
+    p.copy_of = self;  // call_result copies its slots to the new list
+  } else if (is("append") && argc == 1) {
     set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
   } else if (is("pop") && argc <= 1) {
     Py_ssize_t i = len - 1;
@@ -159,6 +169,25 @@ inline void Tracer::model_member_method(Pending& p, PyObject* self, const char* 
   }
 }
 
+// A bytearray filled in place (extend, append, a stream's readinto): each fill keeps the tag of
+// what filled it, in order, so bytes(buffer) and buffer.decode() have them as inputs. What
+// the engine cannot follow (a slice store, a clear) makes it dirty.
+void Tracer::model_fill(PyObject* buffer, const char* name, Tag filler, Tag now) {
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  if (is("extend") || is("append") || is("insert")) {
+    const ObjectRecord* record = slots_.find(addr(buffer));
+    const std::size_t fills = record != nullptr ? record->slots.size() : 0;
+    if (filler == 0 || fills >= kMaxCallbacks) {
+      slots_.mark_dirty(addr(buffer), now);
+    } else {
+      slots_.set(addr(buffer), index_key(static_cast<Py_ssize_t>(fills)), filler, 0, now, false);
+    }
+  } else if (!is("decode") && !is("hex") && !is("count") && !is("find") && !is("index") &&
+             !is("startswith") && !is("endswith") && !is("copy")) {
+    slots_.mark_dirty(addr(buffer), now);
+  }
+}
+
 // C functions of the standard library that write into the container they are given.
 inline void Tracer::model_module_function(PyObject* module, const char* name, PyObject** args,
                                           const Tag* tags, int argc, Tag now) {
@@ -191,6 +220,10 @@ inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* na
   const Tag now = p.counter;
   auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
   std::uint64_t key = 0;
+  if (is("copy") && argc == 0) {
+    p.copy_of = self;  // call_result copies its slots to the new dict
+    return;
+  }
   if (argc >= 1 && (is("get") || is("__getitem__") || is("pop") || is("setdefault")) &&
       item_key(args[0], key)) {
     PyObject* current = PyDict_GetItemWithError(self, args[0]);
@@ -289,6 +322,13 @@ void Tracer::model_call(ShadowFrame& sf) {
     model_dict_method(p, self, name, args, tags, argc);
   } else if ((PyAnySet_Check(self) || Py_IS_TYPE(self, deque_type_)) && trackable(self)) {
     model_member_method(p, self, name, args, tags, argc);
+  } else if (PyByteArray_Check(self) && trackable(self)) {
+    model_fill(self, name, argc >= 1 ? tags[argc - 1] : 0, p.counter);
+  } else if (argc >= 1 && PyByteArray_Check(args[0]) && trackable(args[0]) &&
+             (std::strcmp(name, "readinto") == 0 || std::strcmp(name, "readinto1") == 0 ||
+              std::strcmp(name, "recv_into") == 0)) {
+    // stream.readinto(buffer): what fills the buffer comes from the stream.
+    model_fill(args[0], "extend", p.in_tags[1], p.counter);
   } else if (self == builtins_ && argc >= 2 && PyUnicode_Check(args[1])) {
     model_builtin_attr(p, name, args, tags, argc);
   } else if (PyModule_Check(self) && argc >= 1) {

@@ -27,6 +27,7 @@ constexpr std::size_t kMaxCallbacks = 64;
 constexpr Tag kUnknownTag = (Tag{1} << 62) | (Tag{1} << 42);
 constexpr Tag kCutTag = (Tag{1} << 62) | (Tag{1} << 43);
 constexpr std::uint8_t kBinaryOp = 122;
+constexpr std::int32_t kInplaceAdd = 13;  // BINARY_OP's oparg for +=
 constexpr std::uint8_t kFormatValueOp = 155;
 constexpr std::uint8_t kPrecallOp = 166;
 constexpr std::uint8_t kCallOp = 171;
@@ -120,6 +121,7 @@ inline Py_ssize_t container_size(PyObject* v, PyTypeObject* deque_type) {
   if (PyDict_Check(v)) return PyDict_GET_SIZE(v);
   if (PyAnySet_Check(v)) return PySet_GET_SIZE(v);
   if (deque_type != nullptr && Py_IS_TYPE(v, deque_type)) return Py_SIZE(v);
+  if (PyByteArray_Check(v)) return PyByteArray_GET_SIZE(v);
   return -1;
 }
 

@@ -82,6 +82,7 @@ struct Pending {
   Tag return_tag = 0;
   Tag aux_tag = 0;
   PyObject* aux_value = nullptr;   // compared, never dereferenced
+  PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
@@ -346,6 +347,7 @@ class Tracer {
   void model_module_function(PyObject* module, const char* name, PyObject** args, const Tag* tags,
                              int argc, Tag now);
   void copy_items_as_members(PyObject* into, PyObject* from, Tag fallback, Tag now);
+  void model_fill(PyObject* buffer, const char* name, Tag filler, Tag now);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
   void capture_pre(PyFrameObject* frame, const Pending& p);

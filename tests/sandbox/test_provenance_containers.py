@@ -2,10 +2,11 @@
 
 One recorded program reads its only input from stdin and aggregates it with the common idioms:
 a sum over a list built with .append, `d[k] += v` on a defaultdict, reductions and conversions
-done in C, collections, in-place operators on attributes, frozen dataclasses, __slots__ and
-copy. Each aggregate must trace back to the stdin read, never to the empty container it started
-from. A container filled by code the engine does not trace says "unknown", and a value that
-depends on no input traces to constants only (the negative control).
+done in C, collections, in-place operators on attributes, frozen dataclasses, __slots__,
+copy and a bytearray filled in place. Each aggregate must trace back to the stdin read,
+never to the empty container it started from. A container filled by code the engine does not
+trace says "unknown", and a value that depends on no input traces to constants only (the
+negative control).
 """
 
 from __future__ import annotations
@@ -135,6 +136,12 @@ bag = Bag()
 bag.extend(a * 1.5 for a in amounts)  # MutableSequence.extend: a frozen module, not traced
 outside_total = sum(bag.data)
 
+buf = bytearray()
+for r in rows:
+    buf.extend(r["cat"].encode())
+    buf += b","
+blob = bytes(buf).decode()
+
 fixed = [1.5, 2.5]
 fixed.append(4.0)
 fixed_total = sum(fixed)
@@ -153,7 +160,7 @@ FROM_INPUT = [
     "grand", "food", "biggest", "first_sorted", "exact", "mean", "joined", "tuple_total",
     "pairs", "dumped", "shown", "formatted", "listed_total", "indexed_total", "item_total",
     "n_food", "queue_total", "rent", "unique_total", "product", "food_total", "frozen_amount",
-    "slot_amount", "copied_x",
+    "slot_amount", "copied_x", "blob",
 ]  # fmt: skip
 
 
