@@ -32,14 +32,18 @@ from sealtrace.proxy.format import CodecError, ParsedStream, Secret
 from sealtrace.sandbox import (
     ARGV_TAG,
     ENV_TAG,
+    MARKER_OPS,
     DivergenceError,
     QueryError,
     ReplayEnvironmentError,
     describe_event,
+    marker_node,
+    origin_tag_kind,
     output_preview,
     process_alive,
 )
 from sealtrace.sandbox.protocol import (
+    CUTS,
     DIGEST_OFFSET,
     FRAME_SIZE,
     NO_SOURCE,
@@ -94,6 +98,7 @@ _KINDS: dict[int, str] = {
     Origin.EXTERNAL: "external", Origin.CONSTANT: "constant", Origin.ARGV: "argv",
     Origin.ENV: "env", Origin.UNKNOWN: "unknown",
 }  # fmt: skip
+_CUT_NAMES: dict[int, str] = {int(value): name for name, value in CUTS.items()}
 
 
 def _session_base() -> str | None:
@@ -198,6 +203,8 @@ class SandboxClient:
         self.frames_left = session_frames
         # Operand names for text output: frames carry none (see Inquiry.last_nodes).
         self.last_nodes: dict[int, dict[str, Any]] = {}
+        # Where the last trace stopped following a branch, and why (NODE frames say).
+        self.last_cuts: dict[int, str] = {}
         fifo_in = self.transport.directory / "in"
         fifo_out = self.transport.directory / "out"
         try:
@@ -372,7 +379,7 @@ class SandboxClient:
         query_value = frames[1]
         nodes: dict[int, Frame] = {}
         values: dict[int, Frame] = {}
-        inputs: dict[int, list[int]] = {}
+        inputs: dict[int, list[tuple[int, bool]]] = {}
         order: list[int] = []
         current = None
         for fr in frames[2:]:
@@ -383,26 +390,20 @@ class SandboxClient:
             elif fr.op is Op.VALUE and current is not None:
                 values[fr.a] = fr
             elif fr.op is Op.EDGE:
-                inputs.setdefault(fr.a, []).append(fr.b)
+                inputs.setdefault(fr.a, []).append((fr.b, fr.d == 1))
         if not order:
             self._fail("a trace without a root")
-        levels = {order[0]: 0}
-        frontier = [order[0]]
-        while frontier:
-            following = []
-            for tag in frontier:
-                for child in inputs.get(tag, []):
-                    if child not in levels:
-                        levels[child] = levels[tag] + 1
-                        following.append(child)
-            frontier = following
-        expanded: set[int] = set()
+        # The runner decided the tree (depth, where each step is expanded): rebuild it as sent.
+        self.last_cuts = {
+            tag: _CUT_NAMES[fr.e & 0xFFFF] for tag, fr in nodes.items() if fr.e & 0xFFFF
+        }
+        built: set[int] = set()
 
-        def tree(tag: int, level: int) -> dict[str, Any]:
+        def tree(tag: int, expand: bool) -> dict[str, Any]:
             node = self._node(nodes.get(tag), values.get(tag), tag)
-            if level < depth and tag not in expanded and levels.get(tag, level) == level:
-                expanded.add(tag)
-                node["inputs"] = [tree(child, level + 1) for child in inputs.get(tag, [])]
+            if expand and tag not in built:
+                built.add(tag)
+                node["inputs"] = [tree(child, there) for child, there in inputs.get(tag, [])]
             return node
 
         source = self.sources[stop.c] if stop.c != NO_SOURCE else None
@@ -421,7 +422,7 @@ class SandboxClient:
             "passes": stop.b,
             "truncated": bool(stop.e),
         }
-        return cast(TraceAnswer, {"query": query, "root": tree(order[0], 0)})
+        return cast(TraceAnswer, {"query": query, "root": tree(order[0], True)})
 
     def _value(self, fr: Frame | None) -> dict[str, Any]:
         if fr is None:
@@ -433,6 +434,9 @@ class SandboxClient:
             return {"counter": tag, "file": "", "line": 0, "function": "", "op": "?",
                     "value": self._value(value), "origin": None, "inputs": []}  # fmt: skip
         kind = _KINDS.get(fr.f)
+        marker = origin_tag_kind(tag)
+        if marker is not None and marker[0] in MARKER_OPS:
+            return marker_node(marker[0])
         if tag >= ARGV_TAG:
             name = "env" if tag >= ENV_TAG else "argv"
             seeded: dict[str, Any] = {"kind": name, "call": None, "event": None}

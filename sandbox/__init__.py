@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     )
     from ._image import MANIFEST_LABEL, TMP_LABEL, build_image, image_problem, plan_image
     from ._inquiry import Inquiry
-    from ._provenance import ARGV_TAG, ENV_TAG, canonical_bytes, keyed_digest, summarize
+    from ._provenance import (
+        ARGV_TAG,
+        ENV_TAG,
+        MARKER_OPS,
+        canonical_bytes,
+        keyed_digest,
+        marker_node,
+        origin_tag_kind,
+        summarize,
+    )
     from ._replay import describe_event, output_preview
     from ._replay_process import Receipt, load_recording, raise_for, replay_location
 
@@ -56,6 +65,9 @@ _PUBLIC = {
     # values as the engine summarises and digests them (the agent matches its digests)
     "ARGV_TAG": "_provenance",
     "ENV_TAG": "_provenance",
+    "MARKER_OPS": "_provenance",
+    "marker_node": "_provenance",
+    "origin_tag_kind": "_provenance",
     "canonical_bytes": "_provenance",
     "keyed_digest": "_provenance",
     "summarize": "_provenance",
@@ -79,6 +91,7 @@ __all__ = [
     "ARGV_TAG",
     "ENV_TAG",
     "MANIFEST_LABEL",
+    "MARKER_OPS",
     "TMP_LABEL",
     "CheckpointPolicy",
     "DivergenceError",
@@ -95,6 +108,8 @@ __all__ = [
     "image_problem",
     "keyed_digest",
     "load_recording",
+    "marker_node",
+    "origin_tag_kind",
     "output_preview",
     "parse_requirements",
     "plan_image",

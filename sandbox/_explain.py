@@ -14,7 +14,7 @@ from typing import Any
 
 from sealtrace.proxy.format import ParsedStream
 
-from ._provenance import origin_tag_kind
+from ._provenance import CUT_TAG, MARKER_OPS, UNKNOWN_TAG, origin_tag_kind
 
 __all__ = ["SourceLines", "render_flows", "render_stack", "render_trace"]
 
@@ -67,6 +67,25 @@ def _origin(origin: Mapping[str, Any] | None) -> str | None:
     return "◉ Origin unknown (made by code the engine does not trace)"
 
 
+# Why a branch was not followed (Answerer.last_cuts).
+_CUT_TEXT = {
+    "depth": "the --depth bound ({depth} computations back)",
+    "limit": "the slice's node or edge limit",
+    "items": "more container items than one pass reads",
+}
+
+
+def _key(node: Mapping[str, Any]) -> int:
+    """The tag a node's cut is filed under: its counter, or a marker's tag."""
+    if node.get("counter"):
+        return int(node["counter"])
+    if node.get("op") == MARKER_OPS["cut"]:
+        return CUT_TAG
+    if node.get("op") == MARKER_OPS["unknown"]:
+        return UNKNOWN_TAG
+    return 0
+
+
 def _where(node: Mapping[str, Any], src: SourceLines) -> str:
     if not node.get("file"):
         return str(node.get("op"))
@@ -80,9 +99,25 @@ def _is_constant_leaf(node: Mapping[str, Any]) -> bool:
     return origin.get("kind") == "constant" and not node.get("inputs")
 
 
-def render_trace(doc: Mapping[str, Any], nodes: Mapping[int, Any], src: SourceLines) -> str:
+def render_trace(
+    doc: Mapping[str, Any],
+    nodes: Mapping[int, Any],
+    src: SourceLines,
+    cuts: Mapping[int, str] | None = None,
+) -> str:
+    """`cuts`: where the answerer stopped following a branch, and why (Answerer.last_cuts)."""
     q = doc["query"]
     stop = q["stopped_at"]
+    cuts = cuts or {}
+    expanded: set[int] = set()
+
+    def note_expanded(node: Mapping[str, Any]) -> None:
+        if node["inputs"]:
+            expanded.add(int(node["counter"]))
+        for child in node["inputs"]:
+            note_expanded(child)
+
+    note_expanded(doc["root"])
     out = [
         f"{q['var']} = {_value(q['value'])}",
         f"  at {src.short(stop['file'] or '?')}:{stop['line']} in {stop['function']}, "
@@ -92,8 +127,20 @@ def render_trace(doc: Mapping[str, Any], nodes: Mapping[int, Any], src: SourceLi
 
     def walk(node: Mapping[str, Any], prefix: str, last: bool) -> None:
         branch = "└─ " if last else "├─ "
-        out.append(f"{prefix}{branch}{_where(node, src)}")
         inner = prefix + ("   " if last else "│  ")
+        if not node.get("counter") and node.get("op") in MARKER_OPS.values():
+            # Items of a container that C code read: their producers are not known, or not read.
+            unknown = node["op"] == MARKER_OPS["unknown"]
+            out.append(
+                f"{prefix}{branch}"
+                + (
+                    "◉ Origin unknown: items put there by code the engine does not trace"
+                    if unknown
+                    else f"⋯ not followed: {_CUT_TEXT['items']}"
+                )
+            )
+            return
+        out.append(f"{prefix}{branch}{_where(node, src)}")
         quoted = src.line(node["file"], node["line"]) if node.get("file") else None
         if quoted:
             out.append(f"{inner}  {node['line']:>4} │ {quoted}")
@@ -109,11 +156,21 @@ def render_trace(doc: Mapping[str, Any], nodes: Mapping[int, Any], src: SourceLi
         origin = _origin(node.get("origin"))
         if origin and not _is_constant_leaf(node):
             out.append(f"{inner}  {origin}")
+        cut = cuts.get(_key(node))
+        if cut is not None and not node["inputs"]:
+            out.append(f"{inner}  ⋯ not followed: {_CUT_TEXT[cut].format(depth=q['depth'])}")
+        elif not node["inputs"] and node.get("counter") in expanded:
+            out.append(f"{inner}  ↺ followed where it appears elsewhere in this tree")
         children = [c for c in node["inputs"] if not _is_constant_leaf(c)]
         for i, child in enumerate(children):
             walk(child, inner, i == len(children) - 1)
 
     walk(doc["root"], "", True)
+    if q.get("truncated"):
+        out.append("")
+        reasons = sorted(set(cuts.values())) or ["limit"]
+        why = "; ".join(_CUT_TEXT[r].format(depth=q["depth"]) for r in reasons)
+        out.append(f"Truncated: some branches stop before their origins ({why}).")
     jumps = _jumps(doc, src)
     if jumps:
         out.append("")

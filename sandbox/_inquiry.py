@@ -17,6 +17,7 @@ The JSON a `trace` returns is a public contract (docs/provenance.md):
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -25,7 +26,14 @@ from sealtrace.proxy.format import ParsedStream
 
 from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
-from ._provenance import ARGV_TAG, origin_tag_kind, parse_expression, summarize
+from ._provenance import (
+    ARGV_TAG,
+    input_tags,
+    marker_node,
+    origin_tag_kind,
+    parse_expression,
+    summarize,
+)
 from ._replay_process import Receipt, replay
 from .questions import (
     At,
@@ -72,6 +80,9 @@ class Inquiry:
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
         self.last_nodes: dict[int, dict[str, Any]] = {}
+        # Where the last trace stopped following a branch, and why: "depth" (the bound),
+        # "limit" (the slice's node or edge limit), "items" (more items than a pass reads).
+        self.last_cuts: dict[int, str] = {}
         self.truncated = False
 
     # -- passes ---------------------------------------------------------------------------
@@ -239,9 +250,14 @@ class Inquiry:
                 "truncated": truncated,
             }
             self.last_nodes = nodes
+            self.last_cuts = {}
+            self.truncated = truncated  # _tree marks what a slice limit left out
             levels = _levels(root_tag, nodes)
             expanded: set[int] = set()
             root = self._tree(root_tag, nodes, 0, depth, levels, expanded)
+            # Any branch cut (the depth bound, a slice limit, items not read) makes it
+            # truncated.
+            query["truncated"] = truncated or bool(self.last_cuts)
             # The documents are built as plain dicts; their shapes are the contract's.
             answers[depth] = cast(TraceAnswer, {"query": query, "root": root})
         return answers
@@ -264,7 +280,9 @@ class Inquiry:
         }
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
-        """Counters within `depth` steps back from `root`, nearest first (one replay)."""
+        """Counters within `depth` computations back from `root` (moves cost nothing),
+        nearest first (one replay). Sets `truncated` when a slice limit cut it."""
+        self.truncated = False
         if origin_tag_kind(root) is not None:
             return [root]
         result = self.run({"kind": "slice", "root": root, "depth": depth})
@@ -280,12 +298,17 @@ class Inquiry:
         levels: dict[int, int],
         expanded: set[int],
     ) -> dict[str, Any]:
-        """NODE for `tag` at `level` steps from the root. A step reached several ways is
-        expanded once, where it is nearest the root (so nothing within --depth is lost);
+        """NODE for `tag` at `level` computations from the root (moves cost nothing). A step
+        reached several ways is expanded once, where it is nearest the root (so nothing within
+        --depth is lost, and a deeper bound only adds below what a shallower one showed);
         elsewhere it appears with no inputs. An input from outside the program ends its
         branch: only inputs that are themselves outside inputs (the cursor a fetchone read)
-        are followed from it."""
+        are followed from it. Where a branch is cut, last_cuts says why."""
         seeded = origin_tag_kind(tag)
+        if seeded is not None and seeded[0] in ("unknown", "cut"):
+            if seeded[0] == "cut":
+                self.last_cuts[tag] = "items"
+            return marker_node(seeded[0])
         if seeded is not None:
             kind, index = seeded
             argv = _argv(self.meta)
@@ -304,6 +327,9 @@ class Inquiry:
             }
         node = nodes.get(tag)
         if node is None:
+            # Not in the slice: a limit cut it (the pass says so), or it was never captured.
+            if self.truncated:
+                self.last_cuts[tag] = "limit"
             return {
                 "counter": tag,
                 "file": "",
@@ -311,18 +337,22 @@ class Inquiry:
                 "function": "",
                 "op": "?",
                 "value": {"type": "?", "repr": None, "digest": ""},
-                "origin": {"kind": "unknown", "call": None, "event": None},
+                "origin": None
+                if self.truncated
+                else {"kind": "unknown", "call": None, "event": None},
                 "inputs": [],
             }
         origin = node.get("origin")
         inputs = []
-        if level < depth and tag not in expanded and levels.get(tag, level) == level:
-            expanded.add(tag)
-            inputs = [
-                self._tree(t, nodes, level + 1, depth, levels, expanded)
-                for t in _followed(tag, nodes)
-            ]
-        if origin is None and not _input_tags(node):
+        if tag not in expanded and levels.get(tag, level) == level:
+            below = level + _cost(node)
+            followed = _followed(tag, nodes)
+            if below <= depth:
+                expanded.add(tag)
+                inputs = [self._tree(t, nodes, below, depth, levels, expanded) for t in followed]
+            elif followed:
+                self.last_cuts[tag] = "depth"
+        if origin is None and not input_tags(node):
             origin = {"kind": "unknown", "call": None, "event": None}
         return {
             "counter": node["counter"],
@@ -396,38 +426,39 @@ def _followed(tag: int, nodes: dict[int, dict[str, Any]]) -> list[int]:
     node = nodes.get(tag)
     if node is None:
         return []
-    follow = _input_tags(node)
+    follow = input_tags(node)
     if (node.get("origin") or {}).get("kind") in _OUTSIDE:
         follow = [t for t in follow if _is_outside(t, nodes)]
     return follow
 
 
+def _cost(node: dict[str, Any] | None) -> int:
+    """What a step costs of the depth: a computation 1, a move (a read or a copy) nothing."""
+    return 0 if node is not None and node.get("move") else 1
+
+
 def _levels(root: int, nodes: dict[int, dict[str, Any]]) -> dict[int, int]:
-    """Each step's distance from the root along the edges the tree follows."""
+    """Each step's distance from the root in computations, along the edges the tree follows
+    (0-1 breadth-first: a move's inputs are as deep as it is)."""
     levels = {root: 0}
-    frontier = [root]
-    while frontier:
-        following = []
-        for tag in frontier:
-            for t in _followed(tag, nodes):
-                if t not in levels:
-                    levels[t] = levels[tag] + 1
-                    following.append(t)
-        frontier = following
+    queue = collections.deque([root])
+    done: set[int] = set()
+    while queue:
+        tag = queue.popleft()
+        if tag in done:
+            continue
+        done.add(tag)
+        cost = _cost(nodes.get(tag))
+        below = levels[tag] + cost
+        for t in _followed(tag, nodes):
+            if t in levels and levels[t] <= below:
+                continue
+            levels[t] = below
+            if cost:
+                queue.append(t)
+            else:
+                queue.appendleft(t)
     return levels
-
-
-def _input_tags(node: dict[str, Any]) -> list[int]:
-    seen: list[int] = []
-    for operand in node.get("operands", []):
-        t = int(operand["tag"])
-        if t and t not in seen and t != node["counter"]:
-            seen.append(t)
-    for t in node.get("callbacks", []):
-        t = int(t)
-        if t and t not in seen and t != node["counter"]:
-            seen.append(t)
-    return seen
 
 
 def _argv(meta: dict[str, Any]) -> list[str]:

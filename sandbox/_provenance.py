@@ -29,6 +29,7 @@ import inspect
 import os
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -36,28 +37,64 @@ from sealtrace.proxy.boundary import is_own_code
 
 __all__ = [
     "ARGV_TAG",
+    "CUT_TAG",
     "ENV_TAG",
+    "MARKER_OPS",
+    "UNKNOWN_TAG",
     "ExpressionError",
     "Provenance",
+    "input_tags",
+    "marker_node",
     "origin_tag_kind",
     "parse_expression",
     "summarize",
 ]
 
-# Tags at or above 2**62 are origins with no instruction behind them.
+# Tags at or above 2**62 are origins with no instruction behind them (the engine spells the
+# last two: native/src/py_values.hpp). UNKNOWN_TAG is an input of a value C code made from a
+# container holding items the engine has no producer for (put there by code it does not
+# trace); CUT_TAG one of a value made from more items than a pass reads.
 ARGV_TAG = 1 << 62
 ENV_TAG = (1 << 62) | (1 << 40)
 FLOW_TAG = (1 << 62) | (1 << 41)
+UNKNOWN_TAG = (1 << 62) | (1 << 42)
+CUT_TAG = (1 << 62) | (1 << 43)
 # A slice pass keeps the input tags of every instruction up to the root: bounded here.
 EDGE_LIMIT = 50_000_000
-SLICE_NODES = 2_000
+SLICE_NODES = 4_000
 _REPR_LIMIT = 200
 _ITEMS_LIMIT = 12
 _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+# Specialised opcode names to the instruction they specialise (dis keeps the table).
+_DEOPT: dict[str, str] = getattr(dis, "deoptmap", {})
+
+
+# The node standing for an UNKNOWN_TAG or CUT_TAG input (a trace's NODE, with no counter).
+MARKER_OPS = {"unknown": "items written by untraced code", "cut": "more items, not read"}
+
+
+def marker_node(kind: str) -> dict[str, Any]:
+    """The NODE of an "unknown" marker (items the engine has no producer for: its origin is
+    unknown) or a "cut" one (items a pass did not read: the branch was cut)."""
+    return {
+        "counter": 0,
+        "file": "",
+        "line": 0,
+        "function": "",
+        "op": MARKER_OPS[kind],
+        "value": {"type": "?", "repr": None, "digest": ""},
+        "origin": {"kind": "unknown", "call": None, "event": None} if kind == "unknown" else None,
+        "inputs": [],
+    }
 
 
 def origin_tag_kind(tag: int) -> tuple[str, int] | None:
-    """("argv", index) or ("env", index) for a seeded origin tag, else None."""
+    """("argv", index), ("env", index), ("unknown", 0) or ("cut", 0) for an origin tag, else
+    None."""
+    if tag >= CUT_TAG:
+        return "cut", tag - CUT_TAG
+    if tag >= UNKNOWN_TAG:
+        return "unknown", tag - UNKNOWN_TAG
     if tag >= FLOW_TAG:
         return "value", tag - FLOW_TAG
     if tag >= ENV_TAG:
@@ -74,6 +111,13 @@ class ExpressionError(ValueError):
 # -- value summaries ------------------------------------------------------------------------
 
 
+def _fresh(text: str) -> str:
+    """A new string equal to `text`. What a pass keeps must not hold the program's objects: a
+    name or qualname kept alive here would outlive its code or class in this pass only, and
+    the program would allocate differently from then on (sealtrace._engine.quiet)."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
 def _own_type(t: type) -> bool:
     """A replay stand-in (a boundary proxy class): its fields are sealtrace's own state."""
     return any(str(getattr(c, "__module__", "")).startswith("sealtrace.") for c in t.__mro__)
@@ -83,15 +127,25 @@ def _type_name(value: Any) -> str:
     t = type(value)
     module = t.__module__
     if _own_type(t):
-        return t.__qualname__ if module.startswith("sealtrace.") else f"{module}.{t.__qualname__}"
-    return t.__qualname__ if module in ("builtins", "__main__") else f"{module}.{t.__qualname__}"
+        own = module.startswith("sealtrace.")
+        return _fresh(t.__qualname__) if own else f"{module}.{t.__qualname__}"
+    if module in ("builtins", "__main__"):
+        return _fresh(t.__qualname__)
+    return f"{module}.{t.__qualname__}"
 
 
 def _instance_dict(value: Any) -> dict[str, Any] | None:
+    """The instance's attributes; never gives it a __dict__ it kept inline (reading
+    `__dict__` would, and the program would then store its attributes differently)."""
     try:
-        d = object.__getattribute__(value, "__dict__")
-    except (AttributeError, TypeError):
-        return None
+        from sealtrace._engine import instance_fields
+    except ImportError:  # the parent process, summarising only builtin values
+        try:
+            d = object.__getattribute__(value, "__dict__")
+        except (AttributeError, TypeError):
+            return None
+    else:
+        d = instance_fields(value)
     return d if type(d) is dict else None
 
 
@@ -128,7 +182,10 @@ def _safe_repr(value: Any, depth: int = 0) -> str | None:
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return f"<{_type_name(value)} {value.__qualname__}>"
     if t.__module__ in ("decimal", "fractions", "datetime", "uuid", "pathlib"):
-        return repr(value)
+        try:
+            return repr(value)
+        except Exception:  # a value still being built (Fraction.__new__ before its fields)
+            return None
     fields = _instance_dict(value)
     if fields is not None and not isinstance(value, types.ModuleType):
         inner = ", ".join(
@@ -182,9 +239,9 @@ def summarize(value: Any) -> dict[str, Any]:
         summary["sandbox"] = {
             "tag": tag,
             "length": len(value) if tag in (5, 6, 7, 8, 9, 10) else 0,
-            "int": value if tag == 3 and -(2**63) <= value < 2**63 else 0,
+            "int": value + 0 if tag == 3 and -(2**63) <= value < 2**63 else 0,
             "bool": bool(value) if tag == 2 else False,
-            "float": float(value) if tag == 4 else 0.0,
+            "float": value + 0.0 if tag == 4 else 0.0,
             "digest": keyed_digest(DIGEST_KEY, type_name, canonical),
             "type_digest": keyed_digest(DIGEST_KEY, "type", type_name.encode())[:16],
         }
@@ -261,7 +318,7 @@ class Provenance:
     ) -> None:
         """sink(receipt, exit code) ends the process with an answer; redirect(sink) points the
         replay runtime's own endings (a divergence) at a worker's answer channel."""
-        from sealtrace._engine import Engine
+        from sealtrace._engine import Engine, quiet
 
         global DIGEST_KEY
         self.sink = sink
@@ -269,6 +326,10 @@ class Provenance:
         if query.get("digest_key"):
             DIGEST_KEY = bytes.fromhex(query["digest_key"])
         self.engine = Engine(is_own_code)
+        # Everything a pass does while the program runs happens in a quiet scope, so passes
+        # asking different things run the program identically (engine callbacks are quiet
+        # already; these are the replay runtime's hooks).
+        self.quiet = quiet
         self.checkpoints: Any = None
         self._reset(query)
 
@@ -281,7 +342,7 @@ class Provenance:
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
         self._last: tuple[Any, str, Any] | None = None
-        self._instructions: dict[Any, dict[int, dis.Instruction]] = {}
+        self._instructions: dict[int, tuple[Any, dict[int, tuple[str, str, int | None]]]] = {}
 
     def emit(self, result: dict[str, Any]) -> NoReturn:
         self.sink({"status": "query", "result": result}, 0)
@@ -299,27 +360,30 @@ class Provenance:
 
     # The replay runtime reports every event it serves, and every env value it gives out.
     def on_event(self, index: int, callee: str, output: bool) -> None:
-        engine = self.engine
-        current = engine.current()
-        if self.kind == "capture" and current in self.wanted:
-            self.events_by_counter.setdefault(current, []).append((index, callee))
-        elif self.kind == "flows":
-            if self.query.get("event") == index:
-                engine.taint_current()
-            if output and engine.current_tainted():
-                self.outputs.append({"event": index, "call": callee, "counter": current})
+        with self.quiet():
+            engine = self.engine
+            current = engine.current()
+            if self.kind == "capture" and current in self.wanted:
+                self.events_by_counter.setdefault(current, []).append((index, callee))
+            elif self.kind == "flows":
+                if self.query.get("event") == index:
+                    engine.taint_current()
+                if output and engine.current_tainted():
+                    self.outputs.append({"event": index, "call": callee, "counter": current})
 
     def on_env_read(self, name: str) -> None:
-        current = self.engine.current()
-        if self.kind == "capture" and current in self.wanted:
-            self.env_reads.setdefault(current, name)
+        with self.quiet():
+            current = self.engine.current()
+            if self.kind == "capture" and current in self.wanted:
+                self.env_reads.setdefault(current, _fresh(name))
 
     def on_start(self) -> None:
         """Just before the program's first instruction: argv is set."""
-        for i in range(len(sys.argv)):
-            self.engine.seed_item(sys.argv, i, ARGV_TAG + i)
-        if self.checkpoints is not None:
-            self.checkpoints.start()
+        with self.quiet():
+            for i in range(len(sys.argv)):
+                self.engine.seed_item(sys.argv, i, ARGV_TAG + i)
+            if self.checkpoints is not None:
+                self.checkpoints.start()
 
     def attach(self, main_file: str | None) -> None:
         engine = self.engine
@@ -529,23 +593,34 @@ class Provenance:
 
     # -- capture --------------------------------------------------------------------------
 
-    def _instruction(self, code: Any, index: int) -> dis.Instruction | None:
-        table = self._instructions.get(code)
-        if table is None:
-            table = {i.offset: i for i in dis.get_instructions(code)}
-            self._instructions[code] = table
+    def _instruction(self, code: Any, index: int) -> tuple[str, str, int | None] | None:
+        """(opname, argrepr, line) of the instruction at `index`, de-specialised. Read from
+        the code's adaptive copy: `co_code` would be cached on the program's code object (a
+        later read by the program would then allocate nothing); and nothing of the code is
+        kept (it would outlive what the program frees)."""
+        known = self._instructions.get(id(code))
+        if known is None or known[0]() is not code:
+            table = {
+                i.offset: (
+                    _DEOPT.get(i.opname, i.opname),
+                    _fresh(i.argrepr),
+                    i.positions.lineno if i.positions else None,
+                )
+                for i in dis.get_instructions(code, adaptive=True)
+            }
+            known = (weakref.ref(code), table)
+            self._instructions[id(code)] = known
+        table = known[1]
         offset = index * 2
-        while offset in table and table[offset].opname == "EXTENDED_ARG":
+        while offset in table and table[offset][0] == "EXTENDED_ARG":
             offset += 2
         return table.get(offset)
 
     def _pre(self, frame: Any, counter: int, index: int, inputs: list[tuple[Any, int]]) -> None:
         code = frame.f_code
         ins = self._instruction(code, index)
-        opname = ins.opname if ins else "?"
-        operation = opname
-        if ins is not None and ins.argrepr:
-            operation = f"{opname} {ins.argrepr}"
+        opname, argrepr, line = ins if ins is not None else ("?", "", None)
+        operation = f"{opname} {argrepr}" if argrepr else opname
         operands = list(inputs)
         if opname in ("CALL", "CALL_FUNCTION_EX") and len(operands) >= 2:
             head, callable_ = operands[0][0], operands[1][0]
@@ -558,26 +633,33 @@ class Provenance:
         names = {(id(v), t): n for n, v, t in self.engine.frame_locals(frame) if t}
         self.nodes[counter] = {
             "counter": counter,
-            "file": code.co_filename,
-            "line": ins.positions.lineno
-            if ins and ins.positions and ins.positions.lineno
-            else frame.f_lineno,
-            "function": code.co_qualname,
+            "file": _fresh(code.co_filename),
+            "line": line or frame.f_lineno,
+            "function": _fresh(code.co_qualname),
             "op": operation,
             "opname": opname,
             "operands": [
-                {"value": summarize(v), "tag": t, "name": names.get((id(v), t))}
+                {"value": summarize(v), "tag": t, "name": _fresh_or_none(names.get((id(v), t)))}
                 for v, t in operands
                 if v is not None or t
             ],
             "builtin": False,
             "value": None,
-            "callbacks": [],
+            "edges": None,
         }
 
     def _post(
-        self, counter: int, outputs: list[tuple[Any, int]], raised: bool, callbacks: Any
+        self,
+        counter: int,
+        outputs: list[tuple[Any, int]],
+        raised: bool,
+        edges: Any,
+        move: bool = False,
     ) -> None:
+        """`edges`: every input the engine records for the instruction (its operands, values
+        handed back to C while it ran, items C read out of containers), or None for a return
+        or a yield seen leaving the frame. `move`: the value is one of its inputs read or
+        copied, not computed (it costs a trace no depth)."""
         node = self.nodes.get(counter)
         if node is None:
             return
@@ -596,7 +678,9 @@ class Provenance:
             ):
                 node["builtin"] = True
         node["raised"] = bool(raised)
-        node["callbacks"] = list(callbacks or [])
+        if edges is not None:
+            node["edges"] = [int(t) for t in edges]
+        node["move"] = bool(move)
         if len(self.nodes) == len(self.wanted) and all(
             n["value"] is not None or n.get("raised") for n in self.nodes.values()
         ):
@@ -617,11 +701,7 @@ class Provenance:
                 "call": f"os.environ[{self.env_reads[counter]!r}]",
                 "event": None,
             }
-        elif (
-            node["opname"] == "LOAD_CONST"
-            or node.get("builtin")
-            or (not node["operands"] and not node["callbacks"])
-        ):
+        elif node["opname"] == "LOAD_CONST" or node.get("builtin") or not input_tags(node):
             # Nothing flowed in: the code alone determines the value.
             node["origin"] = {"kind": "constant", "call": None, "event": None}
         else:
@@ -629,9 +709,25 @@ class Provenance:
         return node
 
 
+def _fresh_or_none(text: str | None) -> str | None:
+    return None if text is None else _fresh(text)
+
+
+def input_tags(node: dict[str, Any]) -> list[int]:
+    """The tags a captured instruction's node has as inputs: what the engine recorded for it,
+    else its operands'."""
+    edges = node.get("edges")
+    tags = edges if edges is not None else [int(o["tag"]) for o in node.get("operands", [])]
+    seen: list[int] = []
+    for t in tags:
+        if t and t not in seen and t != node["counter"]:
+            seen.append(t)
+    return seen
+
+
 def _callable_name(obj: Any) -> str:
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
-        return str(getattr(obj, "__qualname__", _type_name(obj)))
+        return _fresh(str(getattr(obj, "__qualname__", _type_name(obj))))
     if isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return f"{obj.__objclass__.__qualname__}.{obj.__name__}"
     return _type_name(obj)

@@ -303,7 +303,7 @@ def _read_all(fd: int) -> bytes:
 
 def main() -> None:
     input_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    query = json.loads(_read_all(int(sys.argv[3]))) if len(sys.argv) > 3 else None
+    query_fd = int(sys.argv[3]) if len(sys.argv) > 3 else None
     data = _read_all(input_fd)
     try:
         parsed = parse_stream(data)
@@ -331,7 +331,7 @@ def main() -> None:
     # sysconfig.get_path() would make boundary calls the recording does not have.
     _recorder.passthrough_prefixes()
     install(rt, libs)
-    provenance = _provenance(query, rt, target, main_source)
+    provenance = _provenance(query_fd, rt, target, main_source)
     gc.freeze()  # as the recorder does
 
     def script_source(path: str) -> bytes:
@@ -364,30 +364,36 @@ def main() -> None:
     rt.finish("bit-exact", None, status)
 
 
-def _provenance(
-    query: dict[str, Any] | None, rt: ReplayRuntime, target: Target, main_source: Any
-) -> Any:
-    """Attach the provenance engine for one query pass (sealtrace.sandbox._provenance)."""
-    if query is None:
-        return None
-    if query.get("kind") == "sites":  # where each input was asked for: no engine
-        from ._sites import InputSites
+def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_source: Any) -> Any:
+    """Attach the provenance engine for one query pass (sealtrace.sandbox._provenance).
 
-        return InputSites(rt)
+    Passes of one query must run the program identically whatever each asks, so the question
+    is read and the engine set up in a quiet scope: what this allocates never moves the
+    program's objects (sealtrace._engine.quiet)."""
+    if query_fd is None:
+        return None
+    from sealtrace._engine import quiet
+
     from ._provenance import Provenance, attach_to_environ
 
     def redirect(sink: Callable[[dict[str, Any], int], NoReturn]) -> None:
         rt.sink = sink
 
-    if query.get("kind") == "serve":
-        query = {**query, "release": [rt.result_fd]}
-    prov = Provenance(query, rt._emit, redirect)
-    rt.observer = prov.on_event
-    attach_to_environ(prov)
-    main_file = target.value if target.kind == "script" else None
-    if target.kind == "module" and main_source is not None:
-        main_file = main_source.path
-    prov.attach(main_file)
+    with quiet():
+        query = json.loads(_read_all(query_fd))
+        if query.get("kind") == "sites":  # where each input was asked for: no engine
+            from ._sites import InputSites
+
+            return InputSites(rt)
+        if query.get("kind") == "serve":
+            query = {**query, "release": [rt.result_fd]}
+        prov = Provenance(query, rt._emit, redirect)
+        rt.observer = prov.on_event
+        attach_to_environ(prov)
+        main_file = target.value if target.kind == "script" else None
+        if target.kind == "module" and main_source is not None:
+            main_file = main_source.path
+        prov.attach(main_file)
     return prov
 
 

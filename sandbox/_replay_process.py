@@ -23,7 +23,15 @@ from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 
 __all__ = ["Receipt", "load_recording", "replay", "replay_location"]
 
-CHILD_CODE = "from sealtrace.sandbox._replay import main\nmain()\n"
+# A pass that answers a query (a fourth argument) first fixes its address-space layout.
+CHILD_CODE = (
+    "import sys\n"
+    "if len(sys.argv) > 3:\n"
+    "    from sealtrace.sandbox._layout import fixed_layout\n"
+    "    fixed_layout()\n"
+    "from sealtrace.sandbox._replay import main\n"
+    "main()\n"
+)
 _STDERR_TAIL = 2000
 
 

@@ -16,7 +16,7 @@ from sealtrace.proxy.format import ParsedStream
 
 from ._replay_process import Receipt, load_recording, raise_for, replay_location
 from ._validate import validate
-from .questions import Answerer, Flows, InspectStack, Replay, Trace
+from .questions import DEFAULT_DEPTH, Answerer, Flows, InspectStack, Replay, Trace
 
 if TYPE_CHECKING:
     from ._explain import SourceLines
@@ -32,7 +32,10 @@ AtOpt = Annotated[
 VarOpt = Annotated[
     str, typer.Option("--var", help="The value: a name, then .attributes and [literal keys].")
 ]
-DepthOpt = Annotated[int, typer.Option("--depth", help="How many steps back to follow.")]
+DepthOpt = Annotated[
+    int,
+    typer.Option("--depth", help="How many computations back to follow (moves are free); 1 to 64."),
+]
 EveryOpt = Annotated[
     int,
     typer.Option(
@@ -137,7 +140,7 @@ def trace(
     identity: IdentityOpt,
     at: AtOpt,
     var: VarOpt,
-    depth: DepthOpt = 6,
+    depth: DepthOpt = DEFAULT_DEPTH,
     run_id: RunIdOpt = None,
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
@@ -154,7 +157,7 @@ def trace(
     answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
     with answerer:
         doc = answerer.trace(Trace(at=at, var=var, depth=depth))
-    _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src))
+    _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src, answerer.last_cuts))
 
 
 @guarded

@@ -57,12 +57,14 @@ from .questions import (
 )
 
 __all__ = [
+    "CUTS",
     "DIGEST_OFFSET",
     "FRAME_SIZE",
     "MAX_REQUEST_TEXT",
     "NONE",
     "NO_SOURCE",
     "PROTOCOL_VERSION",
+    "Cut",
     "DivergenceFlags",
     "Frame",
     "FrameError",
@@ -79,7 +81,7 @@ __all__ = [
     "sources_of",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -98,10 +100,12 @@ class Op(enum.IntEnum):
     HELLO = 1  # a: engine version hex, d: FRAME_SIZE
     LOADED = 2  # a: instructions, b: end counter, ival: crash counter (0 none), d: sources
     STATS = 3  # a: instructions, b: depth mismatches, d: live frames, ival: tracked slots
-    NODE = 4  # a: counter, b: event or NONE, c/d: source/line, e: opcode, f: origin kind,
-    #           ival: the function name's digest (first 8 bytes), digest: the operation's
+    NODE = 4  # a: counter, b: event or NONE, c/d: source/line, e: opcode << 16 | Cut (why
+    #           its inputs were not followed), f: origin kind, ival: the function name's
+    #           digest (first 8 bytes), digest: the operation's
     VALUE = 5  # a: counter it belongs to, e: type tag, f: length, ival/fval, digest; b: type
-    EDGE = 6  # a: counter, b: an input's counter
+    EDGE = 6  # a: counter, b: an input's counter, d: 1 where the tree expands the input (its
+    #           own EDGE frames follow; a step is expanded once), else 0
     FRAME_AT = 7  # a: stop counter, c/d: source/line, f: frame number (0 innermost)
     LOCAL = 8  # a: tag, d: frame number, digest: the name's digest; its VALUE follows
     REACH = 9  # a: first counter, c/d: source/line, ival: times
@@ -167,6 +171,19 @@ class TypeTag(enum.IntEnum):
     DICT = 9
     SET = 10
     OTHER = 11  # b: the type name's digest (first 8 bytes), digest of the shown form
+
+
+class Cut(enum.IntEnum):
+    """Why a trace did not follow a NODE's inputs (the low bits of its `e`)."""
+
+    NONE = 0
+    DEPTH = 1  # the depth bound
+    LIMIT = 2  # the slice's node or edge limit
+    ITEMS = 3  # more items than a pass reads
+
+
+# The reasons the in-process answerer gives (Inquiry.last_cuts) and their frame values.
+CUTS = {"depth": Cut.DEPTH, "limit": Cut.LIMIT, "items": Cut.ITEMS}
 
 
 class Origin(enum.IntEnum):
@@ -362,6 +379,10 @@ class FrameReader:
                 raise FrameError(f"line {fr.d} out of range")
         if fr.op is Op.NODE and fr.f not in Origin._value2member_map_:
             raise FrameError(f"unknown origin kind {fr.f}")
+        if fr.op is Op.NODE and (fr.e & 0xFFFF) not in Cut._value2member_map_:
+            raise FrameError(f"unknown cut {fr.e & 0xFFFF}")
+        if fr.op is Op.EDGE and fr.d not in (0, 1):
+            raise FrameError(f"EDGE expansion flag {fr.d}")
         if fr.op is Op.VALUE and fr.e not in TypeTag._value2member_map_:
             raise FrameError(f"unknown type tag {fr.e}")
         if fr.op is Op.REACH and fr.ival < 1:

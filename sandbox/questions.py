@@ -32,6 +32,7 @@ from typing import Any, ClassVar, NotRequired, Protocol, Self, TypedDict, Union
 from ._errors import QueryError
 
 __all__ = [
+    "DEFAULT_DEPTH",
     "KINDS",
     "Answer",
     "Answerer",
@@ -66,6 +67,9 @@ MAX_LOCATION = 1000
 MAX_TEXT = 4000  # characters; and in UTF-8 at most MAX_TEXT_BYTES, a request frame's text
 MAX_TEXT_BYTES = 4096  # sealtrace.sandbox.protocol.MAX_REQUEST_TEXT
 MAX_DEPTH = 64
+# A trace follows every branch to its origins unless this many computations lie between: the
+# generous default (moves, reads and copies cost nothing).
+DEFAULT_DEPTH = MAX_DEPTH
 
 
 def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]:
@@ -83,7 +87,8 @@ def _at() -> Any:
 
 @dataclass(frozen=True)
 class Trace:
-    """Where did this value come from: its backward slice, `depth` steps deep."""
+    """Where did this value come from: its backward slice, `depth` computations deep (moves,
+    the reads and copies that hand a value on, are not counted)."""
 
     kind: ClassVar[str] = "trace"
     at: str = _at()
@@ -91,7 +96,8 @@ class Trace:
         default="", metadata=_text(MAX_TEXT, "a name, then .attributes and [literal keys]")
     )
     depth: int = field(
-        default=6, metadata={"minimum": 1, "maximum": MAX_DEPTH, "help": "steps back to follow"}
+        default=DEFAULT_DEPTH,
+        metadata={"minimum": 1, "maximum": MAX_DEPTH, "help": "computations back to follow"},
     )
 
 
@@ -276,6 +282,10 @@ class Answerer(Protocol):
     # The steps of the last trace with their operand names, for the text view: frames carry
     # no names, so the sandbox client's is empty and the text shows fewer details.
     last_nodes: dict[int, dict[str, Any]]
+    # Where the last trace stopped following a branch and why, by the step's counter (a
+    # marker's tag): "depth" (the bound), "limit" (the slice's node or edge limit), "items"
+    # (more container items than one pass reads).
+    last_cuts: dict[int, str]
 
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...

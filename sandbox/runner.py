@@ -24,9 +24,18 @@ from ._checkpoints import CheckpointPolicy
 from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
 from ._inquiry import Inquiry
 from ._memory import MemoryWatch
-from ._provenance import ARGV_TAG, ENV_TAG, keyed_digest, origin_tag_kind
+from ._provenance import (
+    ARGV_TAG,
+    CUT_TAG,
+    ENV_TAG,
+    MARKER_OPS,
+    UNKNOWN_TAG,
+    keyed_digest,
+    origin_tag_kind,
+)
 from ._replay import describe_event
 from .protocol import (
+    CUTS,
     FRAME_SIZE,
     MAX_REQUEST_TEXT,
     NO_SOURCE,
@@ -285,6 +294,7 @@ class Runner:
         )
         yield self._value(0, q["value"])
         emitted: set[int] = set()
+        cuts = self.session.last_cuts if self.session is not None else {}
         for node in _walk(doc["root"]):
             key = _key(node)
             seeded = origin_tag_kind(key)
@@ -301,7 +311,7 @@ class Runner:
                     b=NONE if event is None else int(event),
                     c=self._source(node["file"]),
                     d=int(node["line"]),
-                    e=(dis.opmap.get(opname, 0) << 16),
+                    e=(dis.opmap.get(opname, 0) << 16) | CUTS.get(cuts.get(key, ""), 0),
                     f=_ORIGINS.get(origin.get("kind"), Origin.UNKNOWN),
                     ival=int.from_bytes(
                         self._digest("name", node["function"])[:8], "little", signed=True
@@ -310,7 +320,8 @@ class Runner:
                 )
                 yield self._value(key, node["value"])
             for child in node["inputs"]:
-                yield Frame(Op.EDGE, a=key, b=_key(child))
+                # d: the tree expands the input here (its own EDGE frames follow, once).
+                yield Frame(Op.EDGE, a=key, b=_key(child), d=1 if child["inputs"] else 0)
 
     def _stack_frames(self, doc: StackAnswer) -> Iterator[Frame]:
         counter = int(doc["query"]["counter"])
@@ -353,10 +364,14 @@ def _split_location(where: str | None) -> tuple[str, int]:
 
 
 def _key(node: Node) -> int:
-    """A node's counter; an argv or env origin has none, so its seeded tag stands in."""
+    """A node's counter; an argv or env origin, or a marker, has none, so its tag stands in."""
     counter = int(node["counter"])
     if counter:
         return counter
+    if node["op"] == MARKER_OPS["unknown"]:
+        return UNKNOWN_TAG
+    if node["op"] == MARKER_OPS["cut"]:
+        return CUT_TAG
     kind, _, index = str(node["op"]).partition("[")
     base = {"argv": ARGV_TAG, "env": ENV_TAG}.get(kind)
     return base + int(index.rstrip("]")) if base is not None and index else 0

@@ -48,6 +48,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.return_tag = 0;
   p.aux_tag = 0;
   p.aux_value = nullptr;
+  p.copy_of = nullptr;
   p.callbacks.clear();
   int pops = op_pops(in.op, in.oparg);
   int peeks = op_peeks(in.op, in.oparg);
@@ -97,6 +98,10 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kBinarySubscr:
       begin_subscr_load(sf, depth);
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_move_candidates(sf.p);
+      }
       break;
     case Rule::kStoreSubscr:
       begin_subscr_store(sf, depth);
@@ -155,16 +160,39 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       break;
     case Rule::kCall:
       begin_call(sf);
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_item_inputs(sf);
+        gather_move_candidates(sf.p);
+      }
+      break;
+    case Rule::kCallFunctionEx:
+      if (keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_item_inputs(sf);
+        gather_move_candidates(sf.p);
+      }
       break;
     case Rule::kPushExcInfo:
       begin_push_exc_info(sf, depth);
       break;
+    case Rule::kSetAdd:
+    case Rule::kSetUpdate:
+      begin_set_items(sf, in, depth);
+      break;
     default:
-      // Rules with no first half, but for three opcodes.
+      // Rules with no first half, but for a few opcodes.
       if (in.op == kKwNames) {
         sf.kw_pending = true;  // the next CALL's last arguments are keywords
       } else if (in.op == kPopExceptOp || in.op == kEndAsyncForOp) {
         begin_handler_exit(sf, in);
+      } else if (in.op == kBinaryOp && in.oparg == kInplaceAdd && sf.p.in_objs.size() == 2 &&
+                 PyByteArray_Check(sf.p.in_objs[0]) && trackable(sf.p.in_objs[0])) {
+        model_fill(sf.p.in_objs[0], "extend", sf.p.in_tags[1], sf.p.counter);  // buffer += data
+      }
+      if ((in.op == kBinaryOp || in.op == kFormatValueOp) && keeps_inputs(sf.p.counter)) {
+        prepare_query_inputs(sf.p);
+        gather_item_inputs(sf);  // f"{items}", "%s" % (items,), a + [b]
       }
       break;
   }

@@ -3,14 +3,24 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+
 #include "counter.hpp"
+#include "fields.h"
 #include "opcodes.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace py = pybind11;
 using sealtrace::Tracer;
 
 namespace {
+
+// `with quiet():` runs sealtrace's own code inside the replayed program without moving it.
+struct Quiet {
+  std::optional<sealtrace::QuietScope> scope;
+};
 
 PyFrameObject* as_frame(const py::handle& frame) {
   if (!PyFrame_Check(frame.ptr())) throw py::type_error("a frame object is required");
@@ -60,6 +70,23 @@ PYBIND11_MODULE(_engine, m) {
       },
       py::arg("op"), py::arg("oparg"), "(values consumed, values read below them).");
 
+  py::class_<Quiet>(m, "Quiet")
+      .def("__enter__", [](Quiet& q) { q.scope.emplace(); })
+      .def("__exit__", [](Quiet& q, const py::args&) {
+        q.scope.reset();
+        return false;
+      });
+  m.def(
+      "instance_fields",
+      [](py::handle obj) { return steal_or_throw(sealtrace_instance_fields(obj.ptr())); },
+      py::arg("obj"),
+      "The instance's __dict__, a new dict of the attributes it keeps inline, or None; never "
+      "gives the instance a __dict__ it did not have.");
+  m.def(
+      "quiet", []() { return std::make_unique<Quiet>(); },
+      "A context in which sealtrace's own code runs inside the replayed program without changing "
+      "what it does next: its allocations, free lists and garbage collection are its own.");
+
   py::class_<Tracer>(m, "Engine")
       .def(py::init([](py::object own_code) { return new Tracer(own_code.ptr()); }),
            py::arg("own_code"))
@@ -76,8 +103,11 @@ PYBIND11_MODULE(_engine, m) {
       .def("set_end_file", &Tracer::set_end_file)
       .def("every", [](Tracer& t, std::uint64_t interval,
                        py::object cb) { t.every(interval, cb.is_none() ? nullptr : cb.ptr()); })
-      .def("capture", [](Tracer& t, const std::vector<std::uint64_t>& counters, py::object pre,
-                         py::object post) { t.capture(counters, pre.ptr(), post.ptr()); })
+      .def("capture",
+           [](Tracer& t, py::iterable counters, py::object pre, py::object post) {
+             t.capture(counters.ptr(), pre.ptr(), post.ptr());
+             if (PyErr_Occurred()) throw py::error_already_set();
+           })
       .def("record_edges", [](Tracer& t, std::uint64_t upto, std::size_t limit,
                               py::object on_done) { t.record_edges(upto, limit, on_done.ptr()); })
       .def("backward_slice",
@@ -87,7 +117,11 @@ PYBIND11_MODULE(_engine, m) {
              return py::make_tuple(nodes, truncated);
            })
       .def("current", &Tracer::current)
-      .def("taint", &Tracer::taint)
+      .def("taint",
+           [](Tracer& t, py::iterable tags) {
+             t.taint(tags.ptr());
+             if (PyErr_Occurred()) throw py::error_already_set();
+           })
       .def("taint_current", &Tracer::taint_current)
       .def("current_tainted", &Tracer::current_tainted)
       .def_property_readonly("tainted_count", &Tracer::tainted_count)

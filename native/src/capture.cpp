@@ -4,11 +4,14 @@
 #include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <string>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -41,11 +44,25 @@ void Tracer::every(std::uint64_t interval, PyObject* callback) {
   every_interval_ = callback != nullptr ? interval : 0;
 }
 
-void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post) {
+void Tracer::capture(PyObject* counters, PyObject* pre, PyObject* post) {
   capture_.clear();
-  capture_.insert(counters.begin(), counters.end());
-  capture_min_ = counters.empty() ? 1 : *std::min_element(counters.begin(), counters.end());
-  capture_max_ = counters.empty() ? 0 : *std::max_element(counters.begin(), counters.end());
+  capture_min_ = 1;
+  capture_max_ = 0;
+  PyObject* it = PyObject_GetIter(counters);
+  if (it == nullptr) return;
+  for (PyObject* item = PyIter_Next(it); item != nullptr; item = PyIter_Next(it)) {
+    const std::uint64_t c = PyLong_AsUnsignedLongLong(item);
+    Py_DECREF(item);
+    if (c == static_cast<std::uint64_t>(-1) && PyErr_Occurred()) break;
+    capture_min_ = capture_.empty() ? c : std::min(capture_min_, c);
+    capture_max_ = capture_.empty() ? c : std::max(capture_max_, c);
+    capture_.insert(c);
+  }
+  Py_DECREF(it);
+  if (capture_.empty()) {
+    capture_min_ = 1;
+    capture_max_ = 0;
+  }
   Py_XDECREF(capture_pre_);
   Py_XDECREF(capture_post_);
   Py_XINCREF(pre);
@@ -54,18 +71,39 @@ void Tracer::capture(const std::vector<std::uint64_t>& counters, PyObject* pre, 
   capture_post_ = post;
 }
 
+// A query callback raised. Its error goes to the process's own stderr, never to sys.stderr:
+// the program's stderr is a boundary the replay checks, and a write there would diverge.
+void Tracer::callback_failed() noexcept {
+  ++stats_.callback_errors;
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* text = value != nullptr ? PyObject_Repr(value) : nullptr;
+  const char* utf8 = text != nullptr ? PyUnicode_AsUTF8(text) : nullptr;
+  if (utf8 != nullptr) {
+    const std::string line = std::string("sealtrace: a query callback failed: ") + utf8 + "\n";
+    const ssize_t written = ::write(2, line.data(), line.size());
+    (void)written;
+  }
+  Py_XDECREF(text);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyErr_Clear();
+}
+
 void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
+  QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(counter_.value()));
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
 }
 
 void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
   if (capture_pre_ == nullptr) return;
+  QuietScope quiet;
   PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));
   if (inputs == nullptr) {
     PyErr_Clear();
@@ -83,16 +121,14 @@ void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
   }
   PyObject* r = PyObject_CallFunction(capture_pre_, "OKiO", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(p.counter), p.index, inputs);
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
   Py_DECREF(inputs);
 }
 
-void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
+void Tracer::capture_post(ShadowFrame& sf, int depth, int base, bool move) {
   if (capture_post_ == nullptr) return;
+  QuietScope quiet;
   PyObject** lp = sf.iframe->localsplus;
   PyObject* outputs = PyList_New(0);
   if (outputs == nullptr) {
@@ -108,20 +144,20 @@ void Tracer::capture_post(ShadowFrame& sf, int depth, int base) {
       Py_DECREF(item);
     }
   }
+  // Every input the instruction's edges name (edge_inputs), as a slice pass records them.
+  edge_inputs(sf.p, inputs_scratch_);
   PyObject* callbacks = PyList_New(0);
-  for (Tag t : sf.p.callbacks) {
+  for (Tag t : inputs_scratch_) {
     PyObject* v = PyLong_FromUnsignedLongLong(t);
     if (v != nullptr && callbacks != nullptr) PyList_Append(callbacks, v);
     Py_XDECREF(v);
   }
-  PyObject* r = PyObject_CallFunction(
-      capture_post_, "KOOO", static_cast<unsigned long long>(sf.p.counter), outputs,
-      sf.p.raised ? Py_True : Py_False, callbacks != nullptr ? callbacks : Py_None);
+  PyObject* r =
+      PyObject_CallFunction(capture_post_, "KOOOO", static_cast<unsigned long long>(sf.p.counter),
+                            outputs, sf.p.raised ? Py_True : Py_False,
+                            callbacks != nullptr ? callbacks : Py_None, move ? Py_True : Py_False);
   Py_XDECREF(callbacks);
-  if (r == nullptr) {
-    PyErr_Print();
-    ++stats_.callback_errors;
-  }
+  if (r == nullptr) callback_failed();
   Py_XDECREF(r);
   Py_DECREF(outputs);
 }

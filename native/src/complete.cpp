@@ -87,6 +87,7 @@ inline void Tracer::complete_computed(ShadowFrame& sf, int base, int depth) {
   for (int i = std::max(base, sf.code->nlocalsplus); i < depth; ++i) {
     s[i] = computed(p, lp[i]);
   }
+  if (p.rule == Rule::kBuildSet) complete_build_set(sf, base, depth);
   if (p.rule == Rule::kCompute && p.op == 132 && depth - base == 1 && (p.oparg & 1) != 0 &&
       trackable(lp[base])) {
     // MAKE_FUNCTION with defaults: remember where the defaults tuple came from.
@@ -126,6 +127,8 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
       case Rule::kStoreDeref:
       case Rule::kDeleteDeref:
       case Rule::kListAppend:
+      case Rule::kSetAdd:
+      case Rule::kSetUpdate:
       case Rule::kMapAdd:
       case Rule::kListExtend:
       case Rule::kDictUpdate:
@@ -209,9 +212,12 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
     }
   }
   if (p.tainted_inputs || p.taint_source) tainted_.insert(now);
-  if (now <= edges_upto_) record(p);
-  if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
-    capture_post(sf, depth, std::max(base, sf.code->nlocalsplus));
+  if (keeps_inputs(now)) {
+    const bool move = pushed >= 0 && is_move(sf, base, depth);
+    if (now <= edges_upto_) record(p, move);
+    if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
+      capture_post(sf, depth, std::max(base, sf.code->nlocalsplus), move);
+    }
   }
 }
 

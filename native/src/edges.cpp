@@ -5,40 +5,37 @@
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
 
-// The inputs a description of this instruction names: a call's arguments (and self), not
-// the callable; the values Python code handed back to C while it ran.
-void Tracer::record(const Pending& p) {
-  std::size_t first = 0;
-  if (p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx) {
-    first = (!p.in_objs.empty() && p.in_objs[0] != nullptr) ? 1 : 2;
-  }
+// The inputs a description of this instruction names (edge_inputs): a call's arguments (and
+// self), not the callable; the values Python code handed back to C while it ran; the items C
+// read out of containers.
+void Tracer::record(const Pending& p, bool move) {
   const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
-  for (std::size_t i = first; i < p.in_tags.size(); ++i) {
-    if (p.in_tags[i] != 0 && p.in_tags[i] != p.counter) edge_tags_.push_back(p.in_tags[i]);
-  }
-  for (Tag t : p.callbacks) {
-    if (t != 0 && t != p.counter) edge_tags_.push_back(t);
-  }
+  edge_inputs(p, inputs_scratch_);
+  edge_tags_.insert(edge_tags_.end(), inputs_scratch_.begin(), inputs_scratch_.end());
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
-  if (count != 0) edges_.push_back(Edges{p.counter, begin, count});
+  if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
   if (edge_tags_.size() > edges_limit_) {
     edges_overflow_ = true;
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
   }
   if (p.counter == edges_upto_ && edges_done_ != nullptr) {
+    QuietScope quiet;
     PyObject* cb = edges_done_;
     edges_done_ = nullptr;
     PyObject* r = PyObject_CallNoArgs(cb);
-    if (r == nullptr) {
-      PyErr_Print();
-      ++stats_.callback_errors;
-    }
+    if (r == nullptr) callback_failed();
     Py_XDECREF(r);
     Py_DECREF(cb);
   }
@@ -61,22 +58,40 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
   std::unordered_map<Tag, const Edges*> index;
   index.reserve(edges_.size());
   for (const auto& e : edges_) index.emplace(e.counter, &e);
+  // Levels count computations: a move's inputs are as deep as it is (0-1 breadth-first).
   std::vector<std::pair<Tag, int>> out;
-  std::unordered_set<Tag> seen{root};
-  std::vector<std::pair<Tag, int>> frontier{{root, 0}};
-  for (std::size_t i = 0; i < frontier.size() && out.size() < max_nodes; ++i) {
-    const auto [tag, level] = frontier[i];
-    out.emplace_back(tag, level);
-    if (level >= depth) continue;
+  std::unordered_map<Tag, int> level{{root, 0}};
+  std::unordered_set<Tag> done;
+  std::deque<Tag> queue{root};
+  while (!queue.empty()) {
+    const Tag tag = queue.front();
+    queue.pop_front();
+    if (!done.insert(tag).second) continue;
+    if (out.size() >= max_nodes) {
+      truncated = true;  // the node limit cut what is left
+      break;
+    }
+    const int lvl = level[tag];
+    out.emplace_back(tag, lvl);
     auto it = index.find(tag);
     if (it == index.end()) continue;
     const Edges& e = *it->second;
+    const int next = lvl + (e.move != 0 ? 0 : 1);
+    if (next > depth) continue;  // the depth bound: the tree says where it stopped
     for (std::uint32_t k = 0; k < e.count; ++k) {
       const Tag input = edge_tags_[e.begin + k];
-      if (seen.insert(input).second) frontier.emplace_back(input, level + 1);
+      auto [pos, inserted] = level.try_emplace(input, next);
+      if (!inserted) {
+        if (pos->second <= next) continue;
+        pos->second = next;
+      }
+      if (e.move != 0) {
+        queue.push_front(input);
+      } else {
+        queue.push_back(input);
+      }
     }
   }
-  if (out.size() >= max_nodes) truncated = true;
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "hooks.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -135,11 +136,12 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
     if (yielding) value = unwrap_async_gen_value(value);
     if (value != nullptr && p.counter >= capture_min_ && p.counter <= capture_max_ &&
         capture_.count(p.counter) != 0 && capture_post_ != nullptr) {
+      QuietScope quiet;
       PyObject* outputs = Py_BuildValue("[(OK)]", value, static_cast<unsigned long long>(ret));
       if (outputs != nullptr) {
-        PyObject* r =
-            PyObject_CallFunction(capture_post_, "KOOO", static_cast<unsigned long long>(p.counter),
-                                  outputs, Py_False, Py_None);
+        PyObject* r = PyObject_CallFunction(capture_post_, "KOOOO",
+                                            static_cast<unsigned long long>(p.counter), outputs,
+                                            Py_False, Py_None, Py_True);
         Py_XDECREF(r);
         Py_DECREF(outputs);
       }

@@ -22,7 +22,7 @@ struct Hook {
   destructor original;
   destructor hook;
 };
-constexpr int kHooks = 10;
+constexpr int kHooks = 18;
 Hook g_hooks[kHooks];
 
 template <int N>
@@ -38,13 +38,19 @@ void fill_hook_functions(std::integer_sequence<int, N...>) {
 
 }  // namespace
 
-void install_hooks() {
-  PyTypeObject* types[kHooks] = {&PyList_Type,       &PyDict_Type,     &PyTuple_Type, &PyCell_Type,
-                                 &PyBaseObject_Type, &PyFunction_Type, &PyGen_Type,   &PyCoro_Type,
-                                 &PyAsyncGen_Type,   &PyType_Type};
+void install_hooks(PyTypeObject* const* extra, int count) {
+  PyTypeObject* types[kHooks] = {
+      &PyList_Type,     &PyDict_Type,      &PyTuple_Type, &PyCell_Type,      &PyBaseObject_Type,
+      &PyFunction_Type, &PyGen_Type,       &PyCoro_Type,  &PyAsyncGen_Type,  &PyType_Type,
+      &PySet_Type,      &PyFrozenSet_Type, &PyODict_Type, &PyByteArray_Type, nullptr,
+      nullptr,          nullptr,           nullptr};
+  // Room for `count` types found at run time (collections' deque and defaultdict).
+  constexpr int kFixed = 14;
+  for (int i = 0; i < count && kFixed + i < kHooks; ++i) types[kFixed + i] = extra[i];
   fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
   for (int i = 0; i < kHooks; ++i) {
     g_hooks[i].type = types[i];
+    if (types[i] == nullptr) continue;
     if (types[i]->tp_dealloc != g_hooks[i].hook) {
       g_hooks[i].original = types[i]->tp_dealloc;
       types[i]->tp_dealloc = g_hooks[i].hook;
@@ -60,7 +66,7 @@ void remove_hooks() {
 
 bool hooked(destructor d) {
   for (const auto& h : g_hooks) {
-    if (h.hook == d) return true;
+    if (h.type != nullptr && h.hook == d) return true;
   }
   return false;
 }

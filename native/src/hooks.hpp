@@ -17,7 +17,8 @@ extern Py_ssize_t g_extra_index;
 extern destructor g_subtype_dealloc;
 
 void free_code_info(void* info);
-void install_hooks();
+// extra: C types whose deallocation is not a hooked one's (deque, defaultdict), or NULL.
+void install_hooks(PyTypeObject* const* extra, int count);
 void remove_hooks();
 // Whether d is one of the deallocation hooks (the type's slots are tracked).
 bool hooked(destructor d);

@@ -63,7 +63,7 @@ constexpr Entry kEntries[] = {
     {101, {"LOAD_NAME", Rule::kLoadName, false}},
     {102, {"BUILD_TUPLE", Rule::kBuildSeq, false}},
     {103, {"BUILD_LIST", Rule::kBuildSeq, false}},
-    {104, {"BUILD_SET", Rule::kCompute, false}},
+    {104, {"BUILD_SET", Rule::kBuildSet, false}},
     {105, {"BUILD_MAP", Rule::kBuildMap, false}},
     {106, {"LOAD_ATTR", Rule::kLoadAttr, false}},
     {107, {"COMPARE_OP", Rule::kCompute, false}},
@@ -100,7 +100,7 @@ constexpr Entry kEntries[] = {
     {142, {"CALL_FUNCTION_EX", Rule::kCallFunctionEx, false}},
     {144, {"EXTENDED_ARG", Rule::kExtendedArg, false}},
     {145, {"LIST_APPEND", Rule::kListAppend, false}},
-    {146, {"SET_ADD", Rule::kPop, false}},
+    {146, {"SET_ADD", Rule::kSetAdd, false}},
     {147, {"MAP_ADD", Rule::kMapAdd, false}},
     {148, {"LOAD_CLASSDEREF", Rule::kLoadClassDeref, false}},
     {149, {"COPY_FREE_VARS", Rule::kNotTraced, false}},
@@ -111,7 +111,7 @@ constexpr Entry kEntries[] = {
     {157, {"BUILD_STRING", Rule::kCompute, false}},
     {160, {"LOAD_METHOD", Rule::kLoadMethod, false}},
     {162, {"LIST_EXTEND", Rule::kListExtend, false}},
-    {163, {"SET_UPDATE", Rule::kPop, false}},
+    {163, {"SET_UPDATE", Rule::kSetUpdate, false}},
     {164, {"DICT_MERGE", Rule::kDictUpdate, false}},
     {165, {"DICT_UPDATE", Rule::kDictUpdate, false}},
     {166, {"PRECALL", Rule::kPrecall, false}},
@@ -323,6 +323,12 @@ std::string_view rule_name(Rule rule) noexcept {
       return "move:stack->key-slot";
     case Rule::kListExtend:
       return "move:items->item-slots";
+    case Rule::kBuildSet:
+      return "compute+member-slots";
+    case Rule::kSetAdd:
+      return "move:stack->member-slot";
+    case Rule::kSetUpdate:
+      return "move:items->member-slots";
     case Rule::kDictUpdate:
       return "move:key-slots->key-slots";
     case Rule::kUnpackSequence:

@@ -66,6 +66,9 @@ enum class Rule : std::uint8_t {
   kMatchKeys,    // keep subject and keys; the values tuple's items keep the dict's slot tags
   kMatchClass,   // compute; the attributes tuple's items keep the subject's attribute tags
   kImportStar,   // move: the module's name slots -> this namespace's name slots
+  kBuildSet,     // compute; each item keeps its stack tag in a member slot of the new set
+  kSetAdd,       // move: stack -> member slot (a set comprehension's SET_ADD)
+  kSetUpdate,    // move: items' tags -> member slots ({*a, b})
 };
 
 struct OpModel {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "fields.h"
 #include "ops.hpp"
 #include "py_values.hpp"
 #include "tracer.hpp"
@@ -22,6 +23,11 @@ void Tracer::begin_attr_load(ShadowFrame& sf, const Instr& in, int depth) {
   PyObject* ns = namespace_of(owner);
   remember(p, ns != nullptr ? slots_.slot(addr(ns), name_key(name))
                             : slots_.slot(addr(owner), attr_key(name)));
+  if (p.aux_tag == 0 && ns == nullptr && in.rule == Rule::kLoadAttr) {
+    // Written through the instance's __dict__ (ORMs, copy.copy's __dict__.update).
+    PyObject* dict = sealtrace_instance_dict(owner);
+    if (dict != nullptr) remember(p, slots_.slot(addr(dict), name_key(name)));
+  }
   if (p.aux_tag == 0 && ns == nullptr && in.rule != Rule::kImportFrom) {
     PyObject* v = nullptr;
     p.aux_tag = class_attr_slot(owner, name, &v);

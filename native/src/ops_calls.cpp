@@ -83,7 +83,17 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     const Tag held = held_tag(result);
     if (held != 0) return held;
   }
-  if (trackable(result) && Py_REFCNT(result) == 1) slots_.mark_created(addr(result), p.counter);
+  if (trackable(result) && Py_REFCNT(result) == 1) {
+    slots_.mark_created(addr(result), p.counter, container_size(result, deque_type_) == 0);
+    // list.copy(), dict.copy(): the same items, in the same places, with the same tags. The
+    // original is still alive if its record is (deallocation drops it).
+    const ObjectRecord* original = p.copy_of != nullptr ? slots_.find(addr(p.copy_of)) : nullptr;
+    if (original != nullptr && Py_TYPE(result) == Py_TYPE(p.copy_of)) {
+      std::vector<std::pair<std::uint64_t, Slot>> copy(original->slots.begin(),
+                                                       original->slots.end());
+      for (const auto& [k, slot] : copy) copy_slot(addr(result), k, slot, p.counter);
+    }
+  }
   return p.counter;
 }
 
@@ -94,7 +104,9 @@ inline void Tracer::model_list_method(Pending& p, PyObject* self, const char* na
   const Tag now = p.counter;
   auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
   const Py_ssize_t len = PyList_GET_SIZE(self);
-  if (is("append") && argc == 1) {
+  if (is("copy") && argc == 0) {
+    p.copy_of = self;  // call_result copies its slots to the new list
+  } else if (is("append") && argc == 1) {
     set_slot(addr(self), index_key(len), tags[0], addr(args[0]), now);
   } else if (is("pop") && argc <= 1) {
     Py_ssize_t i = len - 1;
@@ -120,9 +132,85 @@ inline void Tracer::model_list_method(Pending& p, PyObject* self, const char* na
       Tag t = slots_.get(addr(args[0]), index_key(j), addr(item));
       set_slot(addr(self), index_key(len + j), t != 0 ? t : tags[0], addr(item), now);
     }
-  } else if (is("insert") || is("remove") || is("sort") || is("reverse") || is("clear") ||
-             is("extend") || is("__setitem__") || is("__delitem__")) {
+  } else if (is("sort") || is("reverse")) {
+    slots_.reorder(addr(self), now);  // the same items: their tags follow them
+  } else if (is("insert") || is("remove") || is("clear") || is("extend") || is("__setitem__") ||
+             is("__delitem__")) {
     slots_.drop_slots(addr(self), now);
+  }
+}
+
+// A set's or a deque's methods: what goes in keeps its tag in a member slot, what comes out
+// (deque.pop, popleft) is read from one; what the engine cannot follow makes it dirty.
+inline void Tracer::model_member_method(Pending& p, PyObject* self, const char* name,
+                                        PyObject** args, const Tag* tags, int argc) {
+  const Tag now = p.counter;
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  const bool deque = Py_IS_TYPE(self, deque_type_);
+  if ((is("add") || is("append") || is("appendleft")) && argc == 1) {
+    set_slot(addr(self), member_key(addr(args[0])), tags[0], addr(args[0]), now);
+  } else if (is("insert") && deque && argc == 2) {
+    set_slot(addr(self), member_key(addr(args[1])), tags[1], addr(args[1]), now);
+  } else if ((is("update") || is("extend") || is("extendleft")) && argc == 1) {
+    copy_items_as_members(self, args[0], tags[0], now);
+  } else if (deque && (is("pop") || is("popleft")) && argc == 0 && Py_SIZE(self) > 0) {
+    PyObject* item = PySequence_GetItem(self, is("pop") ? Py_SIZE(self) - 1 : 0);  // C: no code
+    if (item == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    p.aux_tag = slots_.get(addr(self), member_key(addr(item)), addr(item));
+    p.aux_value = p.aux_tag != 0 ? item : nullptr;
+    Py_DECREF(item);  // the deque holds it until the call takes it out
+  } else if (is("difference_update") || is("intersection_update") ||
+             is("symmetric_difference_update") || is("__ior__") || is("__iand__") ||
+             is("__ixor__") || is("__isub__") || is("__iadd__") || is("__setitem__")) {
+    slots_.mark_dirty(addr(self), now);
+  }
+}
+
+// A bytearray filled in place (extend, append, a stream's readinto): each fill keeps the tag of
+// what filled it, in order, so bytes(buffer) and buffer.decode() have them as inputs. What
+// the engine cannot follow (a slice store, a clear) makes it dirty.
+void Tracer::model_fill(PyObject* buffer, const char* name, Tag filler, Tag now) {
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  if (is("extend") || is("append") || is("insert")) {
+    const ObjectRecord* record = slots_.find(addr(buffer));
+    const std::size_t fills = record != nullptr ? record->slots.size() : 0;
+    if (filler == 0 || fills >= kMaxCallbacks) {
+      slots_.mark_dirty(addr(buffer), now);
+    } else {
+      slots_.set(addr(buffer), index_key(static_cast<Py_ssize_t>(fills)), filler, 0, now, false);
+    }
+  } else if (!is("decode") && !is("hex") && !is("count") && !is("find") && !is("index") &&
+             !is("startswith") && !is("endswith") && !is("copy")) {
+    slots_.mark_dirty(addr(buffer), now);
+  }
+}
+
+// C functions of the standard library that write into the container they are given.
+inline void Tracer::model_module_function(PyObject* module, const char* name, PyObject** args,
+                                          const Tag* tags, int argc, Tag now) {
+  const char* mod = PyModule_GetName(module);
+  if (mod == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
+  PyObject* target = args[0];
+  if (!trackable(target)) return;
+  if (std::strcmp(mod, "_heapq") == 0 && PyList_Check(target)) {
+    // heappush(heap, item), heapify(heap), ...: the same items, in another order.
+    if ((is("heappush") || is("heappushpop") || is("heapreplace")) && argc == 2) {
+      set_slot(addr(target), member_key(addr(args[1])), tags[1], addr(args[1]), now);
+    }
+    slots_.reorder(addr(target), now);
+  } else if (std::strcmp(mod, "_bisect") == 0 && PyList_Check(target) && argc >= 2 &&
+             (is("insort_left") || is("insort_right") || is("insort"))) {
+    slots_.reorder(addr(target), now);
+    set_slot(addr(target), member_key(addr(args[1])), tags[1], addr(args[1]), now);
+  } else if (std::strcmp(mod, "_collections") == 0 && is("_count_elements")) {
+    slots_.mark_dirty(addr(target), now);  // Counter's counting, in C
   }
 }
 
@@ -132,6 +220,10 @@ inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* na
   const Tag now = p.counter;
   auto is = [name](const char* n) { return std::strcmp(name, n) == 0; };
   std::uint64_t key = 0;
+  if (is("copy") && argc == 0) {
+    p.copy_of = self;  // call_result copies its slots to the new dict
+    return;
+  }
   if (argc >= 1 && (is("get") || is("__getitem__") || is("pop") || is("setdefault")) &&
       item_key(args[0], key)) {
     PyObject* current = PyDict_GetItemWithError(self, args[0]);
@@ -154,8 +246,23 @@ inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* na
       std::vector<std::pair<std::uint64_t, Slot>> copy(record->slots.begin(), record->slots.end());
       for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
     }
+    // Values with no slot of their own there (an instance's __dict__ that C handed over, as
+    // copy.copy's state): the tag of the slot that still holds them.
+    if (PyDict_GET_SIZE(args[0]) <= static_cast<Py_ssize_t>(kMaxCopiedItems)) {
+      Py_ssize_t pos = 0;
+      PyObject* k = nullptr;
+      PyObject* v = nullptr;
+      while (PyDict_Next(args[0], &pos, &k, &v)) {
+        std::uint64_t slot_key = 0;
+        if (!item_key(k, slot_key) || slots_.get(addr(args[0]), slot_key, addr(v)) != 0) continue;
+        const Tag t = held_tag(v);
+        if (t != 0) set_slot(addr(self), slot_key, t, addr(v), now);
+      }
+    }
   } else if (is("clear") || is("popitem") || is("update")) {
     slots_.drop_slots(addr(self), now);
+  } else if (is("__setitem__") || is("__delitem__") || is("fromkeys")) {
+    slots_.mark_dirty(addr(self), now);
   }
 }
 
@@ -186,23 +293,46 @@ void Tracer::model_call(ShadowFrame& sf) {
   const char* name = nullptr;
   PyObject* head = p.in_objs[0];
   PyObject* callable = p.in_objs[1];
+  PyObject** args = p.in_objs.data() + 2;
+  const Tag* tags = p.in_tags.data() + 2;
+  const int argc = p.oparg;
   if (head != nullptr && Py_TYPE(head) == &PyMethodDescr_Type) {
     self = callable;
     name = reinterpret_cast<PyMethodDescrObject*>(head)->d_method->ml_name;
   } else if (head == nullptr && PyCFunction_Check(callable)) {
     self = PyCFunction_GET_SELF(callable);
     name = reinterpret_cast<PyCFunctionObject*>(callable)->m_ml->ml_name;
+  } else if (head == nullptr && Py_IS_TYPE(callable, &PyWrapperDescr_Type) && argc == 3 &&
+             PyUnicode_Check(args[1]) &&
+             std::strcmp(reinterpret_cast<PyWrapperDescrObject*>(callable)->d_base->name,
+                         "__setattr__") == 0) {
+    // object.__setattr__(self, name, value): how frozen dataclasses and ORMs set attributes.
+    PyObject* ns = namespace_of(args[0]);
+    PyObject* target = ns != nullptr ? ns : args[0];
+    if (trackable(target)) {
+      set_slot(addr(target), ns != nullptr ? name_key(args[1]) : attr_key(args[1]), tags[2],
+               addr(args[2]), p.counter);
+    }
+    return;
   }
   if (self == nullptr || name == nullptr) return;
-  PyObject** args = p.in_objs.data() + 2;
-  const Tag* tags = p.in_tags.data() + 2;
-  const int argc = p.oparg;
   if (PyList_Check(self) && trackable(self)) {
     model_list_method(p, self, name, args, tags, argc);
   } else if (PyDict_Check(self) && trackable(self)) {
     model_dict_method(p, self, name, args, tags, argc);
+  } else if ((PyAnySet_Check(self) || Py_IS_TYPE(self, deque_type_)) && trackable(self)) {
+    model_member_method(p, self, name, args, tags, argc);
+  } else if (PyByteArray_Check(self) && trackable(self)) {
+    model_fill(self, name, argc >= 1 ? tags[argc - 1] : 0, p.counter);
+  } else if (argc >= 1 && PyByteArray_Check(args[0]) && trackable(args[0]) &&
+             (std::strcmp(name, "readinto") == 0 || std::strcmp(name, "readinto1") == 0 ||
+              std::strcmp(name, "recv_into") == 0)) {
+    // stream.readinto(buffer): what fills the buffer comes from the stream.
+    model_fill(args[0], "extend", p.in_tags[1], p.counter);
   } else if (self == builtins_ && argc >= 2 && PyUnicode_Check(args[1])) {
     model_builtin_attr(p, name, args, tags, argc);
+  } else if (PyModule_Check(self) && argc >= 1) {
+    model_module_function(self, name, args, tags, argc, p.counter);
   }
 }
 

@@ -1,5 +1,6 @@
 // Building and extending containers: an item keeps, in its new container's slot, the tag it
-// had on the stack or in the container it was copied from. The first half of a build reads
+// had on the stack or in the container it was copied from (a set's items, in member slots
+// keyed by their identity). The first half of a build reads
 // what the second half needs (a map's keys, a list's item tags for LIST_TO_TUPLE); the
 // appends and updates write their slots before they run.
 #define Py_BUILD_CORE 1
@@ -7,6 +8,7 @@
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -111,7 +113,7 @@ void Tracer::complete_build_seq(ShadowFrame& sf, int base, int depth) {
   fill(sf, base, depth);
   PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
   if (obj == nullptr || !trackable(obj)) return;
-  slots_.mark_created(addr(obj), now);
+  slots_.mark_created(addr(obj), now, Py_SIZE(obj) == 0);
   const bool from_list = p.op == kListToTuple;
   const Py_ssize_t size = Py_SIZE(obj);
   const auto count = static_cast<Py_ssize_t>(from_list ? p.items.size() : p.in_tags.size());
@@ -129,13 +131,71 @@ void Tracer::complete_build_map(ShadowFrame& sf, int base, int depth) {
   fill(sf, base, depth);
   PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
   if (obj == nullptr || !PyDict_Check(obj) || !trackable(obj)) return;
-  slots_.mark_created(addr(obj), now);
+  slots_.mark_created(addr(obj), now, PyDict_GET_SIZE(obj) == 0);
   const bool pairs = p.rule == Rule::kBuildMap;
   for (std::size_t i = 0; i < p.keys.size(); ++i) {
     if (p.keys[i] == 0) continue;
     const std::size_t vi = pairs ? 2 * i + 1 : i;
     if (vi >= p.in_objs.size()) break;
     set_slot(addr(obj), p.keys[i], p.in_tags[vi], addr(p.in_objs[vi]), now);
+  }
+}
+
+// Items copied into a set or a deque keep their tags in member slots: a list's or tuple's
+// positional tags, a set's or deque's member tags, else the tag of where they came from.
+void Tracer::copy_items_as_members(PyObject* into, PyObject* from, Tag fallback, Tag now) {
+  if (!trackable(into)) return;
+  if (PyList_Check(from) || PyTuple_Check(from)) {
+    const Py_ssize_t n = std::min<Py_ssize_t>(Py_SIZE(from), kMaxCopiedItems);
+    for (Py_ssize_t j = 0; j < n; ++j) {
+      PyObject* item = seq_item(from, j);
+      const Tag t = item_tag_of(from, index_key(j), item);
+      set_slot(addr(into), member_key(addr(item)), t != 0 ? t : fallback, addr(item), now);
+    }
+  } else if (PyAnySet_Check(from) &&
+             PySet_GET_SIZE(from) <= static_cast<Py_ssize_t>(kMaxCopiedItems)) {
+    Py_ssize_t pos = 0;
+    PyObject* item = nullptr;
+    Py_hash_t hash = 0;
+    while (_PySet_NextEntry(from, &pos, &item, &hash)) {
+      const Tag t = item_tag_of(from, 0, item);
+      set_slot(addr(into), member_key(addr(item)), t != 0 ? t : fallback, addr(item), now);
+    }
+  } else {
+    slots_.mark_dirty(addr(into), now);
+  }
+}
+
+// SET_ADD (a set comprehension's set sits oparg values below the top), SET_UPDATE ({*a, b}).
+void Tracer::begin_set_items(ShadowFrame& sf, const Instr& in, int depth) {
+  const Tag now = sf.p.counter;
+  PyObject* set = sf.iframe->localsplus[depth - 1 - in.oparg];
+  if (!PyAnySet_Check(set) || !trackable(set)) return;
+  PyObject* item = stack_top(sf, depth, 0);
+  if (in.rule == Rule::kSetAdd) {
+    set_slot(addr(set), member_key(addr(item)), stack_top_tag(sf, depth, 0), addr(item), now);
+  } else {
+    copy_items_as_members(set, item, stack_top_tag(sf, depth, 0), now);
+  }
+}
+
+// BUILD_SET: each item keeps its stack tag in the new set.
+void Tracer::complete_build_set(ShadowFrame& sf, int base, int depth) {
+  const Pending& p = sf.p;
+  PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
+  if (obj == nullptr || !PyAnySet_Check(obj) || !trackable(obj)) return;
+  slots_.mark_created(addr(obj), p.counter, PySet_GET_SIZE(obj) == 0);
+  // An item equal to one before it was dropped (and maybe freed): only the set's own entries.
+  Py_ssize_t pos = 0;
+  PyObject* entry = nullptr;
+  Py_hash_t hash = 0;
+  while (_PySet_NextEntry(obj, &pos, &entry, &hash)) {
+    for (std::size_t i = 0; i < p.in_objs.size(); ++i) {
+      if (p.in_objs[i] == entry && p.in_tags[i] != 0) {
+        set_slot(addr(obj), member_key(addr(entry)), p.in_tags[i], addr(entry), p.counter);
+        break;
+      }
+    }
   }
 }
 

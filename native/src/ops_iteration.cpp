@@ -1,7 +1,8 @@
 // Iteration: GET_ITER over an exact list or tuple remembers the sequence, so FOR_ITER can give
 // each item the tag of the slot it came from (iterators made elsewhere, a comprehension's
-// `.0`, are read through the iterator's own index). An exhausted FOR_ITER forgets its
-// iterator (complete's pushed < 0 case, drop_iters).
+// `.0`, are read through the iterator's own index; a dict's values through its slots); the
+// tuples of dict.items(), enumerate() and zip() carry their items' tags. An exhausted FOR_ITER
+// forgets its iterator (complete's pushed < 0 case, drop_iters).
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <internal/pycore_code.h>
@@ -50,8 +51,45 @@ void Tracer::complete_for_iter(ShadowFrame& sf, int base, int depth) {
     }
     break;
   }
-  if (tag == 0) tag = iterated_item_tag(slots_, lp[slot], item);
+  PyObject* iter = lp[slot];
+  if (tag == 0) tag = iterated_item_tag(slots_, iter, item);
+  if (tag == 0 && Py_IS_TYPE(iter, &PyDictIterValue_Type)) {
+    tag = dict_iterated_tag(slots_, iter, item);
+  }
   s[p.before] = tag != 0 ? tag : computed(p, item);
+  if (PyTuple_CheckExact(item) && trackable(item)) tag_iterated_tuple(iter, item, p.counter);
+}
+
+// The tuple dict.items(), enumerate() or zip() just made: its items keep the tags of where
+// they came from (the dict's slot, the list's or tuple's), so unpacking it hands them on.
+void Tracer::tag_iterated_tuple(PyObject* iter, PyObject* tuple, Tag now) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+  if (Py_IS_TYPE(iter, &PyDictIterItem_Type) && n == 2) {
+    const auto* it = reinterpret_cast<const DictIterLayout*>(iter);
+    auto* dict = reinterpret_cast<PyObject*>(it->di_dict);
+    if (dict == nullptr || it->di_pos < 1) return;
+    Py_ssize_t pos = it->di_pos - 1;
+    PyObject* k = nullptr;
+    PyObject* v = nullptr;
+    std::uint64_t key = 0;
+    if (PyDict_Next(dict, &pos, &k, &v) && v == PyTuple_GET_ITEM(tuple, 1) && item_key(k, key)) {
+      const Tag t = slots_.get(addr(dict), key, addr(v));
+      if (t != 0) set_slot(addr(tuple), index_key(1), t, addr(v), now);
+    }
+  } else if (Py_IS_TYPE(iter, &PyEnum_Type) && n == 2) {
+    PyObject* inner = reinterpret_cast<const EnumLayout*>(iter)->en_sit;
+    PyObject* v = PyTuple_GET_ITEM(tuple, 1);
+    const Tag t = inner != nullptr ? iterated_item_tag(slots_, inner, v) : 0;
+    if (t != 0) set_slot(addr(tuple), index_key(1), t, addr(v), now);
+  } else if (Py_IS_TYPE(iter, &PyZip_Type)) {
+    PyObject* its = reinterpret_cast<const ZipLayout*>(iter)->ittuple;
+    if (its == nullptr || !PyTuple_Check(its) || PyTuple_GET_SIZE(its) != n) return;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* v = PyTuple_GET_ITEM(tuple, i);
+      const Tag t = iterated_item_tag(slots_, PyTuple_GET_ITEM(its, i), v);
+      if (t != 0) set_slot(addr(tuple), index_key(i), t, addr(v), now);
+    }
+  }
 }
 
 }  // namespace sealtrace

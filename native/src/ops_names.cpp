@@ -103,6 +103,7 @@ void Tracer::complete_slot_load(ShadowFrame& sf, int base, int depth) {
       s[depth - 1] = p.aux_tag;
     } else if (attr_like) {
       s[depth - 1] = computed(p, v);
+      if (p.flag && p.rule == Rule::kBinarySubscr && pushed == 1) complete_missing(sf, depth);
     }
     if (pushed == 2) s[base] = 0;  // LOAD_GLOBAL's NULL
   }

@@ -25,8 +25,24 @@ void Tracer::begin_subscr_load(ShadowFrame& sf, int depth) {
     if (t != 0) {
       p.aux_tag = t;
       p.aux_value = current;
+    } else if (current == nullptr && !PyDict_CheckExact(container) && trackable(container)) {
+      // A missing key of a dict subclass: __missing__ may put a value there (defaultdict);
+      // the second half tags that slot with what the read made.
+      p.flag = true;
+      p.keys.assign(1, key);
+      slots_.mark_updated(addr(container), p.counter);
     }
   }
+}
+
+// BINARY_SUBSCR of a missing key that __missing__ filled: the new slot holds the value read.
+void Tracer::complete_missing(ShadowFrame& sf, int depth) {
+  const Pending& p = sf.p;
+  PyObject* container = p.in_objs.empty() ? nullptr : p.in_objs[0];
+  // Still alive if its record is (deallocation drops it): then the key's slot is its own.
+  if (container == nullptr || p.keys.empty() || slots_.find(addr(container)) == nullptr) return;
+  PyObject* v = sf.iframe->localsplus[depth - 1];
+  set_slot(addr(container), p.keys[0], sf.slots.data()[depth - 1], addr(v), p.counter);
 }
 
 // STORE_SUBSCR.

@@ -21,6 +21,14 @@ constexpr std::uint64_t kCellKey = slot_key(SlotKind::kCell, 0);
 constexpr std::uint64_t kDefaultsKey = slot_key(SlotKind::kAttr, 0xDEF);
 constexpr std::size_t kMaxCopiedItems = 4096;
 constexpr std::size_t kMaxCallbacks = 64;
+// Tags at or above 2**62 are origins with no instruction behind them (sealtrace.sandbox.
+// _provenance spells the same numbers): an item whose producer the engine cannot know, and
+// items that were not all read.
+constexpr Tag kUnknownTag = (Tag{1} << 62) | (Tag{1} << 42);
+constexpr Tag kCutTag = (Tag{1} << 62) | (Tag{1} << 43);
+constexpr std::uint8_t kBinaryOp = 122;
+constexpr std::int32_t kInplaceAdd = 13;  // BINARY_OP's oparg for +=
+constexpr std::uint8_t kFormatValueOp = 155;
 constexpr std::uint8_t kPrecallOp = 166;
 constexpr std::uint8_t kCallOp = 171;
 constexpr std::uint8_t kForIterOp = 93;
@@ -107,6 +115,16 @@ inline bool subscript_key(PyObject* container, PyObject* key, std::uint64_t& out
   return false;
 }
 
+// The number of items of a container the engine reads items from, or -1.
+inline Py_ssize_t container_size(PyObject* v, PyTypeObject* deque_type) {
+  if (PyList_Check(v) || PyTuple_Check(v)) return Py_SIZE(v);
+  if (PyDict_Check(v)) return PyDict_GET_SIZE(v);
+  if (PyAnySet_Check(v)) return PySet_GET_SIZE(v);
+  if (deque_type != nullptr && Py_IS_TYPE(v, deque_type)) return Py_SIZE(v);
+  if (PyByteArray_Check(v)) return PyByteArray_GET_SIZE(v);
+  return -1;
+}
+
 inline PyObject* seq_item(PyObject* seq, Py_ssize_t i) {
   return PyList_Check(seq) ? PyList_GET_ITEM(seq, i) : PyTuple_GET_ITEM(seq, i);
 }
@@ -145,6 +163,41 @@ inline Tag iterated_item_tag(const SlotTable& slots, PyObject* iter, PyObject* i
   PyObject* seq = it->it_seq;
   if (seq == nullptr || i < 0 || i >= Py_SIZE(seq) || seq_item(seq, i) != item) return 0;
   return slots.get(addr(seq), index_key(i), addr(item));
+}
+
+// dictobject.c's, enumobject.c's and bltinmodule.c's iterators (3.11).
+struct DictIterLayout {
+  PyObject_HEAD PyDictObject* di_dict;  // NULL once exhausted
+  Py_ssize_t di_used;
+  Py_ssize_t di_pos;  // the entry after the one just returned
+  PyObject* di_result;
+  Py_ssize_t len;
+};
+struct EnumLayout {
+  PyObject_HEAD Py_ssize_t en_index;
+  PyObject* en_sit;
+  PyObject* en_result;
+  PyObject* en_longindex;
+};
+struct ZipLayout {
+  PyObject_HEAD Py_ssize_t tuplesize;
+  PyObject* ittuple;
+  PyObject* result;
+  int strict;
+};
+
+// The tag of the value a dict's value or item iterator just returned (the dict's slot).
+inline Tag dict_iterated_tag(const SlotTable& slots, PyObject* iter, PyObject* value) {
+  const auto* it = reinterpret_cast<const DictIterLayout*>(iter);
+  auto* dict = reinterpret_cast<PyObject*>(it->di_dict);
+  if (dict == nullptr || it->di_pos < 1) return 0;
+  Py_ssize_t pos = it->di_pos - 1;
+  PyObject* k = nullptr;
+  PyObject* v = nullptr;
+  if (!PyDict_Next(dict, &pos, &k, &v) || v != value) return 0;
+  std::uint64_t key = 0;
+  if (!item_key(k, key)) return 0;
+  return slots.get(addr(dict), key, addr(v));
 }
 
 // An async generator yields its values wrapped; the consumer receives the value inside.

@@ -30,9 +30,17 @@ void Tracer::note_taint(ShadowFrame& sf) {
   ++it->second.count;
 }
 
-void Tracer::taint(const std::vector<Tag>& tags) {
+void Tracer::taint(PyObject* tags) {
   tainting_ = true;
-  tainted_.insert(tags.begin(), tags.end());
+  PyObject* it = PyObject_GetIter(tags);
+  if (it == nullptr) return;
+  for (PyObject* item = PyIter_Next(it); item != nullptr; item = PyIter_Next(it)) {
+    const Tag t = PyLong_AsUnsignedLongLong(item);
+    Py_DECREF(item);
+    if (t == static_cast<Tag>(-1) && PyErr_Occurred()) break;
+    tainted_.insert(t);
+  }
+  Py_DECREF(it);
 }
 
 void Tracer::taint_current() noexcept {

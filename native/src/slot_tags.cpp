@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "fields.h"
 #include "hooks.hpp"
 #include "py_values.hpp"
 #include "tracer.hpp"
@@ -14,6 +15,8 @@
 namespace sealtrace {
 
 bool Tracer::trackable(PyObject* obj) const noexcept {
+  // The commonest values first: numbers and text keep no slots (and are never hooked).
+  if (PyLong_CheckExact(obj) || PyUnicode_CheckExact(obj) || PyFloat_CheckExact(obj)) return false;
   PyTypeObject* t = Py_TYPE(obj);
   while (t != nullptr && t->tp_dealloc == g_subtype_dealloc) t = t->tp_base;
   return t != nullptr && hooked(t->tp_dealloc);
@@ -53,8 +56,40 @@ Tag Tracer::held_tag(PyObject* value) const noexcept {
     }
   } else if (PyCell_Check(c)) {
     if (PyCell_GET(c) == value) return h->tag;
+  } else if (PyAnySet_Check(c)) {
+    if (PySet_GET_SIZE(c) > kScan) return 0;
+    Py_ssize_t pos = 0;
+    PyObject* k = nullptr;
+    Py_hash_t hash = 0;
+    while (_PySet_NextEntry(c, &pos, &k, &hash)) {
+      if (k == value) return h->tag;
+    }
+  } else if (deque_type_ != nullptr && Py_IS_TYPE(c, deque_type_)) {
+    if (Py_SIZE(c) > kScan) return 0;
+    const Slot* s = slots_.slot(h->container, h->key);
+    if (s != nullptr && s->value == addr(value) && deque_holds(c, value)) return h->tag;
+  } else if (sealtrace_instance_holds(c, value)) {
+    // An attribute (copy.copy and ORMs read them back through __dict__), or a class's.
+    return h->tag;
   }
-  return 0;  // attribute holders cannot be checked without their name
+  return 0;
+}
+
+// Whether a deque holds this very object (its own iterator: C, runs no Python code).
+bool Tracer::deque_holds(PyObject* deque, PyObject* value) const noexcept {
+  PyObject* it = PyObject_GetIter(deque);
+  if (it == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  bool found = false;
+  for (PyObject* item = PyIter_Next(it); item != nullptr && !found; item = PyIter_Next(it)) {
+    found = item == value;
+    Py_DECREF(item);
+  }
+  Py_DECREF(it);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return found;
 }
 
 // A class attribute read through the class or one of its instances.

@@ -25,7 +25,7 @@ void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uint
     it->second = Slot{tag, value};
   }
   record.updated = now;
-  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, tag};
+  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, key, tag};
 }
 
 const Holder* SlotTable::holder(std::uintptr_t value) const {
@@ -60,11 +60,39 @@ void SlotTable::drop_slots(std::uintptr_t object, Tag now) {
   slot_count_ -= it->second.slots.size();
   it->second.slots.clear();
   it->second.updated = now;
+  it->second.dirty = true;
 }
 
-void SlotTable::mark_created(std::uintptr_t object, Tag now) {
+void SlotTable::reorder(std::uintptr_t object, Tag now) {
+  auto it = records_.find(object);
+  if (it == records_.end()) return;
+  std::unordered_map<std::uint64_t, Slot> members;
+  for (const auto& [key, slot] : it->second.slots) {
+    if (slot.value == 0) continue;
+    members[member_key(slot.value)] = slot;
+    auto h = holders_.find(slot.value);
+    if (h != holders_.end() && h->second.container == object && h->second.key == key) {
+      h->second.key = member_key(slot.value);
+    }
+  }
+  slot_count_ -= it->second.slots.size();
+  slot_count_ += members.size();
+  it->second.slots.swap(members);
+  it->second.updated = now;
+}
+
+void SlotTable::mark_created(std::uintptr_t object, Tag now, bool empty) {
   ObjectRecord& record = records_[object];
-  if (record.created == 0) record.created = now;
+  if (record.created == 0) {
+    record.created = now;
+    record.created_empty = empty;
+  }
+}
+
+void SlotTable::mark_dirty(std::uintptr_t object, Tag now) {
+  ObjectRecord& record = records_[object];
+  record.dirty = true;
+  record.updated = now;
 }
 
 void SlotTable::mark_updated(std::uintptr_t object, Tag now) { records_[object].updated = now; }

@@ -16,7 +16,9 @@ namespace sealtrace {
 
 using Tag = std::uint64_t;  // the counter of the producing instruction; 0 = not known
 
-enum class SlotKind : std::uint8_t { kAttr = 1, kItem = 2, kIndex = 3, kCell = 4 };
+// kMember: an item of an unordered container (a set, a deque, a list whose order C code
+// changed), keyed by the item's identity rather than by its position.
+enum class SlotKind : std::uint8_t { kAttr = 1, kItem = 2, kIndex = 3, kCell = 4, kMember = 5 };
 
 constexpr std::uint64_t slot_key(SlotKind kind, std::uint64_t hash) noexcept {
   // Mixing keeps attribute, item and index keys of one object apart.
@@ -25,6 +27,10 @@ constexpr std::uint64_t slot_key(SlotKind kind, std::uint64_t hash) noexcept {
   x *= 0xBF58476D1CE4E5B9ULL;
   x ^= x >> 29;
   return x;
+}
+
+constexpr std::uint64_t member_key(std::uintptr_t value) noexcept {
+  return slot_key(SlotKind::kMember, value);
 }
 
 // A slot remembers which value it tagged: a read only trusts the tag while the slot
@@ -38,13 +44,21 @@ struct Slot {
 struct ObjectRecord {
   Tag created = 0;
   Tag updated = 0;
+  // Made empty (`[]`, `{}`, `set()`, `defaultdict(int)`): an item with no tag was put there
+  // by code the engine did not see, not by whatever made the container.
+  bool created_empty = false;
+  // Changed in a way the engine could not follow item by item (an unkeyed store, an update
+  // from an iterator, a C function writing into it).
+  bool dirty = false;
   std::unordered_map<std::uint64_t, Slot> slots;
 };
 
 // Which slot last took a value: lets a value read back by C code (a slice, dict.items(),
-// list(...)) recover its tag by identity, once the holder is checked to still hold it.
+// list(...), an attribute copied by copy.copy) recover its tag by identity, once the holder
+// is checked to still hold it (the container's items, or the slot itself for attributes).
 struct Holder {
   std::uintptr_t container = 0;
+  std::uint64_t key = 0;
   Tag tag = 0;
 };
 
@@ -60,10 +74,14 @@ class SlotTable {
   [[nodiscard]] const Holder* holder(std::uintptr_t value) const;
   void drop_holder(std::uintptr_t value) noexcept;
   void erase(std::uintptr_t object, std::uint64_t key, Tag now);
-  // The object was reshaped (sorted, inserted into, cleared): its item tags no longer
-  // say which value is where.
+  // The object was reshaped (inserted into, cleared): its item tags no longer say which
+  // value is where, and it is dirty.
   void drop_slots(std::uintptr_t object, Tag now);
-  void mark_created(std::uintptr_t object, Tag now);
+  // The object's items were reordered (sorted, reversed): its positional item tags become
+  // member tags, keyed by the items' identity.
+  void reorder(std::uintptr_t object, Tag now);
+  void mark_created(std::uintptr_t object, Tag now, bool empty = false);
+  void mark_dirty(std::uintptr_t object, Tag now);
   void mark_updated(std::uintptr_t object, Tag now);
   // The object is being deallocated.
   void forget(std::uintptr_t object) noexcept;

@@ -42,8 +42,26 @@ void Tracer::attach() {
   }
   if (builtins_ == nullptr) builtins_ = PyImport_ImportModule("builtins");
   if (builtins_ == nullptr) throw std::runtime_error("cannot import builtins");
+  if (deque_type_ == nullptr) {
+    // collections' C types keep their items out of reach of list's and dict's hooks (deque)
+    // or deallocate through their own function first (defaultdict).
+    PyObject* module = PyImport_ImportModule("_collections");
+    if (module == nullptr) throw std::runtime_error("cannot import _collections");
+    PyObject* deque = PyObject_GetAttrString(module, "deque");
+    PyObject* defaultdict = PyObject_GetAttrString(module, "defaultdict");
+    Py_DECREF(module);
+    if (deque == nullptr || defaultdict == nullptr || !PyType_Check(deque) ||
+        !PyType_Check(defaultdict)) {
+      Py_XDECREF(deque);
+      Py_XDECREF(defaultdict);
+      throw std::runtime_error("_collections has no deque or defaultdict type");
+    }
+    deque_type_ = reinterpret_cast<PyTypeObject*>(deque);  // kept: the types live forever
+    defaultdict_type_ = reinterpret_cast<PyTypeObject*>(defaultdict);
+  }
   g_tracer = this;
-  install_hooks();
+  PyTypeObject* const extra[] = {deque_type_, defaultdict_type_};
+  install_hooks(extra, 2);
   PyEval_SetTrace(trampoline, nullptr);
   attached_ = true;
 }

@@ -27,6 +27,7 @@
 
 #include "counter.hpp"
 #include "opcodes.hpp"
+#include "quiet_heap.h"
 #include "slots.hpp"
 
 struct _PyInterpreterFrame;
@@ -81,6 +82,7 @@ struct Pending {
   Tag return_tag = 0;
   Tag aux_tag = 0;
   PyObject* aux_value = nullptr;   // compared, never dereferenced
+  PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
@@ -88,6 +90,21 @@ struct Pending {
   // Values Python functions returned or yielded to C code while this instruction ran
   // (sum over a generator, sorted's key): inputs that never sat on this frame's stack.
   std::vector<Tag> callbacks;
+  // The items of containers C code read while it ran (sum over a list, "".join, json.dumps),
+  // kept by query passes only (item_inputs.cpp); bit i of `replaced`: operand i's items all
+  // had tags and stand for it.
+  // Query passes only; valid while query_counter is this instruction's counter (the hot path
+  // never touches them).
+  Tag query_counter = 0;
+  QuietVector<Tag> item_inputs;
+  std::uint64_t replaced = 0;
+  // What the result may be a move of (moves.cpp), read before the instruction runs.
+  bool move_hint = false;
+  bool move_item = false;  // the result is one of the items read: its inputs are that item
+  Tag move_item_tag = 0;
+  QuietVector<PyObject*> move_candidates;  // compared, never dereferenced
+  QuietVector<Tag> move_tags;
+  QuietVector<std::uint64_t> move_digests;
 };
 
 struct IterState {
@@ -157,11 +174,12 @@ class Tracer {
   [[nodiscard]] std::uint64_t crash_counter() const noexcept { return crash_counter_; }
 
   // pre(frame, counter, index, inputs) before, post(counter, outputs, raised) after.
-  void capture(const std::vector<std::uint64_t>& counters, PyObject* pre, PyObject* post);
+  // counters: an iterable of ints (read here, so no temporary of the question's size is made).
+  void capture(PyObject* counters, PyObject* pre, PyObject* post);
 
   // The instruction the innermost traced frame is executing (0 when none).
   [[nodiscard]] std::uint64_t current() const noexcept;
-  void taint(const std::vector<Tag>& tags);
+  void taint(PyObject* tags);  // an iterable of ints
   void taint_current() noexcept;
   [[nodiscard]] bool current_tainted() const noexcept;
   [[nodiscard]] std::vector<Reach> reached() const;
@@ -182,8 +200,9 @@ class Tracer {
   // `upto` keeps its input tags (a query pass only: this is O(instructions), bounded by
   // `limit` edges). on_done() is called once `upto` itself has completed.
   void record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done);
-  // Counters reachable backwards from root within depth steps, nearest first, at most
-  // max_nodes; seeded origin tags are included as leaves. Sets truncated if edges ran out.
+  // Counters reachable backwards from root within depth computations (moves cost nothing),
+  // nearest first, at most max_nodes; seeded origin tags are included as leaves. Sets truncated
+  // if edges ran out or max_nodes cut the slice (the depth bound is the tree's to report).
   std::vector<std::pair<Tag, int>> backward_slice(Tag root, int depth, std::size_t max_nodes,
                                                   bool& truncated) const;
 
@@ -242,6 +261,7 @@ class Tracer {
   void begin_subscr_load(ShadowFrame& sf, int depth);
   void begin_subscr_store(ShadowFrame& sf, int depth);
   void begin_subscr_delete(ShadowFrame& sf, int depth);
+  void complete_missing(ShadowFrame& sf, int depth);
   // Building and extending containers (ops_containers.cpp).
   void begin_list_append(ShadowFrame& sf, const Instr& in, int depth);
   void begin_map_add(ShadowFrame& sf, const Instr& in, int depth);
@@ -250,6 +270,8 @@ class Tracer {
   void begin_build_map(ShadowFrame& sf, const Instr& in);
   void begin_build_const_key_map(ShadowFrame& sf, const Instr& in, int depth);
   void begin_build_seq(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_set_items(ShadowFrame& sf, const Instr& in, int depth);
+  void complete_build_set(ShadowFrame& sf, int base, int depth);
   void complete_build_seq(ShadowFrame& sf, int base, int depth);
   void complete_build_map(ShadowFrame& sf, int base, int depth);
   // Unpacking and pattern matching (ops_unpack.cpp).
@@ -274,15 +296,42 @@ class Tracer {
   // Iteration (ops_iteration.cpp).
   void complete_get_iter(ShadowFrame& sf, int base, int depth);
   void complete_for_iter(ShadowFrame& sf, int base, int depth);
+  void tag_iterated_tuple(PyObject* iter, PyObject* tuple, Tag now);
   void bind_arguments(const Pending& p, ShadowFrame& callee);
   Tag match_argument(const Pending& p, PyObject* value, int position, int posbase,
                      PyObject* function);
   void adopt_generator(const Pending& p, PyObject* gen);
   bool trackable(PyObject* obj) const noexcept;
+  // Containers' items as inputs of the values C makes from them (item_inputs.cpp).
+  struct ItemWalk {
+    QuietVector<Tag> tags;
+    QuietSet<Tag> seen;
+    std::size_t scanned = 0;
+    bool unknown = false;
+    bool cut = false;
+    void add(Tag t);
+  };
+  // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
+  // capture of it): only then are containers' items and moves read. Inline: the hot path.
+  [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
+    return now <= edges_upto_ ||
+           (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
+  }
+  [[nodiscard]] bool is_container(PyObject* v) const noexcept;
+  Tag item_tag_of(PyObject* container, std::uint64_t key, PyObject* item) const noexcept;
+  bool walk_items(PyObject* c, int depth, ItemWalk& w);
+  void prepare_query_inputs(Pending& p);
+  void gather_item_inputs(ShadowFrame& sf);
+  void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
+  // Moves: produced values that compute nothing and cost no depth (moves.cpp).
+  void gather_move_candidates(Pending& p);
+  // Sets Pending::move_item when the result is an item of an argument (moves.cpp).
+  bool is_move(ShadowFrame& sf, int base, int depth);
   Tag computed(const Pending& p, PyObject* value) const noexcept;
   // The tag of a value some slot still holds (checked), for values C code read back out of
   // containers; 0 when no slot holds it or it is an object shared by unrelated values.
   Tag held_tag(PyObject* value) const noexcept;
+  bool deque_holds(PyObject* deque, PyObject* value) const noexcept;
   // Every value passed here is alive (it is on a stack, in a container or being stored).
   void set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
   void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
@@ -293,11 +342,18 @@ class Tracer {
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);
+  void model_member_method(Pending& p, PyObject* self, const char* name, PyObject** args,
+                           const Tag* tags, int argc);
+  void model_module_function(PyObject* module, const char* name, PyObject** args, const Tag* tags,
+                             int argc, Tag now);
+  void copy_items_as_members(PyObject* into, PyObject* from, Tag fallback, Tag now);
+  void model_fill(PyObject* buffer, const char* name, Tag filler, Tag now);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
   void capture_pre(PyFrameObject* frame, const Pending& p);
-  void capture_post(ShadowFrame& sf, int depth, int base);
+  void capture_post(ShadowFrame& sf, int depth, int base, bool move);
   void call_stop(PyObject* callback, PyFrameObject* frame);
+  void callback_failed() noexcept;
   ShadowFrame* find_shadow(PyFrameObject* frame) const;
 
   PyObject* own_code_;
@@ -311,6 +367,9 @@ class Tracer {
   std::vector<CodeName> code_names_;
   std::uint64_t generation_ = 0;
   PyObject* builtins_ = nullptr;
+  // collections.deque and defaultdict (their module's types, found when attaching).
+  PyTypeObject* deque_type_ = nullptr;
+  PyTypeObject* defaultdict_type_ = nullptr;
 
   struct {
     PyObject* value = nullptr;
@@ -345,7 +404,9 @@ class Tracer {
   std::uint64_t hits_ = 0;
   PyObject* stop_line_cb_ = nullptr;
 
-  std::unordered_set<std::uint64_t> capture_;
+  // What one question asks for lives in the quiet heap: passes asking different things must
+  // leave the program's heaps alike (quiet.h).
+  QuietSet<std::uint64_t> capture_;
   std::uint64_t capture_min_ = 1;
   std::uint64_t capture_max_ = 0;
   PyObject* capture_pre_ = nullptr;
@@ -354,19 +415,23 @@ class Tracer {
   struct Edges {
     std::uint64_t counter;
     std::uint32_t begin;
-    std::uint32_t count;
+    std::uint32_t count : 31;
+    std::uint32_t move : 1;  // a move: its inputs are as deep as it is
   };
-  void record(const Pending& p);
+  void record(const Pending& p, bool move);
   std::uint64_t edges_upto_ = 0;
   std::size_t edges_limit_ = 0;
   bool edges_overflow_ = false;
   PyObject* edges_done_ = nullptr;
-  std::vector<Edges> edges_;
-  std::vector<Tag> edge_tags_;
+  QuietVector<Edges> edges_;
+  QuietVector<Tag> edge_tags_;
+  QuietVector<Tag> inputs_scratch_;
 
   bool tainting_ = false;
-  std::unordered_set<Tag> tainted_;
-  std::unordered_map<std::uint64_t, Reach> reach_;
+  QuietSet<Tag> tainted_;
+  std::unordered_map<std::uint64_t, Reach, std::hash<std::uint64_t>, std::equal_to<std::uint64_t>,
+                     QuietAllocator<std::pair<const std::uint64_t, Reach>>>
+      reach_;
 
   Stats stats_;
 };

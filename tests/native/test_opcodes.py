@@ -147,7 +147,10 @@ def capture_case(case: OpcodeCase, counters: list[int]) -> Capture:
         out.opname[counter] = opname
         out.inputs[counter] = [t for _, t in inputs]
 
-    def post(counter: int, _outputs: list[tuple[Any, int]], _raised: bool, cbs: Any) -> None:
+    def post(
+        counter: int, _outputs: list[tuple[Any, int]], _raised: bool, cbs: Any, _move: bool
+    ) -> None:
+        # Every input the engine records (callbacks among them), and whether it is a move.
         out.callbacks[counter] = list(cbs or ())
 
     engine.capture(counters, pre, post)

@@ -1,0 +1,69 @@
+// An instance's attributes without materialising its __dict__ (fields.h). C: the interpreter's
+// object layout headers use C11 atomics.
+#define Py_BUILD_CORE 1
+#include "fields.h"
+
+#include <Python.h>
+#include <internal/pycore_dict.h>
+#include <internal/pycore_object.h>
+
+PyObject* sealtrace_instance_fields(PyObject* obj) {
+  PyTypeObject* tp = Py_TYPE(obj);
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0) {
+    PyObject* dict = *_PyObject_ManagedDictPointer(obj);
+    if (dict != NULL) return Py_NewRef(dict);
+    PyDictValues* values = *_PyObject_ValuesPointer(obj);
+    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+    if (values == NULL || keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) Py_RETURN_NONE;
+    PyObject* out = PyDict_New();
+    if (out == NULL) return NULL;
+    PyDictUnicodeEntry* entries = DK_UNICODE_ENTRIES(keys);
+    for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
+      PyObject* value = values->values[i];
+      if (value != NULL && entries[i].me_key != NULL &&
+          PyDict_SetItem(out, entries[i].me_key, value) < 0) {
+        Py_DECREF(out);
+        return NULL;
+      }
+    }
+    return out;
+  }
+  if (tp->tp_dictoffset == 0) Py_RETURN_NONE;
+  PyObject** slot = _PyObject_GetDictPtr(obj);  // no managed dict: nothing is built
+  if (slot == NULL || *slot == NULL) Py_RETURN_NONE;
+  return Py_NewRef(*slot);
+}
+
+PyObject* sealtrace_instance_dict(PyObject* obj) {
+  PyTypeObject* tp = Py_TYPE(obj);
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0) return *_PyObject_ManagedDictPointer(obj);
+  if (tp->tp_dictoffset == 0) return NULL;
+  PyObject** slot = _PyObject_GetDictPtr(obj);
+  return slot == NULL ? NULL : *slot;
+}
+
+static int dict_holds(PyObject* dict, PyObject* value) {
+  if (dict == NULL || !PyDict_Check(dict) || PyDict_GET_SIZE(dict) > 1024) return 0;
+  Py_ssize_t pos = 0;
+  PyObject* k = NULL;
+  PyObject* v = NULL;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (v == value) return 1;
+  }
+  return 0;
+}
+
+int sealtrace_instance_holds(PyObject* obj, PyObject* value) {
+  if (PyType_Check(obj)) return dict_holds(((PyTypeObject*)obj)->tp_dict, value);
+  PyTypeObject* tp = Py_TYPE(obj);
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
+    PyDictValues* values = *_PyObject_ValuesPointer(obj);
+    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+    if (values == NULL || keys == NULL) return 0;
+    for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
+      if (values->values[i] == value) return 1;
+    }
+    return 0;
+  }
+  return dict_holds(sealtrace_instance_dict(obj), value);
+}
