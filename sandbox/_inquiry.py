@@ -382,10 +382,12 @@ class Inquiry:
             at = parse_at(where)
             located = self.locate(at, expr)
             tag = int(located["value"]["tag"])
-            if located["value"]["via"] == expr.strip() and tag:
+            variable = len(parse_expression(expr)) == 1
+            if located["value"]["via"] == expr.strip() and tag and not variable:
                 query["tags"] = [tag]  # its own producer: follow every use of that value
             else:
-                # Its slot was filled by untraced code: follow that slot from the point asked.
+                # Its slot was filled by untraced code, or it is a variable (values unpacked
+                # together share a tag): follow that slot from the point asked.
                 query["seed"] = {"at": self.stop_spec(at), "expr": expr}
             described.update(counter=located["counter"], value=located["value"]["summary"])
         tags = [t for t in query.get("tags", []) if origin_tag_kind(t) is None]

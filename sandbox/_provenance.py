@@ -69,6 +69,10 @@ _SAFE_SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _DEOPT: dict[str, str] = getattr(dis, "deoptmap", {})
 
 
+# Statements a program sends to its database: flows name them as outputs a value reached
+# when the value is among what the statement was given (its parameters, its text).
+_DATABASE_WRITES = ("sqlite3.Cursor.execute", "sqlite3.Connection.execute")
+
 # The node standing for an UNKNOWN_TAG or CUT_TAG input (a trace's NODE, with no counter).
 MARKER_OPS = {"unknown": "items written by untraced code", "cut": "more items, not read"}
 
@@ -362,13 +366,18 @@ class Provenance:
     def on_event(self, index: int, callee: str, output: bool) -> None:
         with self.quiet():
             engine = self.engine
+            # In every pass: what fills an object is the same in all.
+            if output:
+                engine.note_output()
+            else:
+                engine.note_input()
             current = engine.current()
             if self.kind == "capture" and current in self.wanted:
                 self.events_by_counter.setdefault(current, []).append((index, callee))
             elif self.kind == "flows":
                 if self.query.get("event") == index:
                     engine.taint_current()
-                if output and engine.current_tainted():
+                if (output or callee.startswith(_DATABASE_WRITES)) and engine.current_tainted():
                     self.outputs.append({"event": index, "call": callee, "counter": current})
 
     def on_env_read(self, name: str) -> None:
@@ -540,6 +549,9 @@ class Provenance:
                 seeded = engine.seed_attr(owner, key, value, FLOW_TAG)
             else:
                 seeded = engine.seed_item(owner, key, FLOW_TAG)
+        elif len(parse_expression(self.query["seed"]["expr"])) == 1:
+            # A variable: values unpacked together share a tag; follow this one alone.
+            seeded = engine.seed_local(frame, self.query["seed"]["expr"], FLOW_TAG)
         engine.taint([FLOW_TAG] if seeded else [tag])
 
     def _evaluate(self, frame: Any, expr: str) -> tuple[Any, int, str]:

@@ -49,6 +49,8 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_tag = 0;
   p.aux_value = nullptr;
   p.copy_of = nullptr;
+  p.input_served = false;
+  if (!p.fill_tags.empty()) p.fill_tags.clear();
   p.callbacks.clear();
   int pops = op_pops(in.op, in.oparg);
   int peeks = op_peeks(in.op, in.oparg);
@@ -72,6 +74,12 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
 void Tracer::begin(ShadowFrame& sf, int index, int depth) {
   const Instr& in = sf.code->instrs[static_cast<std::size_t>(index)];
   begin_pending(sf, in, index, depth);
+  if (in.rule == Rule::kCall || (!fills_.empty() && in.rule == Rule::kForIter)) {
+    read_fills(sf.p);
+  } else if (in.rule == Rule::kBinarySubscr && sf.p.in_objs.size() == 2 &&
+             PyByteArray_Check(sf.p.in_objs[0]) && PySlice_Check(sf.p.in_objs[1])) {
+    read_buffer_fills(sf.p);
+  }
   if (tainting_) note_taint(sf);
   switch (in.rule) {
     case Rule::kStoreName:
@@ -192,7 +200,8 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       }
       if ((in.op == kBinaryOp || in.op == kFormatValueOp) && keeps_inputs(sf.p.counter)) {
         prepare_query_inputs(sf.p);
-        gather_item_inputs(sf);  // f"{items}", "%s" % (items,), a + [b]
+        // f"{items}", "%s" % (items,), a + [b]; "%(name)s" % mapping reads what it names
+        if (!gather_format_items(sf)) gather_item_inputs(sf);
       }
       break;
   }

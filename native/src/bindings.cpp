@@ -123,6 +123,8 @@ PYBIND11_MODULE(_engine, m) {
              if (PyErr_Occurred()) throw py::error_already_set();
            })
       .def("taint_current", &Tracer::taint_current)
+      .def("note_input", &Tracer::note_input)
+      .def("note_output", &Tracer::note_output)
       .def("current_tainted", &Tracer::current_tainted)
       .def_property_readonly("tainted_count", &Tracer::tainted_count)
       .def("reached",
@@ -158,6 +160,10 @@ PYBIND11_MODULE(_engine, m) {
       .def("seed_attr",
            [](Tracer& t, py::handle owner, py::handle name, py::handle value, std::uint64_t tag) {
              return t.seed_attr(owner.ptr(), name.ptr(), value.ptr(), tag);
+           })
+      .def("seed_local",
+           [](Tracer& t, py::handle frame, py::handle name, std::uint64_t tag) {
+             return t.seed_local(as_frame(frame), name.ptr(), tag);
            })
       .def("code_index", [](Tracer& t, py::handle code) { return t.code_index(code.ptr()); })
       .def("codes",

@@ -60,8 +60,12 @@ int Tracer::on_call(PyFrameObject* frame) {
   const auto index = static_cast<std::size_t>(f->prev_instr - _PyCode_CODE(f->f_code));
   const bool fresh = index < info->instrs.size() && info->instrs[index].op == kResume &&
                      info->instrs[index].oparg == 0;
-  if (fresh && caller != nullptr && caller->iframe == f->previous && caller->p.active) {
-    bind_arguments(caller->p, *sf);
+  if (fresh && caller != nullptr && caller->p.active) {
+    if (caller->iframe == f->previous) {
+      bind_arguments(caller->p, *sf);
+    } else if (caller->p.input_served) {
+      fill_arguments(caller->p, *sf);  // called by untraced code with what a read brought
+    }
   }
   return 0;
 }

@@ -22,8 +22,11 @@ struct Hook {
   destructor original;
   destructor hook;
 };
-constexpr int kHooks = 18;
+// 18 types known when attaching, then room for the C types of objects that remember what
+// filled them (fills.hpp), hooked the first time one is filled.
+constexpr int kHooks = 34;
 Hook g_hooks[kHooks];
+int g_used = 0;  // hooks in use: the first g_used entries
 
 template <int N>
 void hooked_dealloc(PyObject* obj) {
@@ -40,13 +43,13 @@ void fill_hook_functions(std::integer_sequence<int, N...>) {
 
 void install_hooks(PyTypeObject* const* extra, int count) {
   PyTypeObject* types[kHooks] = {
-      &PyList_Type,     &PyDict_Type,      &PyTuple_Type, &PyCell_Type,      &PyBaseObject_Type,
-      &PyFunction_Type, &PyGen_Type,       &PyCoro_Type,  &PyAsyncGen_Type,  &PyType_Type,
-      &PySet_Type,      &PyFrozenSet_Type, &PyODict_Type, &PyByteArray_Type, nullptr,
-      nullptr,          nullptr,           nullptr};
+      &PyList_Type,     &PyDict_Type,      &PyTuple_Type, &PyCell_Type,     &PyBaseObject_Type,
+      &PyFunction_Type, &PyGen_Type,       &PyCoro_Type,  &PyAsyncGen_Type, &PyType_Type,
+      &PySet_Type,      &PyFrozenSet_Type, &PyODict_Type, &PyByteArray_Type};
   // Room for `count` types found at run time (collections' deque and defaultdict).
   constexpr int kFixed = 14;
-  for (int i = 0; i < count && kFixed + i < kHooks; ++i) types[kFixed + i] = extra[i];
+  constexpr int kKnown = 18;
+  for (int i = 0; i < count && kFixed + i < kKnown; ++i) types[kFixed + i] = extra[i];
   fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
   for (int i = 0; i < kHooks; ++i) {
     g_hooks[i].type = types[i];
@@ -56,6 +59,17 @@ void install_hooks(PyTypeObject* const* extra, int count) {
       types[i]->tp_dealloc = g_hooks[i].hook;
     }
   }
+  g_used = kKnown;
+}
+
+bool hook_type(PyTypeObject* type) {
+  if (hooked(type->tp_dealloc)) return true;
+  if (g_used >= kHooks) return false;
+  Hook& h = g_hooks[g_used++];
+  h.type = type;
+  h.original = type->tp_dealloc;
+  type->tp_dealloc = h.hook;
+  return true;
 }
 
 void remove_hooks() {
@@ -65,8 +79,8 @@ void remove_hooks() {
 }
 
 bool hooked(destructor d) {
-  for (const auto& h : g_hooks) {
-    if (h.type != nullptr && h.hook == d) return true;
+  for (int i = 0; i < g_used; ++i) {
+    if (g_hooks[i].type != nullptr && g_hooks[i].hook == d) return true;
   }
   return false;
 }

@@ -20,6 +20,8 @@ void free_code_info(void* info);
 // extra: C types whose deallocation is not a hooked one's (deque, defaultdict), or NULL.
 void install_hooks(PyTypeObject* const* extra, int count);
 void remove_hooks();
+// Hooks one more type's deallocation (until remove_hooks); false when no hook is left.
+bool hook_type(PyTypeObject* type);
 // Whether d is one of the deallocation hooks (the type's slots are tracked).
 bool hooked(destructor d);
 int trampoline(PyObject*, PyFrameObject* frame, int what, PyObject* arg);

@@ -327,8 +327,9 @@ void Tracer::model_call(ShadowFrame& sf) {
   } else if (argc >= 1 && PyByteArray_Check(args[0]) && trackable(args[0]) &&
              (std::strcmp(name, "readinto") == 0 || std::strcmp(name, "readinto1") == 0 ||
               std::strcmp(name, "recv_into") == 0)) {
-    // stream.readinto(buffer): what fills the buffer comes from the stream.
-    model_fill(args[0], "extend", p.in_tags[1], p.counter);
+    // stream.readinto(buffer): what fills the buffer is what this call read (a recorded read,
+    // or what earlier reads left in the stream: its fills, fills.cpp).
+    model_fill(args[0], "extend", p.counter, p.counter);
   } else if (self == builtins_ && argc >= 2 && PyUnicode_Check(args[1])) {
     model_builtin_attr(p, name, args, tags, argc);
   } else if (PyModule_Check(self) && argc >= 1) {

@@ -22,6 +22,8 @@ void Tracer::note_taint(ShadowFrame& sf) {
       break;
     }
   }
+  if (!p.tainted_inputs && items_tainted(sf)) p.tainted_inputs = true;  // flows.cpp
+  if (p.tainted_inputs && reveals_no_content(p)) p.tainted_inputs = false;
   if (!p.tainted_inputs) return;
   const int line = sf.code->instrs[static_cast<std::size_t>(p.index)].line;
   const std::uint64_t key =

@@ -80,6 +80,7 @@ void Tracer::detach() {
 
 void Tracer::on_dealloc(PyObject* obj) noexcept {
   if (!slots_.empty()) slots_.forget(addr(obj));
+  if (!fills_.empty()) fills_.forget(addr(obj));
   if (!suspended_.empty() &&
       (PyGen_CheckExact(obj) || PyCoro_CheckExact(obj) || PyAsyncGen_CheckExact(obj))) {
     auto* f =

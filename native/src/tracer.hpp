@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "counter.hpp"
+#include "fills.hpp"
 #include "opcodes.hpp"
 #include "quiet_heap.h"
 #include "slots.hpp"
@@ -83,6 +84,8 @@ struct Pending {
   Tag aux_tag = 0;
   PyObject* aux_value = nullptr;   // compared, never dereferenced
   PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
+  bool input_served = false;       // a recorded read was served while it ran (fills.cpp)
+  std::vector<Tag> fill_tags;      // the fills of the object it asks, read before it ran
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
@@ -181,6 +184,10 @@ class Tracer {
   [[nodiscard]] std::uint64_t current() const noexcept;
   void taint(PyObject* tags);  // an iterable of ints
   void taint_current() noexcept;
+  // The replay runtime served a recorded read to the running instruction (fills.cpp).
+  void note_input();
+  // ... and an output: what buffered C objects kept left them (fills.cpp).
+  void note_output();
   [[nodiscard]] bool current_tainted() const noexcept;
   [[nodiscard]] std::vector<Reach> reached() const;
   [[nodiscard]] std::size_t tainted_count() const noexcept { return tainted_.size(); }
@@ -195,6 +202,8 @@ class Tracer {
   // follow from here on); false when the slot cannot be tracked.
   bool seed_item(PyObject* container, PyObject* key, Tag tag);
   bool seed_attr(PyObject* owner, PyObject* name, PyObject* value, Tag tag);
+  // A live frame's local (not a cell), for a flow that follows that variable alone (flows.cpp).
+  bool seed_local(PyFrameObject* frame, PyObject* name, Tag tag);
 
   // Backward slices in one pass: while recording, every producing instruction up to
   // `upto` keeps its input tags (a query pass only: this is O(instructions), bounded by
@@ -322,6 +331,10 @@ class Tracer {
   bool walk_items(PyObject* c, int depth, ItemWalk& w);
   void prepare_query_inputs(Pending& p);
   void gather_item_inputs(ShadowFrame& sf);
+  // `fmt % mapping` reads only the items fmt names (percent_format.cpp).
+  enum FormatRead { kNotRead, kSome, kAll };
+  FormatRead format_item_tags(const Pending& p, ItemWalk& w) const;
+  bool gather_format_items(ShadowFrame& sf);
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
   void gather_move_candidates(Pending& p);
@@ -348,8 +361,18 @@ class Tracer {
                              int argc, Tag now);
   void copy_items_as_members(PyObject* into, PyObject* from, Tag fallback, Tag now);
   void model_fill(PyObject* buffer, const char* name, Tag filler, Tag now);
+  // Objects that remember the reads that filled them (fills.cpp).
+  PyObject* fill_target(const Pending& p) const;
+  void read_fills(Pending& p);
+  void read_buffer_fills(Pending& p);
+  void apply_fills(ShadowFrame& sf, int depth);
+  void fill_arguments(const Pending& reader, ShadowFrame& callee);
   Tag call_result(ShadowFrame& sf, PyObject* result);
   void note_taint(ShadowFrame& sf);
+  // A followed value among a container's items; a builtin that reads none of what a value
+  // holds (flows.cpp).
+  bool items_tainted(ShadowFrame& sf);
+  bool reveals_no_content(const Pending& p) const;
   void capture_pre(PyFrameObject* frame, const Pending& p);
   void capture_post(ShadowFrame& sf, int depth, int base, bool move);
   void call_stop(PyObject* callback, PyFrameObject* frame);
@@ -360,6 +383,7 @@ class Tracer {
   bool attached_ = false;
   InstructionCounter counter_;
   SlotTable slots_;
+  FillTable fills_;
   std::vector<ShadowFrame*> stack_;
   std::unordered_map<_PyInterpreterFrame*, ShadowFrame*> suspended_;
   std::vector<std::unique_ptr<ShadowFrame>> pool_;
