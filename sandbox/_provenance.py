@@ -336,7 +336,7 @@ class Provenance:
     def _reset(self, query: dict[str, Any]) -> None:
         self.query = query
         self.kind = query["kind"]
-        self.events_by_counter: dict[int, list[tuple[int, str]]] = {}
+        self.events_by_counter: dict[int, list[tuple[int, str, bool]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
         self.nodes: dict[int, dict[str, Any]] = {}
@@ -359,12 +359,12 @@ class Provenance:
         self._arm()
 
     # The replay runtime reports every event it serves, and every env value it gives out.
-    def on_event(self, index: int, callee: str, output: bool) -> None:
+    def on_event(self, index: int, callee: str, output: bool, empty: bool) -> None:
         with self.quiet():
             engine = self.engine
             current = engine.current()
             if self.kind == "capture" and current in self.wanted:
-                self.events_by_counter.setdefault(current, []).append((index, callee))
+                self.events_by_counter.setdefault(current, []).append((index, callee, empty))
             elif self.kind == "flows":
                 if self.query.get("event") == index:
                     engine.taint_current()
@@ -690,7 +690,10 @@ class Provenance:
         node = dict(self.nodes[counter])
         events = self.events_by_counter.get(counter)
         if events:
-            index, callee = events[-1]
+            # One call that served several events (readlines: the data, then the empty read
+            # that ends it) took its data from the last that brought any.
+            carried = [e for e in events if not e[2]] or events
+            index, callee, _empty = carried[-1]
             kind = "env" if callee.startswith("os.environ") else "external"
             node["origin"] = {"kind": kind, "call": callee, "event": index}
             if node["opname"] in ("CALL", "CALL_FUNCTION_EX"):

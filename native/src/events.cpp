@@ -184,6 +184,7 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
         if (ret != 0 && cp.callbacks.size() < kMaxCallbacks &&
             (cp.callbacks.empty() || cp.callbacks.back() != ret)) {
           cp.callbacks.push_back(ret);
+          cp.callback_values.push_back(value);
         }
         if (tainting_ && ret != 0 && tainted_.count(ret) != 0) cp.tainted_inputs = true;
       }
