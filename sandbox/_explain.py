@@ -8,6 +8,7 @@ source lines that led there: the provenance jumps.
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -233,8 +234,26 @@ def render_flows(doc: Mapping[str, Any], src: SourceLines) -> str:
     return "\n".join(out)
 
 
+def _raised(raised: Mapping[str, Any]) -> str:
+    """`Type: message` as a traceback's last line says it, or why part of it is not shown."""
+    name = raised.get("type") or "an exception whose type the sandbox cannot name"
+    message = raised.get("message")
+    if message is None:
+        return f"raised {name} (its message is not shown: making it runs the program's code)"
+    if message.get("repr") is None:
+        return f"raised {name}: {_value(message)} (a message the sandbox cannot show)"
+    try:
+        text = ast.literal_eval(message["repr"])
+    except (ValueError, SyntaxError):  # clipped: shown as it is
+        text = message["repr"]
+    return f"raised {name}: {text}" if text != "" else f"raised {name}"
+
+
 def render_stack(doc: Mapping[str, Any], src: SourceLines) -> str:
-    out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})", ""]
+    out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})"]
+    if doc.get("exception") is not None:
+        out.append(_raised(doc["exception"]))
+    out.append("")
     for frame in doc["frames"]:
         out.append(f"{src.short(frame['file'])}:{frame['line']} in {frame['function']}")
         quoted = src.line(frame["file"], frame["line"])

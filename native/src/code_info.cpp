@@ -11,6 +11,10 @@
 
 namespace sealtrace {
 
+namespace {
+constexpr std::uint8_t kReturnValueOp = 83;  // RETURN_VALUE (3.11): where a return stop stops
+}  // namespace
+
 // -- code objects ---------------------------------------------------------------------------
 
 CodeInfo* Tracer::code_info(PyCodeObject* code) {
@@ -124,6 +128,13 @@ void Tracer::refresh_breakpoints(CodeInfo& info) {
     return;
   }
   info.breakpoint.assign(info.instrs.size(), 0);
+  if (!stop_function_.empty()) {  // a return stop: 2 marks an instruction every run of counts
+    if (code_names_[info.index].qualname != stop_function_) return;
+    for (std::size_t i = 0; i < info.instrs.size(); ++i) {
+      info.breakpoint[i] = info.instrs[i].op == kReturnValueOp ? 2 : 0;
+    }
+    return;
+  }
   for (std::size_t i = 0; i < info.instrs.size(); ++i) {
     info.breakpoint[i] = info.instrs[i].line == stop_line_ ? 1 : 0;
   }
