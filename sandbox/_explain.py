@@ -65,7 +65,7 @@ def _origin(origin: Mapping[str, Any] | None) -> str | None:
         return "◉ Command-line argument"
     if kind == "constant":
         return "◉ Constant in the code"
-    return "◉ Origin unknown (made by code the engine does not trace)"
+    return "◉ Origin unknown: the engine recorded no input for this step"
 
 
 # Why a branch was not followed (Answerer.last_cuts).
@@ -93,11 +93,6 @@ def _where(node: Mapping[str, Any], src: SourceLines) -> str:
     return (
         f"{src.short(node['file'])}:{node['line']} in {node['function']}, step {node['counter']:,}"
     )
-
-
-def _is_constant_leaf(node: Mapping[str, Any]) -> bool:
-    origin = node.get("origin") or {}
-    return origin.get("kind") == "constant" and not node.get("inputs")
 
 
 def render_trace(
@@ -141,6 +136,16 @@ def render_trace(
                 )
             )
             return
+        if not node.get("file") and node.get("op") == "?":
+            # A step of the slice with no description: where it is, and why it stops here.
+            cut = cuts.get(_key(node))
+            why = (
+                f"not followed: {_CUT_TEXT[cut].format(depth=q['depth'])}"
+                if cut is not None
+                else "not described: the pass that describes steps did not see it complete"
+            )
+            out.append(f"{prefix}{branch}step {node['counter']:,}: {why}")
+            return
         out.append(f"{prefix}{branch}{_where(node, src)}")
         quoted = src.line(node["file"], node["line"]) if node.get("file") else None
         if quoted:
@@ -155,14 +160,14 @@ def render_trace(
             detail += "(" + ", ".join(operands) + ")"
         out.append(f"{inner}  {detail} → {_value(node['value'])}")
         origin = _origin(node.get("origin"))
-        if origin and not _is_constant_leaf(node):
+        if origin:
             out.append(f"{inner}  {origin}")
         cut = cuts.get(_key(node))
         if cut is not None and not node["inputs"]:
             out.append(f"{inner}  ⋯ not followed: {_CUT_TEXT[cut].format(depth=q['depth'])}")
         elif not node["inputs"] and node.get("counter") in expanded:
             out.append(f"{inner}  ↺ followed where it appears elsewhere in this tree")
-        children = [c for c in node["inputs"] if not _is_constant_leaf(c)]
+        children = node["inputs"]  # every leaf, constants too: the JSON's tree, as it is
         for i, child in enumerate(children):
             walk(child, inner, i == len(children) - 1)
 
