@@ -30,6 +30,9 @@ def _boundary_calls() -> list[str]:
     return [entry.name for library in BUILTIN_LIBRARIES for entry in library.entries]
 
 
+_MAX_DEPTH = 4
+_MAX_ITEMS = 10_000
+
 # Messages the interpreter itself gives its commonest exceptions: constants of CPython, not
 # of the program, shown when a crash's message is one of them.
 _INTERPRETER_MESSAGES = (
@@ -52,8 +55,6 @@ _INTERPRETER_MESSAGES = (
     "math domain error",
     "math range error",
 )
-_MAX_DEPTH = 4
-_MAX_ITEMS = 10_000
 
 
 class Dictionary:

@@ -117,6 +117,14 @@ VIOLATIONS = {
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.VALUE, a=5, e=99)),
     ),
+    "a RAISED with an unknown message flag": lambda r: (
+        r.ask(Op.INSPECT, 2),
+        _then(r, Frame(Op.RAISED, a=5, e=2)),
+    ),
+    "a RAISED answering a trace": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.RAISED, a=5)),
+    ),
     "DONE for another request": lambda r: (
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.DONE, a=0, b=9)),
@@ -147,14 +155,6 @@ VIOLATIONS = {
     "a divergence in a source that is not recorded": lambda r: (
         r.ask(Op.REPLAY, 2),
         _then(r, Frame(Op.DIVERGENCE, a=1, c=SOURCES, d=5)),
-    ),
-    "a RAISED with an unknown message flag": lambda r: (
-        r.ask(Op.INSPECT, 2),
-        _then(r, Frame(Op.RAISED, a=5, e=2)),
-    ),
-    "a RAISED answering a trace": lambda r: (
-        r.ask(Op.TRACE, 2),
-        _then(r, Frame(Op.RAISED, a=5)),
     ),
     "a receipt answering a trace": lambda r: (
         r.ask(Op.TRACE, 2),
