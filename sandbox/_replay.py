@@ -342,7 +342,10 @@ def main() -> None:
         return parsed.blobs[main_source.digest]
 
     status, _ = run_target(
-        target, script_source, on_start=provenance.on_start if provenance else None
+        target,
+        script_source,
+        on_start=provenance.on_start if provenance else None,
+        on_uncaught=getattr(provenance, "on_uncaught", None),
     )
     if provenance is not None:
         provenance.finish()

@@ -171,6 +171,9 @@ class Tracer {
   // interval (0 turns it off): where checkpoints are taken.
   void every(std::uint64_t interval, PyObject* callback);
   void stop_at_line(const std::string& filename, int line, std::uint64_t hit, PyObject* callback);
+  // Before the hit-th RETURN_VALUE of a function (file, qualname): its frame is still whole.
+  void stop_at_return(const std::string& filename, const std::string& qualname, std::uint64_t hit,
+                      PyObject* callback);
   void set_end_file(const std::string& filename);
   [[nodiscard]] std::uint64_t end_counter() const noexcept { return end_counter_; }
   [[nodiscard]] std::uint64_t crash_counter() const noexcept { return crash_counter_; }
@@ -416,6 +419,7 @@ class Tracer {
   PyObject* stop_counter_cb_ = nullptr;
   std::string stop_file_;
   int stop_line_ = 0;
+  std::string stop_function_;  // a return stop: this qualname's returns, not a line
   std::uint64_t stop_hit_ = 0;
   std::uint64_t hits_ = 0;
   PyObject* stop_line_cb_ = nullptr;
