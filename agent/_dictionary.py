@@ -4,7 +4,8 @@ The runner sends strings only as digests keyed with this session's key. The agen
 holds the decrypted recording, so it builds a dictionary of everything it may show: the
 recorded sources' constants, names and function names, the recording's external inputs
 (results of recorded calls, recursively into their items), argv and environment values,
-the recorded call names, and the operator spellings `dis` uses. A digest that matches shows
+the recorded call names, the operator spellings `dis` uses, the builtin exception classes and
+the interpreter's own messages for the commonest of them. A digest that matches shows
 its value; anything else stays type, length and digest, with repr null.
 """
 
@@ -32,6 +33,29 @@ def _boundary_calls() -> list[str]:
 _MAX_DEPTH = 4
 _MAX_ITEMS = 10_000
 
+# Messages the interpreter itself gives its commonest exceptions: constants of CPython, not
+# of the program, shown when a crash's message is one of them.
+_INTERPRETER_MESSAGES = (
+    "division by zero",
+    "float division by zero",
+    "integer division or modulo by zero",
+    "integer modulo by zero",
+    "float modulo",
+    "list index out of range",
+    "tuple index out of range",
+    "string index out of range",
+    "list assignment index out of range",
+    "pop from empty list",
+    "pop from an empty deque",
+    "dictionary changed size during iteration",
+    "Set changed size during iteration",
+    "max() arg is an empty sequence",
+    "min() arg is an empty sequence",
+    "generator already executing",
+    "math domain error",
+    "math range error",
+)
+
 
 class Dictionary:
     def __init__(self, key: memoryview, parsed: ParsedStream) -> None:
@@ -51,6 +75,11 @@ class Dictionary:
             self._type(t.__qualname__)
             for attr in dir(t):
                 self._text("op", f"{t.__qualname__}.{attr}")
+        for name, obj in vars(builtins).items():
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                self._type(name)  # a crash's exception (RAISED), as VALUE's type digest
+        for message in _INTERPRETER_MESSAGES:
+            self._value(message, 0)
         for _, symbol in dis._nb_ops:  # type: ignore[attr-defined]
             self._text("op", symbol)
         for symbol in dis.cmp_op:

@@ -58,7 +58,9 @@ from sealtrace.sandbox.protocol import (
     Stop,
     encode,
     request_for,
+    source_texts,
     sources_of,
+    stop_of,
 )
 from sealtrace.sandbox.questions import (
     Flows,
@@ -70,6 +72,7 @@ from sealtrace.sandbox.questions import (
     StackAnswer,
     Trace,
     TraceAnswer,
+    resolve_function,
 )
 
 from ._dictionary import Dictionary
@@ -369,8 +372,15 @@ class SandboxClient:
 
     # -- questions ------------------------------------------------------------------------
 
+    def _request(self, question: Question) -> tuple[Frame, bytes]:
+        at = stop_of(question)
+        if at is not None and at.function is not None:
+            # Refused here with the in-process answer's words, not the runner's error code.
+            resolve_function(at, source_texts(self.parsed))
+        return request_for(question, self.sources)
+
     def _ask_question(self, question: Question) -> list[Frame]:
-        return self._ask(*request_for(question, self.sources))
+        return self._ask(*self._request(question))
 
     def trace(self, question: Trace) -> TraceAnswer:
         frames = self._ask_question(question)
@@ -475,8 +485,17 @@ class SandboxClient:
         stack: list[dict[str, Any]] = []
         counter = 0
         pending: tuple[str, int] | None = None
+        raised: dict[str, Any] | None = None
+        message_next = False  # RAISED with e = 1: its message's VALUE comes next
         for fr in frames:
-            if fr.op is Op.FRAME_AT:
+            if fr.op is Op.RAISED:
+                counter = fr.a
+                raised = {"type": self.dictionary.types.get(f"{fr.b:016x}"), "message": None}
+                message_next = fr.e == 1
+            elif fr.op is Op.VALUE and message_next and raised is not None:
+                raised["message"] = self._value(fr)
+                message_next = False
+            elif fr.op is Op.FRAME_AT:
                 counter = fr.a
                 source = self.sources[fr.c] if fr.c != NO_SOURCE else ""
                 function = self.dictionary.text("name", fr.digest) or "?"
@@ -487,12 +506,17 @@ class SandboxClient:
                 name, tag = pending
                 stack[-1]["locals"].append({"name": name, "value": self._value(fr), "tag": tag})
                 pending = None
-        return cast(StackAnswer, {"query": {"at": question.at.strip(), "counter": counter},
-                                  "frames": stack})  # fmt: skip
+        answer: dict[str, Any] = {
+            "query": {"at": question.at.strip(), "counter": counter},
+            "frames": stack,
+        }
+        if raised is not None:
+            answer["exception"] = raised
+        return cast(StackAnswer, answer)
 
     def flows(self, question: Flows) -> FlowsAnswer:
         source = question.source.strip()
-        request, text = request_for(question, self.sources)
+        request, text = self._request(question)
         frames = self._ask(request, text)
         locations = []
         outputs = []

@@ -125,10 +125,12 @@ def run_target(
     target: Target,
     script_source: Callable[[str], bytes] | None = None,
     on_start: Callable[[], None] | None = None,
+    on_uncaught: Callable[[BaseException], None] | None = None,
 ) -> tuple[int, str | None]:
     """Run the target as `python` would; returns (exit status, uncaught exception or None).
 
-    on_start runs once sys.argv is the program's, just before its first instruction."""
+    on_start runs once sys.argv is the program's, just before its first instruction;
+    on_uncaught with the exception (SystemExit too) that ended it, before it is printed."""
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
@@ -167,12 +169,16 @@ def run_target(
                 exec(code, main.__dict__)  # noqa: S102
             status = 0
         except SystemExit as exc:
+            if on_uncaught is not None:
+                on_uncaught(exc)
             status, message = exit_status(exc.code)
             if message is not None:
                 print(message, file=sys.stderr)
         except BaseException as exc:
             _trim_traceback(exc)
             uncaught = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            if on_uncaught is not None:
+                on_uncaught(exc)
             status = 130 if isinstance(exc, KeyboardInterrupt) else 1
             if sys.excepthook is sys.__excepthook__:
                 # The interpreter's own hook reads the source through the file descriptor

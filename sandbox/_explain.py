@@ -8,6 +8,7 @@ source lines that led there: the provenance jumps.
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -64,7 +65,7 @@ def _origin(origin: Mapping[str, Any] | None) -> str | None:
         return "◉ Command-line argument"
     if kind == "constant":
         return "◉ Constant in the code"
-    return "◉ Origin unknown (made by code the engine does not trace)"
+    return "◉ Origin unknown: the engine recorded no input for this step"
 
 
 # Why a branch was not followed (Answerer.last_cuts).
@@ -92,11 +93,6 @@ def _where(node: Mapping[str, Any], src: SourceLines) -> str:
     return (
         f"{src.short(node['file'])}:{node['line']} in {node['function']}, step {node['counter']:,}"
     )
-
-
-def _is_constant_leaf(node: Mapping[str, Any]) -> bool:
-    origin = node.get("origin") or {}
-    return origin.get("kind") == "constant" and not node.get("inputs")
 
 
 def render_trace(
@@ -140,6 +136,16 @@ def render_trace(
                 )
             )
             return
+        if not node.get("file") and node.get("op") == "?":
+            # A step of the slice with no description: where it is, and why it stops here.
+            cut = cuts.get(_key(node))
+            why = (
+                f"not followed: {_CUT_TEXT[cut].format(depth=q['depth'])}"
+                if cut is not None
+                else "not described: the pass that describes steps did not see it complete"
+            )
+            out.append(f"{prefix}{branch}step {node['counter']:,}: {why}")
+            return
         out.append(f"{prefix}{branch}{_where(node, src)}")
         quoted = src.line(node["file"], node["line"]) if node.get("file") else None
         if quoted:
@@ -154,14 +160,14 @@ def render_trace(
             detail += "(" + ", ".join(operands) + ")"
         out.append(f"{inner}  {detail} → {_value(node['value'])}")
         origin = _origin(node.get("origin"))
-        if origin and not _is_constant_leaf(node):
+        if origin:
             out.append(f"{inner}  {origin}")
         cut = cuts.get(_key(node))
         if cut is not None and not node["inputs"]:
             out.append(f"{inner}  ⋯ not followed: {_CUT_TEXT[cut].format(depth=q['depth'])}")
         elif not node["inputs"] and node.get("counter") in expanded:
             out.append(f"{inner}  ↺ followed where it appears elsewhere in this tree")
-        children = [c for c in node["inputs"] if not _is_constant_leaf(c)]
+        children = node["inputs"]  # every leaf, constants too: the JSON's tree, as it is
         for i, child in enumerate(children):
             walk(child, inner, i == len(children) - 1)
 
@@ -233,8 +239,26 @@ def render_flows(doc: Mapping[str, Any], src: SourceLines) -> str:
     return "\n".join(out)
 
 
+def _raised(raised: Mapping[str, Any]) -> str:
+    """`Type: message` as a traceback's last line says it, or why part of it is not shown."""
+    name = raised.get("type") or "an exception whose type the sandbox cannot name"
+    message = raised.get("message")
+    if message is None:
+        return f"raised {name} (its message is not shown: making it runs the program's code)"
+    if message.get("repr") is None:
+        return f"raised {name}: {_value(message)} (a message the sandbox cannot show)"
+    try:
+        text = ast.literal_eval(message["repr"])
+    except (ValueError, SyntaxError):  # clipped: shown as it is
+        text = message["repr"]
+    return f"raised {name}: {text}" if text != "" else f"raised {name}"
+
+
 def render_stack(doc: Mapping[str, Any], src: SourceLines) -> str:
-    out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})", ""]
+    out = [f"stopped before step {doc['query']['counter']:,} ({doc['query']['at']})"]
+    if doc.get("exception") is not None:
+        out.append(_raised(doc["exception"]))
+    out.append("")
     for frame in doc["frames"]:
         out.append(f"{src.short(frame['file'])}:{frame['line']} in {frame['function']}")
         quoted = src.line(frame["file"], frame["line"])

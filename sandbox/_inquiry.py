@@ -35,6 +35,7 @@ from ._provenance import (
     summarize,
 )
 from ._replay_process import Receipt, replay
+from .protocol import source_texts
 from .questions import (
     At,
     Flows,
@@ -47,6 +48,7 @@ from .questions import (
     TraceAnswer,
     parse_at,
     parse_from,
+    resolve_function,
     resolve_source,
 )
 
@@ -181,6 +183,9 @@ class Inquiry:
             return {"counter": counter}
         if at.counter is not None:
             return {"counter": at.counter}
+        if at.function is not None:
+            path, function = resolve_function(at, source_texts(self.parsed))
+            return {"file": path, "function": function, "hit": at.hit}
         assert at.file is not None and at.line is not None
         return {"file": self.resolve_file(at.file), "line": at.line, "hit": at.hit}
 
@@ -190,6 +195,11 @@ class Inquiry:
         spec = self.stop_spec(at)
         result = self.run({"kind": "locate", "at": spec, "expr": expr}, int(spec.get("counter", 0)))
         if not result.get("found"):
+            if at.function is not None:
+                raise QueryError(
+                    f"the run never reached {at.text}: {spec['function']} returned fewer than "
+                    f"{at.hit} time(s) (a call that ends by an exception does not return)"
+                )
             raise QueryError(f"the run never reached {at.text}")
         if result.get("error"):
             raise QueryError(f"{expr} at {at.text}: {result['error']}")
@@ -403,10 +413,12 @@ class Inquiry:
     def inspect_stack(self, question: InspectStack) -> StackAnswer:
         at = parse_at(question.at)
         located = self.locate(at)
-        answer = {
+        answer: dict[str, Any] = {
             "query": {"at": at.text, "counter": located["counter"]},
             "frames": located["frames"],
         }
+        if at.special == "crash":
+            answer["exception"] = self.survey().get("exception") or {"type": None, "message": None}
         return cast(StackAnswer, answer)
 
     def replay(self, question: Replay) -> ReceiptAnswer:

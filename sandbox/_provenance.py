@@ -43,6 +43,7 @@ __all__ = [
     "UNKNOWN_TAG",
     "ExpressionError",
     "Provenance",
+    "describe_exception",
     "input_tags",
     "marker_node",
     "origin_tag_kind",
@@ -340,12 +341,13 @@ class Provenance:
     def _reset(self, query: dict[str, Any]) -> None:
         self.query = query
         self.kind = query["kind"]
-        self.events_by_counter: dict[int, list[tuple[int, str]]] = {}
+        self.events_by_counter: dict[int, list[tuple[int, str, bool]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
         self._last: tuple[Any, str, Any] | None = None
+        self.uncaught: dict[str, Any] | None = None
         self._instructions: dict[int, tuple[Any, dict[int, tuple[str, str, int | None]]]] = {}
 
     def emit(self, result: dict[str, Any]) -> NoReturn:
@@ -363,17 +365,18 @@ class Provenance:
         self._arm()
 
     # The replay runtime reports every event it serves, and every env value it gives out.
-    def on_event(self, index: int, callee: str, output: bool) -> None:
+    def on_event(self, index: int, callee: str, output: bool, empty: bool) -> None:
         with self.quiet():
             engine = self.engine
-            # In every pass: what fills an object is the same in all.
+            # In every pass: what fills an object is the same in all. An empty read (the end
+            # of a file) brings nothing into the object that asked.
             if output:
                 engine.note_output()
-            else:
+            elif not empty:
                 engine.note_input()
             current = engine.current()
             if self.kind == "capture" and current in self.wanted:
-                self.events_by_counter.setdefault(current, []).append((index, callee))
+                self.events_by_counter.setdefault(current, []).append((index, callee, empty))
             elif self.kind == "flows":
                 if self.query.get("event") == index:
                     engine.taint_current()
@@ -417,26 +420,31 @@ class Provenance:
         q = self.query
         engine = self.engine
         if self.kind == "locate":
-            at = q["at"]
-            if "counter" in at:
-                engine.stop_at_counter(int(at["counter"]), self._stop)
-            else:
-                engine.stop_at_line(at["file"], int(at["line"]), int(at.get("hit", 1)), self._stop)
+            self._stop_at(q["at"], self._stop)
         elif self.kind == "capture":
             self.wanted = {int(c) for c in q["counters"]}
             engine.capture(sorted(self.wanted), self._pre, self._post)
         elif self.kind == "flows" and q.get("tags"):
             engine.taint([int(t) for t in q["tags"]])
         elif self.kind == "flows" and q.get("seed"):
-            at = q["seed"]["at"]
-            if "counter" in at:
-                engine.stop_at_counter(int(at["counter"]), self._seed_flow)
-            else:
-                engine.stop_at_line(
-                    at["file"], int(at["line"]), int(at.get("hit", 1)), self._seed_flow
-                )
+            self._stop_at(q["seed"]["at"], self._seed_flow)
         elif self.kind == "slice":
             engine.record_edges(int(q["root"]), int(q.get("edge_limit", EDGE_LIMIT)), self._sliced)
+
+    def _stop_at(self, at: dict[str, Any], callback: Callable[[Any, int], None]) -> None:
+        """Stop before a counter, a line's Nth entry or a function's Nth return."""
+        engine = self.engine
+        if "counter" in at:
+            engine.stop_at_counter(int(at["counter"]), callback)
+        elif "function" in at:
+            engine.stop_at_return(at["file"], at["function"], int(at.get("hit", 1)), callback)
+        else:
+            engine.stop_at_line(at["file"], int(at["line"]), int(at.get("hit", 1)), callback)
+
+    def on_uncaught(self, exc: BaseException) -> None:
+        """The program ended by an exception (or sys.exit): what a crash's stack shows."""
+        with self.quiet():
+            self.uncaught = describe_exception(exc)
 
     def finish(self) -> None:
         """The program ended (or stopped): answer with what this pass found."""
@@ -451,6 +459,7 @@ class Provenance:
                 instructions=engine.counter,
                 end=engine.end_counter,
                 crash=engine.crash_counter,
+                exception=self.uncaught,
             )
         elif self.kind == "locate":
             result["found"] = False
@@ -702,7 +711,10 @@ class Provenance:
         node = dict(self.nodes[counter])
         events = self.events_by_counter.get(counter)
         if events:
-            index, callee = events[-1]
+            # One call that served several events (readlines: the data, then the empty read
+            # that ends it) took its data from the last that brought any.
+            carried = [e for e in events if not e[2]] or events
+            index, callee, _empty = carried[-1]
             kind = "env" if callee.startswith("os.environ") else "external"
             node["origin"] = {"kind": kind, "call": callee, "event": index}
             if node["opname"] in ("CALL", "CALL_FUNCTION_EX"):
@@ -719,6 +731,30 @@ class Provenance:
         else:
             node["origin"] = None
         return node
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """{"type", "message"} of an exception, made without running the program's code: the
+    message is None unless str() is the builtin one over plain arguments."""
+    return {"type": _type_name(exc), "message": _message(exc)}
+
+
+def _message(exc: BaseException) -> dict[str, Any] | None:
+    t = type(exc)
+    owner = next((c for c in t.__mro__ if "__str__" in c.__dict__), object)
+    if owner.__module__ != "builtins":
+        return None  # the program's own __str__
+    args = BaseException.__dict__["args"].__get__(exc)
+    if type(args) is not tuple or any(type(a) not in _SAFE_SCALARS for a in args):
+        return None  # str() would format an object of the program's
+    if isinstance(exc, OSError):
+        for name in ("filename", "filename2", "strerror"):
+            if type(OSError.__dict__[name].__get__(exc)) not in _SAFE_SCALARS:
+                return None
+    try:
+        return summarize(str(exc))
+    except Exception:
+        return None
 
 
 def _fresh_or_none(text: str | None) -> str | None:

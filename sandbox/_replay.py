@@ -70,9 +70,9 @@ class ReplayRuntime:
         self.app_files = {s.path for s in parsed.sources.values()}
         self._oids = 0
         self.started = _monotonic()
-        # Told of every event served: (index, callee, is an output); the provenance engine
-        # uses it to know which instruction received which external input.
-        self.observer: Callable[[int, str, bool], None] | None = None
+        # Told of every event served: (index, callee, is an output, its result is empty); the
+        # provenance engine uses it to know which instruction received which external input.
+        self.observer: Callable[[int, str, bool, bool], None] | None = None
         # Where the receipt goes: the result pipe, or a checkpoint worker's answer channel.
         self.sink: Callable[[dict[str, Any], int], NoReturn] | None = None
 
@@ -103,9 +103,11 @@ class ReplayRuntime:
 
     def _served(self, event: Event, name: str, *, output: bool) -> Any:
         """The recorded result of a matched event (raised if the call raised)."""
-        if self.observer is not None:
-            self.observer(event.index, name, output)
         value = self._value(event)
+        if self.observer is not None:
+            # A result with nothing in it (the b"" that ends a read) brought no data.
+            empty = isinstance(value, (bytes, bytearray, str, list, tuple)) and not value
+            self.observer(event.index, name, output, empty)
         if event.raised:
             raise value
         return value
@@ -340,7 +342,10 @@ def main() -> None:
         return parsed.blobs[main_source.digest]
 
     status, _ = run_target(
-        target, script_source, on_start=provenance.on_start if provenance else None
+        target,
+        script_source,
+        on_start=provenance.on_start if provenance else None,
+        on_uncaught=getattr(provenance, "on_uncaught", None),
     )
     if provenance is not None:
         provenance.finish()

@@ -26,7 +26,10 @@ __all__ = ["register"]
 AtOpt = Annotated[
     str,
     typer.Option(
-        "--at", help="Where to stop: FILE:LINE[#HIT], an instruction counter, crash or end."
+        "--at",
+        help="Where to stop: FILE:LINE[#HIT], return:FUNC[#N] or return:FILE:FUNC[#N] (the "
+        "Nth return of a function, its locals still there), an instruction counter, crash "
+        "or end.",
     ),
 ]
 VarOpt = Annotated[

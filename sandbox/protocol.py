@@ -6,8 +6,9 @@ float64 payload, and a 32-byte digest keyed with the session key the agent suppl
 agent can read values only by matching a digest against something it already holds.
 
 Agent → container: a request is a fixed header (the same layout) followed by at most
-MAX_REQUEST_TEXT bytes of UTF-8 (an expression such as `order.total_price`); the agent is
-the trusted side and the runner checks requests anyway.
+MAX_REQUEST_TEXT bytes of UTF-8 (an expression such as `order.total_price`, after the
+function's name for a return stop); the agent is the trusted side and the runner checks
+requests anyway.
 
     offset  field   type
     0       magic   u16   0x5354
@@ -78,10 +79,12 @@ __all__ = [
     "encode",
     "question_of",
     "request_for",
+    "source_texts",
     "sources_of",
+    "stop_of",
 ]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -120,11 +123,15 @@ class Op(enum.IntEnum):
     #                 application's source/line (NO_SOURCE: none), e: DivergenceFlags, f: the
     #                 program's output length, ival: the call's name digest (first 8 bytes),
     #                 digest: its arguments' digest, keyed
+    RAISED = 16  # a: the crash counter, b: the exception type name's digest (first 8 bytes, as
+    #              VALUE's b), e: 1 when its message's VALUE follows (0: not shown)
     # agent → container
     LOAD = 64  # f: recording length, the plaintext follows; a: checkpoint interval,
     #           b: the memory limit in bytes for everything the runner starts (0: none),
     #           e: 1 for a receipt-only session (no engine: LOADED counts nothing)
-    TRACE = 65  # a: counter or 0, c/d: source/line, e: Stop, ival: hit, f: text (expr), b: depth
+    TRACE = 65  # a: counter or 0, c/d: source/line, e: Stop, ival: hit, f: text (expr), b: depth;
+    #            Stop.RETURN: c the source or NO_SOURCE, d the function name's length in
+    #            characters (the text's first d characters, the expression after them)
     FLOWS = 66  # like TRACE, or b: event index with e: Stop.EVENT
     INSPECT = 67  # like TRACE without an expression
     ASK_STATS = 68
@@ -145,6 +152,7 @@ class Stop(enum.IntEnum):
     CRASH = 3
     END = 4
     EVENT = 5
+    RETURN = 6  # a function's return (before its RETURN_VALUE), named in the request's text
 
 
 class ReplayStatus(enum.IntEnum):
@@ -263,7 +271,7 @@ def decode(data: bytes) -> Frame:
 _ANSWERS: dict[Op, frozenset[Op]] = {
     Op.TRACE: frozenset({Op.NODE, Op.VALUE, Op.EDGE, Op.FRAME_AT}),
     Op.FLOWS: frozenset({Op.REACH, Op.OUTPUT, Op.VALUE, Op.FRAME_AT}),
-    Op.INSPECT: frozenset({Op.FRAME_AT, Op.LOCAL, Op.VALUE}),
+    Op.INSPECT: frozenset({Op.FRAME_AT, Op.LOCAL, Op.VALUE, Op.RAISED}),
     Op.ASK_STATS: frozenset({Op.STATS}),
     Op.LOAD: frozenset({Op.LOADED}),
     Op.REPLAY: frozenset({Op.RECEIPT, Op.DIVERGENCE, Op.FRAME_AT}),
@@ -368,6 +376,7 @@ class FrameReader:
             Op.REACH: (fr.a,),
             Op.OUTPUT: (fr.a,),
             Op.STATS: (fr.a,),
+            Op.RAISED: (fr.a,),
         }.get(fr.op, ())
         for counter in counters:
             if counter > limit and counter < (1 << 62):
@@ -385,6 +394,8 @@ class FrameReader:
             raise FrameError(f"EDGE expansion flag {fr.d}")
         if fr.op is Op.VALUE and fr.e not in TypeTag._value2member_map_:
             raise FrameError(f"unknown type tag {fr.e}")
+        if fr.op is Op.RAISED and fr.e not in (0, 1):
+            raise FrameError(f"RAISED message flag {fr.e}")
         if fr.op is Op.REACH and fr.ival < 1:
             raise FrameError("REACH counts at least one use")
         if fr.op is Op.RECEIPT and (
@@ -406,6 +417,26 @@ def sources_of(parsed: Any) -> list[str]:
     return sorted({s.path for s in parsed.sources.values() if not s.path.endswith(os.sep)})
 
 
+def source_texts(parsed: Any) -> dict[str, bytes]:
+    """Each recorded source path's text: where both ends find the function a return stop
+    names (sealtrace.sandbox.questions.resolve_function)."""
+    return {
+        s.path: parsed.blobs[s.digest]
+        for s in parsed.sources.values()
+        if not s.path.endswith(os.sep) and s.digest in parsed.blobs
+    }
+
+
+def stop_of(question: Question) -> At | None:
+    """Where a question stops the run (None for a replay or flows from an event)."""
+    if isinstance(question, (Trace, InspectStack)):
+        return parse_at(question.at)
+    if isinstance(question, Flows):
+        event, _expr, at = parse_from(question.source.strip())
+        return None if event is not None else parse_at(at)
+    return None
+
+
 def request_for(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
     """The request frame that asks `question`, and the text that follows it; `sources` are
     the recording's source paths in the order both ends number them. A text the runner would
@@ -418,32 +449,42 @@ def request_for(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
 
 def _request(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
     if isinstance(question, Trace):
-        text = question.var.encode()
-        request = Frame(Op.TRACE, b=question.depth, f=len(text))
-        return _stop(request, parse_at(question.at), sources), text
+        request = Frame(Op.TRACE, b=question.depth)
+        return _located(request, parse_at(question.at), question.var, sources)
     if isinstance(question, InspectStack):
-        return _stop(Frame(Op.INSPECT), parse_at(question.at), sources), b""
+        return _located(Frame(Op.INSPECT), parse_at(question.at), "", sources)
     if isinstance(question, Flows):
         event, expr, at = parse_from(question.source.strip())
         if event is not None:
             return Frame(Op.FLOWS, e=Stop.EVENT, b=event), b""
-        text = expr.encode()
-        return _stop(Frame(Op.FLOWS, f=len(text)), parse_at(at), sources), text
+        return _located(Frame(Op.FLOWS), parse_at(at), expr, sources)
     if isinstance(question, Replay):
         return Frame(Op.REPLAY), b""
     raise QueryError(f"{question.kind} has no request frame")
 
 
+def _located(request: Frame, at: At, expr: str, sources: list[str]) -> tuple[Frame, bytes]:
+    """`request` stopping at `at`, and its text: a return stop's function name, then the
+    expression."""
+    text = ((at.function or "") + expr).encode()
+    return replace(_stop(request, at, sources), f=len(text)), text
+
+
 def question_of(request: Frame, text: str, sources: list[str]) -> Question:
     """The question a request frame asks (the runner's side of request_for)."""
+    function = ""
+    if request.e == Stop.RETURN and request.op in (Op.TRACE, Op.INSPECT, Op.FLOWS):
+        if not 0 < request.d <= len(text):
+            raise QueryError("a return stop's function name is not in the request's text")
+        function, text = text[: request.d], text[request.d :]
     if request.op is Op.TRACE:
-        return Trace(at=_at_text(request, sources), var=text, depth=int(request.b))
+        return Trace(at=_at_text(request, sources, function), var=text, depth=int(request.b))
     if request.op is Op.INSPECT:
-        return InspectStack(at=_at_text(request, sources))
+        return InspectStack(at=_at_text(request, sources, function))
     if request.op is Op.FLOWS:
         if request.e == Stop.EVENT:
             return Flows(source=f"event:{request.b}")
-        return Flows(source=f"{text}@{_at_text(request, sources)}")
+        return Flows(source=f"{text}@{_at_text(request, sources, function)}")
     if request.op is Op.REPLAY:
         return Replay()
     raise QueryError(f"{request.op.name} asks no question")
@@ -457,14 +498,19 @@ def _stop(request: Frame, at: At, sources: list[str]) -> Frame:
         return replace(request, e=Stop.END)
     if at.counter is not None:
         return replace(request, e=Stop.COUNTER, a=at.counter)
-    assert at.file is not None and at.line is not None
-    path = resolve_source(at.file, sources)
-    if path not in sources:
-        raise QueryError(f"{at.file} is not a recorded source file")
-    return replace(request, e=Stop.LINE, c=sources.index(path), d=at.line, ival=at.hit)
+    source = NO_SOURCE  # a return stop without a file: the runner finds the one that has it
+    if at.file is not None:
+        path = resolve_source(at.file, sources)
+        if path not in sources:
+            raise QueryError(f"{at.file} is not a recorded source file")
+        source = sources.index(path)
+    if at.function is not None:
+        return replace(request, e=Stop.RETURN, c=source, d=len(at.function), ival=at.hit)
+    assert at.line is not None
+    return replace(request, e=Stop.LINE, c=source, d=at.line, ival=at.hit)
 
 
-def _at_text(request: Frame, sources: list[str]) -> str:
+def _at_text(request: Frame, sources: list[str], function: str = "") -> str:
     try:
         kind = Stop(request.e)
     except ValueError:
@@ -475,9 +521,14 @@ def _at_text(request: Frame, sources: list[str]) -> str:
         return "crash"
     if kind is Stop.END:
         return "end"
+    hit = max(1, request.ival)
+    if kind is Stop.RETURN and request.c == NO_SOURCE:
+        return f"return:{function}#{hit}"
     if kind is Stop.EVENT or request.c >= len(sources):
         raise QueryError("no such source")
-    return f"{sources[request.c]}:{request.d}#{max(1, request.ival)}"
+    if kind is Stop.RETURN:
+        return f"return:{sources[request.c]}:{function}#{hit}"
+    return f"{sources[request.c]}:{request.d}#{hit}"
 
 
 def numbered(frames: list[Frame], start: int = 1) -> list[Frame]:

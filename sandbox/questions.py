@@ -19,6 +19,7 @@ document against its kind's shape, and `json_schema()` gives both directions as 
 This module must stay importable without the engine, the sandbox client or pydantic.
 """
 
+import ast
 import dataclasses
 import functools
 import os
@@ -45,6 +46,7 @@ __all__ = [
     "Node",
     "Origin",
     "Question",
+    "Raised",
     "ReceiptAnswer",
     "Replay",
     "StackAnswer",
@@ -55,11 +57,13 @@ __all__ = [
     "Value",
     "ask",
     "check_answer",
+    "function_names",
     "json_schema",
     "parse_at",
     "parse_from",
     "parse_question",
     "question_json",
+    "resolve_function",
     "resolve_source",
 ]
 
@@ -78,7 +82,7 @@ def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]
 
 def _at() -> Any:
     """Where a question stops the run (a trace's or a stack's `at`)."""
-    help = "FILE:LINE[#HIT], an instruction counter, crash or end"
+    help = "FILE:LINE[#HIT], return:[FILE:]FUNC[#N], an instruction counter, crash or end"
     return field(default="crash", metadata=_text(MAX_LOCATION, help))
 
 
@@ -240,9 +244,19 @@ class StackQuery(TypedDict):
     counter: int
 
 
+class Raised(TypedDict):
+    """The exception a crashed run died of. `type` is None where the sandbox could not match
+    its name; `message` is None where making it would run the program's own code (its class
+    overrides __str__, or an argument is not a plain value)."""
+
+    type: str | None
+    message: Value | None
+
+
 class StackAnswer(TypedDict):
     query: StackQuery
     frames: list[StackFrame]
+    exception: NotRequired[Raised]  # at the crash only
 
 
 class ExitStatus(TypedDict):
@@ -306,11 +320,20 @@ def ask(answerer: "Answerer", question: Question) -> Answer:
 # -- the grammar of locations ----------------------------------------------------------------
 
 _AT = re.compile(r"^(?P<file>.+):(?P<line>\d+)(?:#(?P<hit>\d+))?$")
+# A function as Python names its code (co_qualname): main, Order.total, outer.<locals>.inner.
+_QUALNAME = r"[^\W\d][\w]*|<lambda>|<locals>"
+_FUNCTION = re.compile(rf"^(?:{_QUALNAME})(?:\.(?:{_QUALNAME}))*$")
+_RETURN = re.compile(r"^return:(?:(?P<file>.+):)?(?P<function>[^:#]*)(?:#(?P<hit>\d+))?$")
+# FILE:FUNC without `return:`: a form people try, refused with the one that works.
+_FILE_FUNCTION = re.compile(r"^(?P<file>.+):(?P<function>[^\W\d][\w.<>]*)(?:#\d+)?$")
+_AT_FORMS = "FILE:LINE[#HIT], return:FUNC[#N], return:FILE:FUNC[#N], a counter, crash or end"
 
 
 @dataclass(frozen=True)
 class At:
-    """Where a query stops: before a counter, a line's Nth execution, the crash or the end."""
+    """Where a query stops: before a counter, a line's Nth execution, a function's Nth
+    return (`function`: before its RETURN_VALUE, with its frame whole), the crash or the
+    end."""
 
     text: str
     counter: int | None = None
@@ -318,6 +341,7 @@ class At:
     line: int | None = None
     hit: int = 1
     special: str | None = None
+    function: str | None = None
 
 
 def parse_at(text: str) -> At:
@@ -328,13 +352,79 @@ def parse_at(text: str) -> At:
         if int(text) < 1:
             raise QueryError("instruction counters start at 1")
         return At(text, counter=int(text))
+    if text.startswith("return:"):
+        r = _RETURN.match(text)
+        if r is None or not _FUNCTION.match(r["function"]):
+            raise QueryError(
+                f"--at {text!r}: expected return:FUNC[#N] or return:FILE:FUNC[#N], FUNC a "
+                "function's name as Python spells it (main, Order.total, outer.<locals>.inner)"
+            )
+        hit = int(r["hit"]) if r["hit"] else 1
+        if hit < 1:
+            raise QueryError(f"--at {text!r}: returns count from 1")
+        return At(text, file=r["file"], hit=hit, function=r["function"])
     m = _AT.match(text)
     if m is None:
-        raise QueryError(f"--at {text!r}: expected FILE:LINE[#HIT], a counter, crash or end")
+        f = _FILE_FUNCTION.match(text)
+        if f is not None:
+            raise QueryError(
+                f"--at {text!r}: FILE:LINE takes a line number; to stop where a function "
+                f"returns, write return:{f['file']}:{f['function']} (or return:{f['function']})"
+            )
+        raise QueryError(f"--at {text!r}: expected {_AT_FORMS}")
     hit = int(m["hit"]) if m["hit"] else 1
     if hit < 1:
         raise QueryError(f"--at {text!r}: hits count from 1")
     return At(text, file=m["file"], line=int(m["line"]), hit=hit)
+
+
+def function_names(source: bytes) -> list[str]:
+    """The qualified names (co_qualname) of the functions a source defines, in order."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.append(prefix + child.name)
+                visit(child, f"{prefix}{child.name}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return names
+
+
+def resolve_function(at: At, sources: Mapping[str, bytes]) -> tuple[str, str]:
+    """(file, qualified name) of the function a return stop names: its qualified name, or
+    the last part of exactly one (`inner` for `outer.<locals>.inner`), in the file given
+    or in the one recorded source that defines it. `sources` maps recorded paths to their
+    text."""
+    assert at.function is not None
+    files = sorted(sources)
+    where = [resolve_source(at.file, files)] if at.file else files
+    defined = {path: function_names(sources.get(path, b"")) for path in where}
+    found = [(p, n) for p, names in defined.items() for n in names if n == at.function]
+    if not found:
+        found = [
+            (p, n) for p, names in defined.items() for n in names
+            if n.rsplit(".", 1)[-1] == at.function
+        ]  # fmt: skip
+    if len(set(found)) == 1:
+        return found[0]
+    if found:
+        forms = ", ".join(f"return:{p}:{n}" for p, n in sorted(set(found)))
+        raise QueryError(f"--at {at.text}: {at.function} names several functions: {forms}")
+    place = where[0] if at.file else "the recorded sources"
+    known = sorted({n for names in defined.values() for n in names})
+    hint = f" (functions: {', '.join(known[:12])}{', …' if len(known) > 12 else ''})"
+    hint = hint if known else ""
+    raise QueryError(f"--at {at.text}: no function {at.function} in {place}{hint}")
 
 
 def resolve_source(name: str, files: list[str]) -> str:

@@ -325,6 +325,16 @@ class Runner:
 
     def _stack_frames(self, doc: StackAnswer) -> Iterator[Frame]:
         counter = int(doc["query"]["counter"])
+        raised = doc.get("exception")
+        if raised is not None:
+            # The type name as a VALUE's type digest; the message as a VALUE (a str's digest).
+            named = self._digest("type", raised["type"]) if raised["type"] else bytes(8)
+            message = raised["message"]
+            yield Frame(
+                Op.RAISED, a=counter, b=int.from_bytes(named[:8], "big"), e=int(bool(message))
+            )
+            if message is not None:
+                yield self._value(counter, message)
         for number, frame in enumerate(doc["frames"]):
             yield Frame(
                 Op.FRAME_AT,

@@ -52,6 +52,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.input_served = false;
   if (!p.fill_tags.empty()) p.fill_tags.clear();
   p.callbacks.clear();
+  p.callback_values.clear();
   int pops = op_pops(in.op, in.oparg);
   int peeks = op_peeks(in.op, in.oparg);
   const int stack_depth = depth - sf.code->nlocalsplus;

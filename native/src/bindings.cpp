@@ -100,6 +100,9 @@ PYBIND11_MODULE(_engine, m) {
                                  py::object cb) { t.stop_at_counter(counter, cb.ptr()); })
       .def("stop_at_line", [](Tracer& t, const std::string& file, int line, std::uint64_t hit,
                               py::object cb) { t.stop_at_line(file, line, hit, cb.ptr()); })
+      .def("stop_at_return",
+           [](Tracer& t, const std::string& file, const std::string& qualname, std::uint64_t hit,
+              py::object cb) { t.stop_at_return(file, qualname, hit, cb.ptr()); })
       .def("set_end_file", &Tracer::set_end_file)
       .def("every", [](Tracer& t, std::uint64_t interval,
                        py::object cb) { t.every(interval, cb.is_none() ? nullptr : cb.ptr()); })

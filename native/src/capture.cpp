@@ -30,9 +30,18 @@ void Tracer::stop_at_line(const std::string& filename, int line, std::uint64_t h
   stop_line_cb_ = callback;
   stop_file_ = filename;
   stop_line_ = line;
+  stop_function_.clear();
   stop_hit_ = hit == 0 ? 1 : hit;
   hits_ = 0;
   ++breakpoint_generation_;
+}
+
+// The line-stop machinery with another breakpoint: every RETURN_VALUE of the function's code
+// counts as a hit, even one on the line the frame was already on.
+void Tracer::stop_at_return(const std::string& filename, const std::string& qualname,
+                            std::uint64_t hit, PyObject* callback) {
+  stop_at_line(filename, 0, hit, callback);
+  stop_function_ = qualname;
 }
 
 void Tracer::set_end_file(const std::string& filename) { end_file_ = filename; }

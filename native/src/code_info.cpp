@@ -11,6 +11,10 @@
 
 namespace sealtrace {
 
+namespace {
+constexpr std::uint8_t kReturnValueOp = 83;  // RETURN_VALUE (3.11): where a return stop stops
+}  // namespace
+
 // -- code objects ---------------------------------------------------------------------------
 
 CodeInfo* Tracer::code_info(PyCodeObject* code) {
@@ -114,13 +118,21 @@ std::int64_t Tracer::code_index(PyObject* code) {
   return info == nullptr ? -1 : static_cast<std::int64_t>(info->index);
 }
 
-// The instructions of this code where the line stop is: computed when a code object is
+// The instructions of this code where the line or return stop is: computed when a code object is
 // first seen, and again when a stop is armed later (in a worker forked from a checkpoint).
 void Tracer::refresh_breakpoints(CodeInfo& info) {
   info.breakpoint_generation = breakpoint_generation_;
   info.breakpoint.clear();
   if (stop_file_.empty() || info.index >= code_names_.size() ||
       code_names_[info.index].filename != stop_file_) {
+    return;
+  }
+  if (!stop_function_.empty()) {  // a return stop: mark 2, every execution of which is a hit
+    if (code_names_[info.index].qualname != stop_function_) return;
+    info.breakpoint.assign(info.instrs.size(), 0);
+    for (std::size_t i = 0; i < info.instrs.size(); ++i) {
+      info.breakpoint[i] = info.instrs[i].op == kReturnValueOp ? 2 : 0;
+    }
     return;
   }
   info.breakpoint.assign(info.instrs.size(), 0);

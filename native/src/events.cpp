@@ -100,8 +100,10 @@ int Tracer::on_opcode(PyFrameObject* frame) {
   }
   if (!info->breakpoint.empty()) {
     const int line = info->instrs[static_cast<std::size_t>(index)].line;
-    if (info->breakpoint[static_cast<std::size_t>(index)] != 0) {
-      const bool entered = sf->last_line != line || index <= sf->last_index;
+    const std::uint8_t mark = info->breakpoint[static_cast<std::size_t>(index)];
+    if (mark != 0) {
+      // A line is hit when entered; a return stop's mark (2) on every execution.
+      const bool entered = mark == 2 || sf->last_line != line || index <= sf->last_index;
       if (entered && stop_line_cb_ != nullptr && ++hits_ == stop_hit_) {
         PyObject* cb = stop_line_cb_;
         stop_line_cb_ = nullptr;
@@ -188,6 +190,7 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
         if (ret != 0 && cp.callbacks.size() < kMaxCallbacks &&
             (cp.callbacks.empty() || cp.callbacks.back() != ret)) {
           cp.callbacks.push_back(ret);
+          cp.callback_values.push_back(value);
         }
         if (tainting_ && ret != 0 && tainted_.count(ret) != 0) cp.tainted_inputs = true;
       }

@@ -199,7 +199,11 @@ void Tracer::fill_arguments(const Pending& reader, ShadowFrame& callee) {
   _PyInterpreterFrame* f = callee.iframe;
   for (int i = 0; i < callee.code->argslots; ++i) {
     PyObject* v = f->localsplus[i];
-    if (v == nullptr || (callee.code->kinds[static_cast<std::size_t>(i)] & CO_FAST_CELL) != 0) {
+    if (v == nullptr) continue;
+    if ((callee.code->kinds[static_cast<std::size_t>(i)] & CO_FAST_CELL) != 0 && PyCell_Check(v)) {
+      PyObject* content = PyCell_GET(v);  // an argument a closure captures (a comprehension's)
+      if (content != nullptr)
+        set_slot(addr(v), kCellKey, reader.counter, addr(content), reader.counter);
       continue;
     }
     callee.slots[static_cast<std::size_t>(i)] = reader.counter;

@@ -2,6 +2,7 @@
 #include "hooks.hpp"
 
 #include <utility>
+#include <vector>
 
 #include "tracer.hpp"
 
@@ -22,11 +23,35 @@ struct Hook {
   destructor original;
   destructor hook;
 };
-// 18 types known when attaching, then room for the C types of objects that remember what
-// filled them (fills.hpp), hooked the first time one is filled.
-constexpr int kHooks = 34;
+// 19 types known when attaching, then room for the C types of objects that remember what
+// filled them (fills.hpp), hooked the first time one is filled (hook_type).
+constexpr int kKnown = 19;
+constexpr int kHooks = kKnown + 16;
 Hook g_hooks[kHooks];
-int g_used = 0;  // hooks in use: the first g_used entries
+int g_used = 0;                     // hooks in use: the first g_used entries
+constexpr int kExceptionHook = 14;  // BaseException's
+// Built-in exception types that deallocate through BaseException's function (Exception,
+// ValueError, ...): each gets BaseException's hook, so raised objects' attributes are tracked.
+std::vector<PyTypeObject*> g_exception_types;
+
+void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor hook, int depth) {
+  PyObject* subs =
+      PyObject_CallMethod(reinterpret_cast<PyObject*>(type), "__subclasses__", nullptr);
+  if (subs == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs); ++i) {
+    auto* sub = reinterpret_cast<PyTypeObject*>(PyList_GET_ITEM(subs, i));
+    if ((sub->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0) continue;  // subtype_dealloc walks up
+    if (sub->tp_dealloc == original) {
+      sub->tp_dealloc = hook;
+      g_exception_types.push_back(sub);
+    }
+    if (depth < 8) hook_exception_subtypes(sub, original, hook, depth + 1);
+  }
+  Py_DECREF(subs);
+}
 
 template <int N>
 void hooked_dealloc(PyObject* obj) {
@@ -42,13 +67,27 @@ void fill_hook_functions(std::integer_sequence<int, N...>) {
 }  // namespace
 
 void install_hooks(PyTypeObject* const* extra, int count) {
-  PyTypeObject* types[kHooks] = {
-      &PyList_Type,     &PyDict_Type,      &PyTuple_Type, &PyCell_Type,     &PyBaseObject_Type,
-      &PyFunction_Type, &PyGen_Type,       &PyCoro_Type,  &PyAsyncGen_Type, &PyType_Type,
-      &PySet_Type,      &PyFrozenSet_Type, &PyODict_Type, &PyByteArray_Type};
+  PyTypeObject* types[kHooks] = {&PyList_Type,
+                                 &PyDict_Type,
+                                 &PyTuple_Type,
+                                 &PyCell_Type,
+                                 &PyBaseObject_Type,
+                                 &PyFunction_Type,
+                                 &PyGen_Type,
+                                 &PyCoro_Type,
+                                 &PyAsyncGen_Type,
+                                 &PyType_Type,
+                                 &PySet_Type,
+                                 &PyFrozenSet_Type,
+                                 &PyODict_Type,
+                                 &PyByteArray_Type,
+                                 reinterpret_cast<PyTypeObject*>(PyExc_BaseException),
+                                 nullptr,
+                                 nullptr,
+                                 nullptr,
+                                 nullptr};
   // Room for `count` types found at run time (collections' deque and defaultdict).
-  constexpr int kFixed = 14;
-  constexpr int kKnown = 18;
+  constexpr int kFixed = 15;
   for (int i = 0; i < count && kFixed + i < kKnown; ++i) types[kFixed + i] = extra[i];
   fill_hook_functions(std::make_integer_sequence<int, kHooks>{});
   for (int i = 0; i < kHooks; ++i) {
@@ -60,6 +99,10 @@ void install_hooks(PyTypeObject* const* extra, int count) {
     }
   }
   g_used = kKnown;
+  if (g_exception_types.empty()) {
+    const Hook& h = g_hooks[kExceptionHook];
+    hook_exception_subtypes(h.type, h.original, h.hook, 0);
+  }
 }
 
 bool hook_type(PyTypeObject* type) {
@@ -73,6 +116,11 @@ bool hook_type(PyTypeObject* type) {
 }
 
 void remove_hooks() {
+  for (PyTypeObject* t : g_exception_types) {
+    if (t->tp_dealloc == g_hooks[kExceptionHook].hook)
+      t->tp_dealloc = g_hooks[kExceptionHook].original;
+  }
+  g_exception_types.clear();
   for (auto& h : g_hooks) {
     if (h.type != nullptr && h.type->tp_dealloc == h.hook) h.type->tp_dealloc = h.original;
   }

@@ -15,6 +15,7 @@
 #include <internal/pycore_frame.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 #include <vector>
@@ -244,10 +245,20 @@ void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
   };
   const bool read = p.query_counter == p.counter;  // items and moves were read for it
   // A result that is one item of an argument (moves.cpp) was read from it alone.
+  // Its data is that item's alone: the container it sat in and the key or index that chose
+  // it select, they are not where it came from (an item whose tag was lost keeps them).
   const bool one_item = read && p.move_item;
+  if (one_item && p.move_item_tag != 0) {
+    push(p.move_item_tag);
+    for (Tag t : p.callbacks) push(t);
+    return;
+  }
   const std::uint64_t replaced = read && !one_item ? p.replaced : 0;
+  // A subscript of a list, tuple, dict, str or bytes: the key selects, the container holds.
+  const std::size_t selector = p.rule == Rule::kBinarySubscr && read && p.move_hint ? 1 : SIZE_MAX;
   for (std::size_t i = first; i < p.in_tags.size(); ++i) {
     if (i < 64 && (replaced & (std::uint64_t{1} << i)) != 0) continue;
+    if (i == selector) continue;
     push(p.in_tags[i]);
   }
   for (Tag t : p.callbacks) push(t);

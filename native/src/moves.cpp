@@ -62,6 +62,7 @@ void Tracer::gather_move_candidates(Pending& p) {
     return;
   }
   if (p.in_objs.size() < 2) return;
+  if (compares_items(p)) return;
   // An argument (tag 0: a result that is an argument keeps its tag without a node) or an
   // item of one, with the item's tag.
   auto add = [&p](PyObject* v, Tag t) {
@@ -136,7 +137,7 @@ bool Tracer::is_move(ShadowFrame& sf, int base, int depth) {
       return p.query_counter == p.counter && p.move_hint;
     case Rule::kCall:
     case Rule::kCallFunctionEx:
-      if (p.query_counter != p.counter) return false;
+      if (p.query_counter != p.counter || compares_items(p)) return false;
       break;
     default:
       return false;

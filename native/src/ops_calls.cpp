@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "fields.h"
 #include "ops.hpp"
 #include "py_values.hpp"
 #include "tracer.hpp"
@@ -62,7 +63,8 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
   if (result == nullptr) return 0;
   if (last_return_.seq > p.return_seq && last_return_.value == result) return last_return_.tag;
   if (p.aux_value == result && p.aux_tag != 0) return p.aux_tag;
-  if (!shared(result)) {
+  const bool compares = compares_items(p);
+  if (!shared(result) && !compares) {
     const std::size_t first = p.in_objs[0] != nullptr ? 1 : 2;
     for (std::size_t j = first; j < p.in_objs.size(); ++j) {
       if (p.in_objs[j] == result) return p.in_tags[j];
@@ -79,7 +81,7 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     }
     class_slots_.clear();
   }
-  if (!shared(result)) {
+  if (!shared(result) && !compares) {
     const Tag held = held_tag(result);
     if (held != 0) return held;
   }
@@ -88,10 +90,16 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     // list.copy(), dict.copy(): the same items, in the same places, with the same tags. The
     // original is still alive if its record is (deallocation drops it).
     const ObjectRecord* original = p.copy_of != nullptr ? slots_.find(addr(p.copy_of)) : nullptr;
-    if (original != nullptr && Py_TYPE(result) == Py_TYPE(p.copy_of)) {
+    if (original != nullptr && (Py_TYPE(result) == Py_TYPE(p.copy_of) ||
+                                (PyDict_Check(result) && PyDict_Check(p.copy_of)))) {
       std::vector<std::pair<std::uint64_t, Slot>> copy(original->slots.begin(),
                                                        original->slots.end());
       for (const auto& [k, slot] : copy) copy_slot(addr(result), k, slot, p.counter);
+    }
+    if (p.flag && PyDict_Check(result)) {  // dict(pairs): model_dict_construction
+      for (std::size_t i = 0; i < p.keys.size(); ++i) {
+        set_slot(addr(result), p.keys[i], p.items[i], addr(p.item_values[i]), p.counter);
+      }
     }
   }
   return p.counter;
@@ -247,7 +255,9 @@ inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* na
       for (const auto& [k, slot] : copy) copy_slot(addr(self), k, slot, now);
     }
     // Values with no slot of their own there (an instance's __dict__ that C handed over, as
-    // copy.copy's state): the tag of the slot that still holds them.
+    // copy.copy's state): the tag of the slot that still holds them, else the mapping's own
+    // (whatever made it made them: json.loads, a row factory). Every key written is
+    // overwritten, so an old value's tag never outlives it.
     if (PyDict_GET_SIZE(args[0]) <= static_cast<Py_ssize_t>(kMaxCopiedItems)) {
       Py_ssize_t pos = 0;
       PyObject* k = nullptr;
@@ -256,14 +266,47 @@ inline void Tracer::model_dict_method(Pending& p, PyObject* self, const char* na
         std::uint64_t slot_key = 0;
         if (!item_key(k, slot_key) || slots_.get(addr(args[0]), slot_key, addr(v)) != 0) continue;
         const Tag t = held_tag(v);
-        if (t != 0) set_slot(addr(self), slot_key, t, addr(v), now);
+        set_slot(addr(self), slot_key, t != 0 ? t : tags[0], addr(v), now);
       }
+    } else {
+      slots_.drop_slots(addr(self), now);
     }
   } else if (is("clear") || is("popitem") || is("update")) {
     slots_.drop_slots(addr(self), now);
   } else if (is("__setitem__") || is("__delitem__") || is("fromkeys")) {
     slots_.mark_dirty(addr(self), now);
   }
+}
+
+// dict(mapping), OrderedDict(pairs): each key's value keeps the tag of the slot it came from
+// (a mapping's slot, a pair's second item); call_result writes them into the new dict.
+void Tracer::model_dict_construction(Pending& p, PyObject* source) {
+  if (PyDict_Check(source)) {
+    p.copy_of = source;
+    return;
+  }
+  if (!(PyList_Check(source) || PyTuple_Check(source)) ||
+      static_cast<std::size_t>(Py_SIZE(source)) > kMaxCopiedItems) {
+    return;
+  }
+  p.keys.clear();
+  p.items.clear();
+  p.item_values.clear();
+  for (Py_ssize_t i = 0; i < Py_SIZE(source); ++i) {
+    PyObject* pair = seq_item(source, i);
+    std::uint64_t key = 0;
+    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        !item_key(PyTuple_GET_ITEM(pair, 0), key)) {
+      continue;
+    }
+    PyObject* value = PyTuple_GET_ITEM(pair, 1);
+    const Tag t = slots_.get(addr(pair), index_key(1), addr(value));
+    if (t == 0) continue;
+    p.keys.push_back(key);
+    p.items.push_back(t);
+    p.item_values.push_back(value);
+  }
+  p.flag = !p.keys.empty();
 }
 
 // getattr(owner, name[, default]) reads an attribute slot, setattr writes one.
@@ -277,9 +320,18 @@ inline void Tracer::model_builtin_attr(Pending& p, const char* name, PyObject** 
   const std::uint64_t key = ns != nullptr ? name_key(args[1]) : attr_key(args[1]);
   if (is("getattr")) {
     const Slot* slot = slots_.slot(addr(target), key);
+    if (slot == nullptr && ns == nullptr && PyUnicode_Check(args[1])) {
+      // Written through the instance's __dict__ (copy's state, ORMs), as LOAD_ATTR reads it.
+      PyObject* dict = sealtrace_instance_dict(owner);
+      if (dict != nullptr) slot = slots_.slot(addr(dict), name_key(args[1]));
+    }
     if (slot != nullptr) {
       p.aux_tag = slot->tag;
       p.aux_value = reinterpret_cast<PyObject*>(slot->value);
+    } else if (ns == nullptr && PyUnicode_Check(args[1])) {
+      PyObject* v = nullptr;
+      p.aux_tag = class_attr_slot(owner, args[1], &v);  // a class attribute read through it
+      p.aux_value = v;
     }
   } else if (is("setattr") && argc == 3 && trackable(target)) {
     set_slot(addr(target), key, tags[2], addr(args[2]), now);
@@ -313,6 +365,11 @@ void Tracer::model_call(ShadowFrame& sf) {
       set_slot(addr(target), ns != nullptr ? name_key(args[1]) : attr_key(args[1]), tags[2],
                addr(args[2]), p.counter);
     }
+    return;
+  }
+  if (head == nullptr && argc == 1 && !p.kw && PyType_Check(callable) &&
+      PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(callable), &PyDict_Type)) {
+    model_dict_construction(p, args[0]);
     return;
   }
   if (self == nullptr || name == nullptr) return;

@@ -99,7 +99,22 @@ void Tracer::begin_match_class(ShadowFrame& sf, const Instr& in, int depth) {
   }
 }
 
-// UNPACK_SEQUENCE pushes the items last first; an item without a slot tag may still be held.
+Tag Tracer::callback_tag(const Pending& p, PyObject* v, std::size_t position,
+                         std::size_t count) const noexcept {
+  // An iterator that handed back exactly the values taken, in order: position decides, even
+  // for shared objects (small ints, None) that identity alone cannot tell apart.
+  if (p.callback_values.size() == count && position < count) {
+    return p.callback_values[position] == v ? p.callbacks[position] : 0;
+  }
+  if (v == nullptr || shared(v)) return 0;  // a shared object could be any of them
+  for (std::size_t i = p.callback_values.size(); i-- > 0;) {
+    if (p.callback_values[i] == v) return p.callbacks[i];
+  }
+  return 0;
+}
+
+// UNPACK_SEQUENCE pushes the items last first; an item without a slot tag may still be held,
+// or be what a generator yielded.
 void Tracer::complete_unpack_sequence(ShadowFrame& sf, int base, int depth) {
   const Pending& p = sf.p;
   PyObject** lp = sf.iframe->localsplus;
@@ -109,6 +124,10 @@ void Tracer::complete_unpack_sequence(ShadowFrame& sf, int base, int depth) {
   if (depth - base == count) {
     for (int i = 0; i < count; ++i) {
       Tag t = p.items[static_cast<std::size_t>(i)];
+      if (t == 0) {
+        t = callback_tag(p, lp[base + (count - 1 - i)], static_cast<std::size_t>(i),
+                         static_cast<std::size_t>(count));
+      }
       if (t == 0) t = held_tag(lp[base + (count - 1 - i)]);
       if (t != 0) s[base + (count - 1 - i)] = t;
     }
@@ -126,7 +145,30 @@ void Tracer::complete_unpack_ex(ShadowFrame& sf, int base, int depth) {
   const int lead = p.oparg & 0xFF;
   const int trail = p.oparg >> 8;
   const auto n = static_cast<int>(p.items.size());
-  if (depth - base != lead + 1 + trail || n < lead + trail) return;
+  if (depth - base != lead + 1 + trail) return;
+  PyObject* rest = lp[base + trail];
+  if (n == 0 && !p.callback_values.empty()) {
+    // An iterator's items (a generator's yields): known by the objects it handed back.
+    const Py_ssize_t middle = PyList_CheckExact(rest) ? PyList_GET_SIZE(rest) : 0;
+    const auto count = static_cast<std::size_t>(lead + trail + middle);
+    for (int i = 0; i < lead; ++i) {
+      const Tag t = callback_tag(p, lp[depth - 1 - i], static_cast<std::size_t>(i), count);
+      if (t != 0) s[depth - 1 - i] = t;
+    }
+    for (int k = 0; k < trail; ++k) {
+      const Tag t = callback_tag(p, lp[base + k], count - 1 - static_cast<std::size_t>(k), count);
+      if (t != 0) s[base + k] = t;
+    }
+    if (!PyList_CheckExact(rest) || !trackable(rest)) return;
+    slots_.mark_created(addr(rest), now);
+    for (Py_ssize_t j = 0; j < middle; ++j) {
+      PyObject* item = PyList_GET_ITEM(rest, j);
+      const Tag t = callback_tag(p, item, static_cast<std::size_t>(lead + j), count);
+      if (t != 0) set_slot(addr(rest), index_key(j), t, addr(item), now);
+    }
+    return;
+  }
+  if (n < lead + trail) return;
   auto item_tag = [&](int i) { return p.items[static_cast<std::size_t>(i)]; };
   for (int i = 0; i < lead; ++i) {
     if (item_tag(i) != 0) s[depth - 1 - i] = item_tag(i);
@@ -134,7 +176,6 @@ void Tracer::complete_unpack_ex(ShadowFrame& sf, int base, int depth) {
   for (int k = 0; k < trail; ++k) {
     if (item_tag(n - 1 - k) != 0) s[base + k] = item_tag(n - 1 - k);
   }
-  PyObject* rest = lp[base + trail];
   if (!PyList_CheckExact(rest) || !trackable(rest)) return;
   slots_.mark_created(addr(rest), now);
   for (Py_ssize_t j = 0; j < PyList_GET_SIZE(rest) && lead + j < n - trail; ++j) {

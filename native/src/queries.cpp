@@ -5,6 +5,7 @@
 #include <internal/pycore_frame.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "hooks.hpp"
 #include "py_values.hpp"
@@ -16,7 +17,18 @@ namespace sealtrace {
 
 void Tracer::note_taint(ShadowFrame& sf) {
   Pending& p = sf.p;
-  for (Tag t : p.in_tags) {
+  // A subscript's key selects the item; the item's data is not the key's (edge_inputs).
+  std::size_t selector = SIZE_MAX;
+  if (p.rule == Rule::kBinarySubscr && p.in_objs.size() == 2 && p.in_objs[0] != nullptr) {
+    PyObject* c = p.in_objs[0];
+    if (PyList_Check(c) || PyTuple_Check(c) || PyDict_Check(c) || PyUnicode_Check(c) ||
+        PyBytes_Check(c)) {
+      selector = 1;
+    }
+  }
+  for (std::size_t i = 0; i < p.in_tags.size(); ++i) {
+    const Tag t = p.in_tags[i];
+    if (i == selector) continue;
     if (t != 0 && tainted_.count(t) != 0) {
       p.tainted_inputs = true;
       break;

@@ -42,6 +42,13 @@ void Tracer::attach() {
   }
   if (builtins_ == nullptr) builtins_ = PyImport_ImportModule("builtins");
   if (builtins_ == nullptr) throw std::runtime_error("cannot import builtins");
+  if (builtin_min_ == nullptr) {
+    builtin_min_ = PyObject_GetAttrString(builtins_, "min");  // kept: compared, never called
+    builtin_max_ = PyObject_GetAttrString(builtins_, "max");
+    if (builtin_min_ == nullptr || builtin_max_ == nullptr) {
+      throw std::runtime_error("builtins has no min or max");
+    }
+  }
   if (deque_type_ == nullptr) {
     // collections' C types keep their items out of reach of list's and dict's hooks (deque)
     // or deallocate through their own function first (defaultdict).

@@ -90,9 +90,11 @@ struct Pending {
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
   std::vector<std::uint64_t> keys;
+  std::vector<PyObject*> item_values;  // dict(pairs): the value of each key (compared only)
   // Values Python functions returned or yielded to C code while this instruction ran
   // (sum over a generator, sorted's key): inputs that never sat on this frame's stack.
   std::vector<Tag> callbacks;
+  std::vector<PyObject*> callback_values;  // what each callback handed back: compared only
   // The items of containers C code read while it ran (sum over a list, "".join, json.dumps),
   // kept by query passes only (item_inputs.cpp); bit i of `replaced`: operand i's items all
   // had tags and stand for it.
@@ -172,6 +174,9 @@ class Tracer {
   // interval (0 turns it off): where checkpoints are taken.
   void every(std::uint64_t interval, PyObject* callback);
   void stop_at_line(const std::string& filename, int line, std::uint64_t hit, PyObject* callback);
+  // Before the hit-th RETURN_VALUE of a function (file, qualname): its frame is still whole.
+  void stop_at_return(const std::string& filename, const std::string& qualname, std::uint64_t hit,
+                      PyObject* callback);
   void set_end_file(const std::string& filename);
   [[nodiscard]] std::uint64_t end_counter() const noexcept { return end_counter_; }
   [[nodiscard]] std::uint64_t crash_counter() const noexcept { return crash_counter_; }
@@ -290,6 +295,10 @@ class Tracer {
   void begin_match_class(ShadowFrame& sf, const Instr& in, int depth);
   void complete_unpack_sequence(ShadowFrame& sf, int base, int depth);
   void complete_unpack_ex(ShadowFrame& sf, int base, int depth);
+  // The tag of a value Python code handed back to C while this instruction ran (a generator's
+  // yield that UNPACK_EX or UNPACK_SEQUENCE took as item `position` of `count`), or 0.
+  [[nodiscard]] Tag callback_tag(const Pending& p, PyObject* v, std::size_t position,
+                                 std::size_t count) const noexcept;
   void complete_match(ShadowFrame& sf, int base, int depth);
   // Calls (ops_calls.cpp).
   void begin_precall(ShadowFrame& sf, const Instr& in, int depth);
@@ -338,6 +347,13 @@ class Tracer {
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
   void gather_move_candidates(Pending& p);
+  // min() and max(): every item (or argument) compared decided which one is the result, so it
+  // is a computation over all of them, never a move of the one chosen. Compares pointers only
+  // (the callable may be gone when the call completes).
+  [[nodiscard]] bool compares_items(const Pending& p) const noexcept {
+    return p.in_objs.size() >= 2 && p.in_objs[0] == nullptr &&
+           (p.in_objs[1] == builtin_min_ || p.in_objs[1] == builtin_max_);
+  }
   // Sets Pending::move_item when the result is an item of an argument (moves.cpp).
   bool is_move(ShadowFrame& sf, int base, int depth);
   Tag computed(const Pending& p, PyObject* value) const noexcept;
@@ -352,6 +368,7 @@ class Tracer {
   void model_call(ShadowFrame& sf);
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
+  void model_dict_construction(Pending& p, PyObject* source);
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);
@@ -393,6 +410,8 @@ class Tracer {
   PyObject* builtins_ = nullptr;
   // collections.deque and defaultdict (their module's types, found when attaching).
   PyTypeObject* deque_type_ = nullptr;
+  PyObject* builtin_min_ = nullptr;
+  PyObject* builtin_max_ = nullptr;
   PyTypeObject* defaultdict_type_ = nullptr;
 
   struct {
@@ -424,6 +443,7 @@ class Tracer {
   PyObject* stop_counter_cb_ = nullptr;
   std::string stop_file_;
   int stop_line_ = 0;
+  std::string stop_function_;  // a return stop: this qualname's returns, not a line
   std::uint64_t stop_hit_ = 0;
   std::uint64_t hits_ = 0;
   PyObject* stop_line_cb_ = nullptr;

@@ -117,6 +117,14 @@ VIOLATIONS = {
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.VALUE, a=5, e=99)),
     ),
+    "a RAISED with an unknown message flag": lambda r: (
+        r.ask(Op.INSPECT, 2),
+        _then(r, Frame(Op.RAISED, a=5, e=2)),
+    ),
+    "a RAISED answering a trace": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.RAISED, a=5)),
+    ),
     "DONE for another request": lambda r: (
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.DONE, a=0, b=9)),
@@ -153,6 +161,19 @@ VIOLATIONS = {
         _then(r, Frame(Op.RECEIPT, a=1, b=2, e=ReplayStatus.BIT_EXACT)),
     ),
 }
+
+
+def test_a_crash_stack_answer_is_accepted() -> None:
+    reader = _loaded_reader()
+    reader.ask(Op.INSPECT, 2)
+    answer = _then(
+        reader,
+        Frame(Op.RAISED, a=9, b=2**63, e=1),
+        Frame(Op.VALUE, a=9, e=TypeTag.STR, f=16, digest=b"\3" * 32),
+        Frame(Op.FRAME_AT, a=9, c=0, d=4),
+        Frame(Op.DONE, a=3, b=2),
+    )
+    assert [f.op for f in answer] == [Op.RAISED, Op.VALUE, Op.FRAME_AT, Op.DONE]
 
 
 def test_a_replay_answer_is_accepted() -> None:

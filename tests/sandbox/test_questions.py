@@ -9,6 +9,8 @@ without a sample here fails `test_every_kind_has_a_sample`.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from sealtrace.sandbox.questions import (
     ask,
     check_answer,
     json_schema,
+    parse_at,
     parse_question,
     question_json,
 )
@@ -138,6 +141,10 @@ QUESTIONS = [
     Flows(source="order@routes/orders.py:4"),
     InspectStack(at="crash"),
     InspectStack(at="services/pricing.py:2"),
+    Trace(at="return:main", var="total"),
+    Trace(at="return:services/pricing.py:Order.total#2", var="self.items[0]"),
+    InspectStack(at="return:outer.<locals>.inner#3"),
+    Flows(source="order@return:routes/orders.py:handle"),
     Replay(),
 ]
 
@@ -204,3 +211,34 @@ def test_an_over_long_expression_is_a_bad_question_not_the_end_of_the_session(
     with pytest.raises(QueryError, match="bytes"):
         boxed.trace(Trace(at="end", var=long))
     assert check_answer("replay", ask(boxed, Replay())) == []  # the session lives on
+
+
+def test_a_return_stop_carries_its_function_in_the_request_text() -> None:
+    """Agent → runner may carry strings: the function's name comes first in the text, `d`
+    characters long, and the expression after it; the file, when given, is a source index."""
+    from sealtrace.sandbox.protocol import NO_SOURCE, Stop
+
+    frame, text = request_for(Trace(at="return:main#2", var="total"), SOURCES)
+    assert (frame.e, frame.c, frame.d, frame.ival) == (Stop.RETURN, NO_SOURCE, 4, 2)
+    assert text == b"maintotal"
+    frame, text = request_for(InspectStack(at="return:pricing.py:Order.total"), SOURCES)
+    assert (frame.c, frame.d, text) == (1, len("Order.total"), b"Order.total")
+    bad = dataclasses.replace(frame, d=99)  # a name longer than the text: a bad request
+    with pytest.raises(QueryError):
+        question_of(bad, text.decode(), SOURCES)
+
+
+@pytest.mark.parametrize(
+    ("at", "says"),
+    [
+        ("pricing.py:total", "write return:pricing.py:total"),
+        ("return:", "expected return:FUNC"),
+        ("return:3", "expected return:FUNC"),
+        ("return:a..b", "expected return:FUNC"),
+        ("return:main#0", "returns count from 1"),
+        ("main", "return:FUNC[#N]"),
+    ],
+)
+def test_a_return_stop_has_one_grammar(at: str, says: str) -> None:
+    with pytest.raises(QueryError, match=re.escape(says)):
+        parse_at(at)
