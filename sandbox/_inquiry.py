@@ -360,7 +360,9 @@ class Inquiry:
             if below <= depth:
                 expanded.add(tag)
                 inputs = [self._tree(t, nodes, below, depth, levels, expanded) for t in followed]
-            elif followed:
+            elif followed and origin is None:
+                # Below an origin the bound only hides how the input was fetched (the cursor,
+                # the connection): its branch reached where the data came from, it is not cut.
                 self.last_cuts[tag] = "depth"
         if origin is None and not input_tags(node):
             origin = {"kind": "unknown", "call": None, "event": None}
