@@ -330,6 +330,11 @@ def main() -> None:
     # and site's caches with unrecorded calls; fill them here too, or the program's first
     # sysconfig.get_path() would make boundary calls the recording does not have.
     _recorder.passthrough_prefixes()
+    if meta.get("cold_lookups"):
+        # Checking the manifest here listed sys.path's directories on this file system (a
+        # container's, whose mtimes are not the recording's): the program must not find
+        # those listings, as it found none of the recorder's.
+        _recorder.forget_distribution_lookups()
     install(rt, libs)
     provenance = _provenance(query_fd, rt, target, main_source)
     gc.freeze()  # as the recorder does
