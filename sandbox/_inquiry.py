@@ -115,7 +115,8 @@ class Inquiry:
             if receipt.status == "bit-exact":
                 raise QueryError("the replay ended without answering the query")
             raise DivergenceError(
-                f"{receipt.message()}; provenance needs a faithful replay up to the point asked"
+                f"{receipt.message()}; provenance needs a faithful replay up to the point asked",
+                receipt.data.get("divergence"),
             )
         result: dict[str, Any] = receipt.data["result"]
         return result
@@ -139,7 +140,8 @@ class Inquiry:
                 )
                 if receipt.status != "query":
                     raise DivergenceError(
-                        f"{receipt.message()}; provenance needs a faithful replay"
+                        f"{receipt.message()}; provenance needs a faithful replay",
+                        receipt.data.get("divergence"),
                     )
                 server.collect()
             except BaseException:
