@@ -85,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes

@@ -331,6 +331,7 @@ class Tracer {
   bool walk_items(PyObject* c, int depth, ItemWalk& w);
   void prepare_query_inputs(Pending& p);
   void gather_item_inputs(ShadowFrame& sf);
+  bool gather_named_items(Pending& p);
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
   void gather_move_candidates(Pending& p);
@@ -356,6 +357,7 @@ class Tracer {
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_dict_construction(Pending& p, PyObject* source);
+  void share_attribute_slots(PyObject* owner, PyObject* dict);
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);
