@@ -49,6 +49,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_tag = 0;
   p.aux_value = nullptr;
   p.copy_of = nullptr;
+  p.shares_state = false;
   p.callbacks.clear();
   p.callback_values.clear();
   int pops = op_pops(in.op, in.oparg);

@@ -83,6 +83,7 @@ struct Pending {
   Tag aux_tag = 0;
   PyObject* aux_value = nullptr;   // compared, never dereferenced
   PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
+  bool shares_state = false;       // copy_of's __reduce_ex__: its __dict__ gets its slots
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;

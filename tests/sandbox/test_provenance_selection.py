@@ -24,12 +24,20 @@ from ..conftest import KeyFiles, run_cli
 from .replaying import record, write_app
 
 APP = """
+import copy
+import dataclasses
 import json
 import os
 import sys
 from collections import OrderedDict
 
 DEFAULTS = OrderedDict(timeout=30, retries=3)
+
+
+@dataclasses.dataclass
+class Terms:
+    days: int
+    rate: float
 
 
 class Stamped:
@@ -79,6 +87,8 @@ note = Stamped(data["rows"][0][0], ceiling)
 rendered = "%(msg)s!" % note.__dict__
 doubled = [v * 2 for v in data["small"]]
 over = any(v > 7 for v in doubled)
+terms = dataclasses.asdict(copy.deepcopy(Terms(len(data["small"]), floor)))
+days = terms["days"]
 print("done")
 """
 
@@ -225,6 +235,18 @@ def test_a_loop_over_a_filled_list_reads_its_items_not_the_empty_literal(
     doc = _trace(recording, "over")
     assert READ in _origins(doc)
     assert "[]" not in _constants(doc)  # the comprehension's list started empty
+
+
+def test_a_deep_copy_and_asdict_keep_each_field_tag(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    # The copy's state is the instance's __dict__, handed out by C (__reduce_ex__); its
+    # fields are 3 (a shared small int, no identity to follow) and the FLOOR variable.
+    doc = _trace(recording, "days")
+    assert doc["root"]["value"]["repr"] == "3"
+    kinds = {kind for kind, _call in _origins(doc)}
+    assert READ in _origins(doc) and "env" not in kinds
+    assert _constants(doc) == [], _constants(doc)  # not the field names, not the class
 
 
 def test_negative_control_a_literal_still_traces_to_its_constant(
