@@ -30,6 +30,13 @@ def _boundary_calls() -> list[str]:
     return [entry.name for library in BUILTIN_LIBRARIES for entry in library.entries]
 
 
+def _frozen_modules() -> list[str]:
+    import _imp
+
+    names: list[str] = _imp._frozen_module_names()  # type: ignore[attr-defined]
+    return names
+
+
 _MAX_DEPTH = 4
 _MAX_ITEMS = 10_000
 
@@ -102,6 +109,8 @@ class Dictionary:
                 self._source(source.module, source.path, blob)
         for source in parsed.sources.values():
             self._text("path", source.path)
+        for module in _frozen_modules():  # the standard library's frozen modules' "files"
+            self._text("path", f"<frozen {module}>")
         for name in _boundary_calls():
             self._text("call", name)
         for event in parsed.events:
@@ -118,6 +127,8 @@ class Dictionary:
         for value in [target.get("value"), *(target.get("args") or [])]:
             if isinstance(value, str):
                 self._value(value, 0)
+        self._trees = [str(p) for p in meta.get("passthrough") or [] if isinstance(p, str)]
+        self._tree_paths: dict[str, str] | None = None
         self.prefixes = {
             (k, int.from_bytes(bytes.fromhex(d)[:8], "little", signed=True)): t
             for (k, d), t in self.texts.items()
@@ -218,6 +229,22 @@ class Dictionary:
 
     def text(self, kind: str, digest: bytes) -> str | None:
         return self.texts.get((kind, digest.hex()))
+
+    def tree_path(self, digest: bytes) -> str | None:
+        """A file of the interpreter's own trees (the recording's passthrough directories)
+        whose path has this digest: where a divergence's innermost frame is library code.
+        The replay image holds these trees at the same paths; they are listed here on
+        first use only, since only a divergence outside the recorded sources asks."""
+        if self._tree_paths is None:
+            self._tree_paths = {}
+            for tree in self._trees:
+                for directory, _dirs, files in os.walk(tree):
+                    for name in files:
+                        if name.endswith(".py"):
+                            path = os.path.join(directory, name)
+                            encoded = path.encode("utf-8", "surrogateescape")
+                            self._tree_paths[self._digest("path", encoded)] = path
+        return self._tree_paths.get(digest.hex())
 
     def name_by_prefix(self, prefix: int, kind: str = "name") -> str | None:
         """A name from the first 8 bytes of its digest (a NODE's function, a call)."""

@@ -35,6 +35,7 @@ from sealtrace.sandbox import (
     MARKER_OPS,
     DivergenceError,
     QueryError,
+    Receipt,
     ReplayEnvironmentError,
     describe_event,
     marker_node,
@@ -324,7 +325,7 @@ class SandboxClient:
         if last.op is Op.ERROR:
             code = ErrorCode(last.e)
             if code is ErrorCode.DIVERGED:
-                raise DivergenceError("replay diverged in the sandbox before the answer")
+                raise self._diverged(frames)
             if code is ErrorCode.ENVIRONMENT:
                 raise ReplayEnvironmentError(
                     "the sandbox image cannot replay this recording (its Python, distributions "
@@ -591,6 +592,18 @@ class SandboxClient:
             },
         )
 
+    def _diverged(self, frames: list[Frame]) -> DivergenceError:
+        """The error of a question whose replay diverged, worded as the in-process one: the
+        event, the expected call, the call made and where (sealtrace.sandbox.Receipt)."""
+        found = [fr for fr in frames if fr.op in (Op.DIVERGENCE, Op.FRAME_AT)]
+        if [fr.op for fr in found] != [Op.DIVERGENCE, Op.FRAME_AT]:
+            return DivergenceError("replay diverged in the sandbox before the answer")
+        detail = self._divergence(*found)
+        message = Receipt({"status": "diverged", "divergence": detail}).message()
+        return DivergenceError(
+            f"{message}; provenance needs a faithful replay up to the point asked", detail
+        )
+
     def _divergence(self, fr: Frame, where: Frame) -> dict[str, Any]:
         flags = DivergenceFlags(fr.e)
         events = self.parsed.events
@@ -614,6 +627,7 @@ class SandboxClient:
             self.sources[where.c]
             if where.c != NO_SOURCE
             else self.dictionary.text("path", where.digest)
+            or self.dictionary.tree_path(where.digest)
         )
         detail: dict[str, Any] = {
             "event": fr.a,

@@ -192,6 +192,12 @@ def register(library: Library) -> None:
 def libraries(names: Iterable[str] | None = None) -> list[Library]:
     """The libraries in use: built-ins, registered ones and entry points; or exactly `names`."""
     found: dict[str, Library] = {lib.name: lib for lib in BUILTIN_LIBRARIES}
+    found.update(_REGISTERED)
+    if names is not None and all(n in found for n in names):
+        # Replay names the recording's libraries: scanning every distribution's entry
+        # points would list sys.path's directories, whose order and contents differ
+        # between file systems (a container's), before the program runs.
+        return [found[n] for n in names]
     for ep in entry_points(group="sealtrace.boundary"):
         try:
             lib = ep.load()

@@ -52,6 +52,7 @@ __all__ = [
     "Recording",
     "ReplayHooks",
     "describe_run",
+    "forget_distribution_lookups",
     "installed_manifest",
     "passthrough_prefixes",
     "replay_hooks",
@@ -111,6 +112,23 @@ def passthrough_prefixes() -> list[str]:
     return seen
 
 
+def forget_distribution_lookups() -> None:
+    """Drop what importlib.metadata remembers of sys.path's directories.
+
+    Describing the run (the manifest, the boundary plugins' entry points) lists every
+    directory on sys.path before the boundary is installed, and importlib.metadata keeps
+    each listing keyed by the directory's mtime. A program's later lookup (werkzeug asks
+    for its own version) would then stat each directory through the boundary and use the
+    listing only if the mtime matched. The replaying process made its listings on another
+    file system (a container image), so the same recorded mtime would miss there and list
+    the directory: a call the recording does not have. Forgotten on both sides, the
+    program's first lookup stats and lists through the boundary, and replay serves both.
+    """
+    from importlib.metadata import FastPath  # type: ignore[attr-defined]
+
+    FastPath.__new__.cache_clear()
+
+
 class ReplayHooks:
     """What a replaying process may touch in the recorder, and nothing more: the REPLAYING
     switch (start_recording() is then a no-op) and the passthrough prefixes, whose computation
@@ -130,6 +148,10 @@ class ReplayHooks:
     @staticmethod
     def passthrough_prefixes() -> list[str]:
         return passthrough_prefixes()
+
+    @staticmethod
+    def forget_distribution_lookups() -> None:
+        forget_distribution_lookups()
 
 
 replay_hooks = ReplayHooks()
@@ -184,6 +206,9 @@ def describe_run(
         "app_roots": [os.path.abspath(r) for r in app_roots],
         "passthrough": passthrough_prefixes(),
         "manifest": installed_manifest(),
+        # The program starts with no directory listing cached (forget_distribution_lookups):
+        # replay forgets its own before running it. Absent from older recordings.
+        "cold_lookups": True,
         "stdio": describe_stdio(),
         "libraries": list(libs),
         "timezone": {
@@ -311,6 +336,7 @@ class Recording:
                     with open(origin, "rb") as f:
                         self.record_source(name, origin, hasattr(module, "__path__"), f.read())
             sys.meta_path.insert(0, SourceRecorder(self))
+            forget_distribution_lookups()
             self._patcher = install(rt, libs)
             # The recorder's own objects are long-lived: keep them out of every collection.
             gc.freeze()

@@ -22,6 +22,8 @@ stream) are sealtrace.proxy's IntegrityError family: exit 4.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sealtrace.proxy import SealtraceError, UsageError
 
 __all__ = [
@@ -42,7 +44,14 @@ class QueryError(UsageError):
 
 
 class DivergenceError(SealtraceError):
+    """`divergence`, when known, is the receipt's: the event, the expected and the actual
+    call, and where the program made it (a sandbox runner sends it on as frames)."""
+
     exit_code = 3
+
+    def __init__(self, message: str, divergence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.divergence = divergence
 
 
 class ValidationError(SealtraceError):

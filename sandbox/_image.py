@@ -126,7 +126,12 @@ def plan_image(
             f"{python}'s environment cannot provide the image's distributions (nothing is "
             f"downloaded): {'; '.join(problems[:5])}{more}"
         )
-    files = _tree(stdlib, [os.path.join(stdlib, d) for d in _STDLIB_SKIP])
+    skipped = [os.path.join(stdlib, d) for d in _STDLIB_SKIP]
+    files = _tree(stdlib, skipped)
+    # Left out, but present as empty directories: the import system lists the standard
+    # library's directory, and a listing of other names here than where the recording is
+    # replayed in-process would move the program's objects (sets of them iterate by id).
+    files |= {d for d in skipped if os.path.isdir(d)}
     files |= _tree(purelib) if chosen["files"] is None else set(chosen["files"])
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     files.add(os.path.join(base, "bin", version))

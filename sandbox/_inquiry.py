@@ -115,7 +115,8 @@ class Inquiry:
             if receipt.status == "bit-exact":
                 raise QueryError("the replay ended without answering the query")
             raise DivergenceError(
-                f"{receipt.message()}; provenance needs a faithful replay up to the point asked"
+                f"{receipt.message()}; provenance needs a faithful replay up to the point asked",
+                receipt.data.get("divergence"),
             )
         result: dict[str, Any] = receipt.data["result"]
         return result
@@ -139,7 +140,8 @@ class Inquiry:
                 )
                 if receipt.status != "query":
                     raise DivergenceError(
-                        f"{receipt.message()}; provenance needs a faithful replay"
+                        f"{receipt.message()}; provenance needs a faithful replay",
+                        receipt.data.get("divergence"),
                     )
                 server.collect()
             except BaseException:
@@ -360,7 +362,9 @@ class Inquiry:
             if below <= depth:
                 expanded.add(tag)
                 inputs = [self._tree(t, nodes, below, depth, levels, expanded) for t in followed]
-            elif followed:
+            elif followed and origin is None:
+                # Below an origin the bound only hides how the input was fetched (the cursor,
+                # the connection): its branch reached where the data came from, it is not cut.
                 self.last_cuts[tag] = "depth"
         if origin is None and not input_tags(node):
             origin = {"kind": "unknown", "call": None, "event": None}

@@ -5,34 +5,43 @@ pass must execute the same instructions. Programs branch on addresses without me
 set of objects iterates in the order of their ids, and with address-space randomisation those
 ids differ from one process to the next (a Flask + SQLAlchemy request loaded its columns in a
 different order from pass to pass, and a trace named the wrong column's read). A replaying
-process that answers a query therefore runs with randomisation off (personality(2),
-ADDR_NO_RANDOMIZE) when the system lets it: it sets the flag and executes itself again once.
-Where it is refused (a seccomp profile that only allows the default personality), the pass
-goes on as it is. What a pass itself allocates is kept apart by sealtrace._engine.quiet.
+process that answers a query therefore starts with randomisation off (personality(2),
+ADDR_NO_RANDOMIZE, which fork and exec pass on) when the system lets the process starting it
+say so. Where it is refused (the sandbox's seccomp profile allows only the default
+personality), the pass starts as it is.
+
+The replaying process itself never asks: whether it could would change what it allocates
+before the program runs (ctypes, loaded only where the answer is no), and with it the
+addresses of the program's objects, so that the same recording would iterate its sets in
+another order in a container than on this host. What a pass itself allocates is kept apart by
+sealtrace._engine.quiet.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import contextlib
+from collections.abc import Iterator
 
-__all__ = ["fixed_layout"]
+__all__ = ["unrandomized_children"]
 
 ADDR_NO_RANDOMIZE = 0x0040000
+_QUERY = 0xFFFFFFFF  # personality(0xffffffff) answers the current one and changes nothing
 
 
-def fixed_layout() -> None:
-    """Return with randomisation off, re-executing this process if needed; or as it was."""
-    try:
-        with open("/proc/self/personality") as f:
-            current = int(f.read().strip(), 16)
-    except (OSError, ValueError):
-        return
-    if current & ADDR_NO_RANDOMIZE:
-        return
+@contextlib.contextmanager
+def unrandomized_children() -> Iterator[None]:
+    """Processes started inside run with randomisation off, where this process may say so."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+    current = libc.personality(_QUERY)
+    if current == -1 or current & ADDR_NO_RANDOMIZE:
+        yield
         return
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 - this very process
+    if libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+        yield
+        return
+    try:
+        yield
+    finally:
+        libc.personality(current)

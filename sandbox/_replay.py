@@ -292,6 +292,31 @@ class RecordedSourceLoader(importlib.abc.SourceLoader):
         raise OSError("recorded sources have no bytecode cache")
 
 
+def _checked_apart(meta: dict[str, Any]) -> str | None:
+    """environment_problem(meta), found by a forked child. Checking the manifest lists and
+    parses every distribution on sys.path, in the order this file system lists them, and
+    frees most of it: done here, it would leave the free lists (and so the addresses of the
+    program's objects, and the order of its sets of them) different in a container and on
+    this host. The child's memory goes with it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read_end)
+        try:
+            answer = {"problem": environment_problem(meta)}
+        except BaseException as exc:  # raised again by the parent, as if checked there
+            answer = {"failed": f"{type(exc).__name__}: {exc}"}
+        _write(write_end, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_end)
+    answer = json.loads(_read_all(read_end) or b'{"failed": "the check died"}')
+    os.waitpid(pid, 0)
+    if "failed" in answer:
+        raise RuntimeError(f"checking the environment failed: {answer['failed']}")
+    problem: str | None = answer["problem"]
+    return problem
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while True:
@@ -314,7 +339,7 @@ def main() -> None:
         os._exit(4)
     del data
     meta = parsed.meta
-    problem = environment_problem(meta)
+    problem = _checked_apart(meta)
     if problem is not None:
         os.write(result_fd, json.dumps({"status": "environment", "error": problem}).encode())
         os._exit(2)
@@ -332,6 +357,11 @@ def main() -> None:
     # and site's caches with unrecorded calls; fill them here too, or the program's first
     # sysconfig.get_path() would make boundary calls the recording does not have.
     _recorder.passthrough_prefixes()
+    if meta.get("cold_lookups"):
+        # Checking the manifest here listed sys.path's directories on this file system (a
+        # container's, whose mtimes are not the recording's): the program must not find
+        # those listings, as it found none of the recorder's.
+        _recorder.forget_distribution_lookups()
     install(rt, libs)
     provenance = _provenance(query_fd, rt, target, main_source)
     gc.freeze()  # as the recorder does

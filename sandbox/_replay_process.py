@@ -8,6 +8,7 @@ hash seed and python options, and nothing else from ours.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,18 +21,11 @@ from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, op
 from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_meta
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
+from ._layout import unrandomized_children
 
 __all__ = ["Receipt", "load_recording", "replay", "replay_location"]
 
-# A pass that answers a query (a fourth argument) first fixes its address-space layout.
-CHILD_CODE = (
-    "import sys\n"
-    "if len(sys.argv) > 3:\n"
-    "    from sealtrace.sandbox._layout import fixed_layout\n"
-    "    fixed_layout()\n"
-    "from sealtrace.sandbox._replay import main\n"
-    "main()\n"
-)
+CHILD_CODE = "from sealtrace.sandbox._replay import main\nmain()\n"
 _STDERR_TAIL = 2000
 
 
@@ -131,17 +125,20 @@ def replay(
     query_read, query_write = os.pipe() if query is not None else (-1, -1)
     if query is not None:
         argv.append(str(query_read))
+    # A pass that answers a query starts with its address-space layout fixed (_layout).
+    layout = unrandomized_children() if query is not None else contextlib.nullcontext()
     try:
-        child = subprocess.Popen(
-            argv,
-            pass_fds=tuple(fd for fd in (input_read, result_write, query_read) if fd >= 0)
-            + pass_fds,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=_child_env(meta),
-            cwd="/",
-        )
+        with layout:
+            child = subprocess.Popen(
+                argv,
+                pass_fds=tuple(fd for fd in (input_read, result_write, query_read) if fd >= 0)
+                + pass_fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=_child_env(meta),
+                cwd="/",
+            )
     finally:
         os.close(input_read)
         os.close(result_write)

@@ -29,8 +29,9 @@ requests anyway.
 Invariants (the agent's FrameReader enforces them and ends the session on the first
 violation): a frame is exactly FRAME_SIZE bytes; magic and version match; the op is one this
 direction may send and answers the question asked (HELLO first, LOADED once, then for each
-request its answer frames ending in DONE or ERROR, BYE last); seq increases by one; fields
-are within their ranges (a counter is at most the run's instruction count once LOADED gave
+request its answer frames ending in DONE or ERROR, BYE last; a question whose replay diverged
+is answered by DIVERGENCE, FRAME_AT and ERROR DIVERGED, nothing else); seq increases by one;
+fields are within their ranges (a counter is at most the run's instruction count once LOADED gave
 it, a source index names a recorded source or is NO_SOURCE, a tag is known); an answer has
 at most `budget` frames; silence longer than the timeout is a violation.
 """
@@ -84,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -268,6 +269,9 @@ def decode(data: bytes) -> Frame:
     return Frame(kind, seq, a, b, c, d, e, f, ival, fval, digest)
 
 
+# Any question's replay may diverge: then DIVERGENCE, its FRAME_AT and ERROR DIVERGED answer
+# it (REPLAY's RECEIPT says so itself, and comes first).
+_DIVERGED = (Op.DIVERGENCE, Op.FRAME_AT, Op.ERROR)
 _ANSWERS: dict[Op, frozenset[Op]] = {
     Op.TRACE: frozenset({Op.NODE, Op.VALUE, Op.EDGE, Op.FRAME_AT}),
     Op.FLOWS: frozenset({Op.REACH, Op.OUTPUT, Op.VALUE, Op.FRAME_AT}),
@@ -294,6 +298,7 @@ class FrameReader:
         self.instructions: int | None = None
         self.asked: tuple[Op, int] | None = None  # (request op, request seq)
         self.in_answer = 0
+        self.diverged = 0  # frames of a question's divergence seen so far (_DIVERGED)
         self.closed = False
 
     def ask(self, op: Op, seq: int) -> None:
@@ -303,6 +308,7 @@ class FrameReader:
             raise ValueError("one question at a time")
         self.asked = (op, seq)
         self.in_answer = 0
+        self.diverged = 0
 
     def feed(self, data: bytes) -> list[Frame]:
         self.buffer += data
@@ -340,6 +346,8 @@ class FrameReader:
         if self.asked is None:
             raise FrameError(f"{fr.op.name} answers no question")
         op, request_seq = self.asked
+        if op is not Op.REPLAY and (self.diverged or fr.op is Op.DIVERGENCE):
+            return self._diverged(fr)
         if fr.op in (Op.DONE, Op.ERROR):
             if fr.b != request_seq:
                 raise FrameError(f"{fr.op.name} for request {fr.b}, not {request_seq}")
@@ -355,6 +363,22 @@ class FrameReader:
         if self.in_answer > self.budget:
             raise FrameError(f"more than {self.budget} frames in one answer")
         self._ranges(fr)
+        return fr
+
+    def _diverged(self, fr: Frame) -> Frame:
+        """A question other than REPLAY whose replay diverged: DIVERGENCE first in its answer,
+        then FRAME_AT, then ERROR DIVERGED."""
+        if fr.op is not _DIVERGED[self.diverged] or (self.in_answer and not self.diverged):
+            raise FrameError(f"{fr.op.name} where a divergence's frames go")
+        self.diverged += 1
+        if fr.op is Op.ERROR:
+            if fr.b != self.asked[1] or fr.e != ErrorCode.DIVERGED:  # type: ignore[index]
+                raise FrameError("a divergence ends in ERROR DIVERGED for the open request")
+            self.asked = None
+            return fr
+        if fr.op is Op.FRAME_AT and fr.a:
+            raise FrameError("a divergence's FRAME_AT carries no counter")
+        self._locations(fr)
         return fr
 
     def _ranges(self, fr: Frame) -> None:
@@ -403,10 +427,14 @@ class FrameReader:
         ):
             raise FrameError("RECEIPT fields out of range")
         if fr.op is Op.DIVERGENCE:
-            if fr.e & ~int(DivergenceFlags(7)):
-                raise FrameError(f"unknown divergence flags {fr.e:#x}")
-            if (fr.c >= self.sources and fr.c != NO_SOURCE) or fr.d > MAX_LINE:
-                raise FrameError("DIVERGENCE location out of range")
+            self._locations(fr)
+
+    def _locations(self, fr: Frame) -> None:
+        """A divergence's and its FRAME_AT's fields, which need no LOADED."""
+        if fr.op is Op.DIVERGENCE and fr.e & ~int(DivergenceFlags(7)):
+            raise FrameError(f"unknown divergence flags {fr.e:#x}")
+        if (fr.c >= self.sources and fr.c != NO_SOURCE) or fr.d > MAX_LINE:
+            raise FrameError(f"{fr.op.name} location out of range")
 
 
 # -- questions as requests: the one mapping both ends use -----------------------------------

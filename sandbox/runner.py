@@ -141,9 +141,19 @@ class Runner:
             try:
                 answer = list(self._answer(request, text.decode("utf-8")))
             except Exception as exc:
-                self._send([Frame(Op.ERROR, e=self._error_code(exc), b=request.seq)])
+                code = self._error_code(exc)
+                where = self._diverged_at(exc) if code is ErrorCode.DIVERGED else []
+                self._send([*where, Frame(Op.ERROR, e=code, b=request.seq)])
                 continue
             self._send([*answer, Frame(Op.DONE, a=len(answer), b=request.seq)])
+
+    def _diverged_at(self, exc: Exception) -> list[Frame]:
+        """Where a pass diverged, as the receipt says it (DIVERGENCE and FRAME_AT), for the
+        agent to name the event, the call and the location as an in-process replay does."""
+        divergence = getattr(exc, "divergence", None)
+        if not divergence or self.parsed is None:
+            return []
+        return list(self._divergence_frames(divergence))
 
     def _error_code(self, exc: Exception) -> ErrorCode:
         if self.watch is not None and self.watch.fired:
@@ -231,8 +241,12 @@ class Runner:
             digest=self._digest("stream", d["stream_digest"]),
         )
         div = d.get("divergence")
-        if div is None:
-            return
+        if div is not None:
+            yield from self._divergence_frames(div)
+
+    def _divergence_frames(self, div: Mapping[str, Any]) -> Iterator[Frame]:
+        parsed = self.parsed
+        assert parsed is not None
         flags = DivergenceFlags(0)
         event = int(div["event"])
         if event < len(parsed.events) and div["expected"] == describe_event(parsed.events[event]):

@@ -49,6 +49,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_tag = 0;
   p.aux_value = nullptr;
   p.copy_of = nullptr;
+  p.shares_state = false;
   p.input_served = false;
   if (!p.fill_tags.empty()) p.fill_tags.clear();
   p.callbacks.clear();
@@ -199,10 +200,12 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
                  PyByteArray_Check(sf.p.in_objs[0]) && trackable(sf.p.in_objs[0])) {
         model_fill(sf.p.in_objs[0], "extend", sf.p.in_tags[1], sf.p.counter);  // buffer += data
       }
-      if ((in.op == kBinaryOp || in.op == kFormatValueOp) && keeps_inputs(sf.p.counter)) {
+      if ((in.op == kBinaryOp || in.op == kFormatValueOp || in.rule == Rule::kGetIter) &&
+          keeps_inputs(sf.p.counter)) {
         prepare_query_inputs(sf.p);
-        // f"{items}", "%s" % (items,), a + [b]; "%(name)s" % mapping reads what it names
-        if (!gather_format_items(sf)) gather_item_inputs(sf);
+        // f"{items}", "%s" % (items,), a + [b]; iter(items): what a loop or a generator
+        // over it reads is its items, not the empty list it was filled from.
+        gather_item_inputs(sf);
       }
       break;
   }

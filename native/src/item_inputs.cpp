@@ -175,10 +175,62 @@ void Tracer::ItemWalk::add(Tag t) {
   tags.push_back(t);
 }
 
+// `text % mapping` reads only the keys its `%(name)s` fields name (a logging formatter's
+// `fmt % record.__dict__`): those items stand for the mapping when each has a tag.
+bool Tracer::gather_named_items(Pending& p) {
+  PyObject* fmt = p.in_objs[0];
+  PyObject* mapping = p.in_objs[1];
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(fmt, &n);
+  if (text == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  ItemWalk w;
+  for (Py_ssize_t i = 0; i + 1 < n; ++i) {
+    if (text[i] != '%') continue;
+    if (text[i + 1] == '%') {
+      ++i;
+      continue;
+    }
+    if (text[i + 1] != '(') return false;  // a positional field: the mapping itself is read
+    const char* start = text + i + 2;
+    const char* end =
+        static_cast<const char*>(std::memchr(start, ')', static_cast<std::size_t>(n - i - 2)));
+    if (end == nullptr) return false;
+    PyObject* key = PyUnicode_FromStringAndSize(start, end - start);
+    if (key == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    PyObject* value = PyDict_GetItemWithError(mapping, key);  // exact str keys: no Python code
+    std::uint64_t slot_key = 0;
+    const bool keyed = item_key(key, slot_key);
+    Py_DECREF(key);
+    if (value == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    const Tag t = keyed ? item_tag_of(mapping, slot_key, value) : 0;
+    if (t == 0) return false;
+    w.add(t);
+    i = end - text;
+  }
+  if (w.cut) return false;
+  p.replaced |= std::uint64_t{1} << 1;
+  p.item_inputs = std::move(w.tags);
+  return true;
+}
+
 // Before a call into C, an f-string's FORMAT_VALUE or a binary operator runs (in a pass that
 // keeps inputs: begin checks): the items of the containers among its operands.
 void Tracer::gather_item_inputs(ShadowFrame& sf) {
   Pending& p = sf.p;
+  if (p.op == kBinaryOp && p.oparg == kRemainder && p.in_objs.size() == 2 &&
+      PyUnicode_CheckExact(p.in_objs[0]) && PyDict_CheckExact(p.in_objs[1]) &&
+      gather_named_items(p)) {
+    return;
+  }
   std::size_t first = 0;
   if (p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx) {
     if (p.in_objs.size() < 2) return;

@@ -33,6 +33,29 @@ void Tracer::begin_attr_load(ShadowFrame& sf, const Instr& in, int depth) {
     p.aux_tag = class_attr_slot(owner, name, &v);
     p.aux_value = v;
   }
+  if (in.rule == Rule::kLoadAttr && ns == nullptr && PyUnicode_Check(name) &&
+      PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
+    p.flag = true;  // complete_slot_load gives the dict its owner's attribute slots
+    p.copy_of = owner;
+  }
+}
+
+// obj.__dict__ read by Python code (a logging formatter's `fmt % record.__dict__`): its items
+// are the attributes STORE_ATTR tagged on the owner. `owner` is only compared, never read.
+void Tracer::share_attribute_slots(PyObject* owner, PyObject* dict) {
+  if (!trackable(dict) || PyDict_GET_SIZE(dict) > static_cast<Py_ssize_t>(kMaxCopiedItems)) {
+    return;
+  }
+  const Tag now = counter_.value();
+  Py_ssize_t pos = 0;
+  PyObject* k = nullptr;
+  PyObject* v = nullptr;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (!PyUnicode_CheckExact(k)) continue;
+    const Slot* slot = slots_.slot(addr(owner), attr_key(k));
+    if (slot != nullptr && slot->value == addr(v))
+      set_slot(addr(dict), name_key(k), slot->tag, addr(v), now);
+  }
 }
 
 // STORE_ATTR, DELETE_ATTR.

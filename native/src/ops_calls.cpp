@@ -81,6 +81,11 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     }
     class_slots_.clear();
   }
+  if (p.shares_state && slots_.find(addr(p.copy_of)) != nullptr) {
+    // Alive (its record is): the instance dict the call handed out holds its attributes.
+    PyObject* dict = sealtrace_instance_dict(p.copy_of);
+    if (dict != nullptr) share_attribute_slots(p.copy_of, dict);
+  }
   if (!shared(result) && !compares) {
     const Tag held = held_tag(result);
     if (held != 0) return held;
@@ -373,6 +378,12 @@ void Tracer::model_call(ShadowFrame& sf) {
     return;
   }
   if (self == nullptr || name == nullptr) return;
+  if (std::strcmp(name, "__reduce_ex__") == 0 || std::strcmp(name, "__reduce__") == 0 ||
+      std::strcmp(name, "__getstate__") == 0) {
+    p.copy_of = self;  // copy's state is self.__dict__: call_result shares its slots
+    p.shares_state = true;
+    return;
+  }
   if (PyList_Check(self) && trackable(self)) {
     model_list_method(p, self, name, args, tags, argc);
   } else if (PyDict_Check(self) && trackable(self)) {

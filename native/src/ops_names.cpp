@@ -104,6 +104,9 @@ void Tracer::complete_slot_load(ShadowFrame& sf, int base, int depth) {
     } else if (attr_like) {
       s[depth - 1] = computed(p, v);
       if (p.flag && p.rule == Rule::kBinarySubscr && pushed == 1) complete_missing(sf, depth);
+      if (p.flag && p.rule == Rule::kLoadAttr && pushed == 1 && PyDict_Check(v)) {
+        share_attribute_slots(p.copy_of, v);
+      }
     }
     if (pushed == 2) s[base] = 0;  // LOAD_GLOBAL's NULL
   }

@@ -1,11 +1,11 @@
 // `"%(levelname)s %(message)s" % record.__dict__`: a mapping formatted by a %-format string
 // reads only the items its `%(name)` conversions name (logging's Formatter formats every
-// record this way). Those items are the value's inputs, not every field of the record (its
-// creation time, process id and argv[0] among them), in a backward trace and in a flow.
+// record this way). A flow follows only those items (flows.cpp), as a backward trace has only
+// them as inputs (gather_named_items, item_inputs.cpp).
 //
 // Reads the format's and the keys' text only where CPython keeps it as compact ASCII, so
-// nothing is allocated or cached in the program's objects; anything else falls back to all
-// the items (item_inputs.cpp).
+// nothing is allocated or cached in the program's objects during a pass; anything else is
+// not read here (the flow then checks every item).
 #define Py_BUILD_CORE 1
 #include <Python.h>
 
@@ -19,7 +19,6 @@ namespace sealtrace {
 
 namespace {
 
-constexpr std::int32_t kRemainder = 6;  // BINARY_OP's oparg for %
 constexpr std::size_t kMaxNames = 32;
 
 std::string_view ascii(PyObject* s) {
@@ -75,23 +74,6 @@ Tracer::FormatRead Tracer::format_item_tags(const Pending& p, ItemWalk& w) const
     if (!found) return kNotRead;  // the format raises KeyError, or the key is not ASCII
   }
   return all ? kAll : kSome;
-}
-
-// Before `fmt % mapping` runs in a pass that keeps inputs: the named items, which stand for
-// the mapping. False when this is not a mapping's %-format.
-bool Tracer::gather_format_items(ShadowFrame& sf) {
-  Pending& p = sf.p;
-  ItemWalk w;
-  const FormatRead read = format_item_tags(p, w);
-  if (read == kNotRead) return false;
-  // The named items stand for the mapping: its other items are not read. A named item with no
-  // tag (an attribute stored before its instance had a __dict__, holding an interned string)
-  // is said to be unknown, not stood for by whatever made the mapping.
-  p.replaced |= std::uint64_t{1} << 1;
-  p.item_inputs = std::move(w.tags);
-  if (read == kSome || w.unknown) p.item_inputs.push_back(kUnknownTag);
-  if (w.cut) p.item_inputs.push_back(kCutTag);
-  return true;
 }
 
 }  // namespace sealtrace

@@ -28,6 +28,7 @@ constexpr Tag kUnknownTag = (Tag{1} << 62) | (Tag{1} << 42);
 constexpr Tag kCutTag = (Tag{1} << 62) | (Tag{1} << 43);
 constexpr std::uint8_t kBinaryOp = 122;
 constexpr std::int32_t kInplaceAdd = 13;  // BINARY_OP's oparg for +=
+constexpr std::int32_t kRemainder = 6;    // BINARY_OP's oparg for %
 constexpr std::uint8_t kFormatValueOp = 155;
 constexpr std::uint8_t kPrecallOp = 166;
 constexpr std::uint8_t kCallOp = 171;

@@ -84,6 +84,7 @@ struct Pending {
   Tag aux_tag = 0;
   PyObject* aux_value = nullptr;   // compared, never dereferenced
   PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
+  bool shares_state = false;       // copy_of's __reduce_ex__: its __dict__ gets its slots
   bool input_served = false;       // a recorded read was served while it ran (fills.cpp)
   std::vector<Tag> fill_tags;      // the fills of the object it asks, read before it ran
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
@@ -340,10 +341,10 @@ class Tracer {
   bool walk_items(PyObject* c, int depth, ItemWalk& w);
   void prepare_query_inputs(Pending& p);
   void gather_item_inputs(ShadowFrame& sf);
-  // `fmt % mapping` reads only the items fmt names (percent_format.cpp).
+  bool gather_named_items(Pending& p);
+  // The items `fmt % mapping` names, for a flow (percent_format.cpp).
   enum FormatRead { kNotRead, kSome, kAll };
   FormatRead format_item_tags(const Pending& p, ItemWalk& w) const;
-  bool gather_format_items(ShadowFrame& sf);
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
   void gather_move_candidates(Pending& p);
@@ -369,6 +370,7 @@ class Tracer {
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_dict_construction(Pending& p, PyObject* source);
+  void share_attribute_slots(PyObject* owner, PyObject* dict);
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_builtin_attr(Pending& p, const char* name, PyObject** args, const Tag* tags, int argc);

@@ -13,6 +13,7 @@ from sealtrace.sandbox.protocol import (
     NO_SOURCE,
     PROTOCOL_VERSION,
     DivergenceFlags,
+    ErrorCode,
     Frame,
     FrameError,
     FrameReader,
@@ -156,6 +157,26 @@ VIOLATIONS = {
         r.ask(Op.REPLAY, 2),
         _then(r, Frame(Op.DIVERGENCE, a=1, c=SOURCES, d=5)),
     ),
+    "a trace's answer after its divergence": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1), Frame(Op.NODE, a=5, c=0, d=1)),
+    ),
+    "a divergence after a trace's answer began": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.FRAME_AT, a=900, c=0, d=4), Frame(Op.DIVERGENCE, a=1)),
+    ),
+    "a divergence ending in DONE": lambda r: (
+        r.ask(Op.FLOWS, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1), Frame(Op.FRAME_AT, d=3), Frame(Op.DONE, a=2, b=2)),
+    ),
+    "a divergence ending in another error": lambda r: (
+        r.ask(Op.INSPECT, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1), Frame(Op.FRAME_AT, d=3), Frame(Op.ERROR, e=1, b=2)),
+    ),
+    "a divergence's location at a counter": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.DIVERGENCE, a=1), Frame(Op.FRAME_AT, a=5, d=3)),
+    ),
     "a receipt answering a trace": lambda r: (
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.RECEIPT, a=1, b=2, e=ReplayStatus.BIT_EXACT)),
@@ -187,6 +208,25 @@ def test_a_replay_answer_is_accepted() -> None:
         Frame(Op.DONE, a=3, b=2),
     )
     assert [f.op for f in answer] == [Op.RECEIPT, Op.DIVERGENCE, Op.FRAME_AT, Op.DONE]
+
+
+@pytest.mark.parametrize("op", [Op.LOAD, Op.TRACE, Op.FLOWS, Op.INSPECT])
+def test_any_question_may_be_answered_by_its_divergence(op: Op) -> None:
+    """Before LOADED too: LOAD's survey is the session's first replay."""
+    reader = FrameReader(SOURCES) if op is Op.LOAD else _loaded_reader()
+    if op is Op.LOAD:
+        reader.ask(Op.LOAD, 1)
+        _then(reader, HELLO)
+    else:
+        reader.ask(op, 2)
+    answer = _then(
+        reader,
+        Frame(Op.DIVERGENCE, a=14, b=2**64 - 1, c=1, d=5, e=DivergenceFlags.EXPECTED_EVENT),
+        Frame(Op.FRAME_AT, c=NO_SOURCE, d=310, digest=b"\2" * 32),
+        Frame(Op.ERROR, e=ErrorCode.DIVERGED, b=reader.asked[1]),  # type: ignore[index]
+    )
+    assert [f.op for f in answer] == [Op.DIVERGENCE, Op.FRAME_AT, Op.ERROR]
+    assert reader.asked is None
 
 
 @pytest.mark.parametrize("case", sorted(VIOLATIONS))

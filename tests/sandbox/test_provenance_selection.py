@@ -24,12 +24,26 @@ from ..conftest import KeyFiles, run_cli
 from .replaying import record, write_app
 
 APP = """
+import copy
+import dataclasses
 import json
 import os
 import sys
 from collections import OrderedDict
 
 DEFAULTS = OrderedDict(timeout=30, retries=3)
+
+
+@dataclasses.dataclass
+class Terms:
+    days: int
+    rate: float
+
+
+class Stamped:
+    def __init__(self, msg, stamp):
+        self.msg = msg
+        self.stamp = stamp
 
 
 class Over(Exception):
@@ -69,10 +83,16 @@ paired = dict([("a", data["rows"][0][1]), ("b", 2)])
 from_pairs = paired["a"]
 first_line = lines[0]
 fixed_pick = [4.5, 5.5][1]
+note = Stamped(data["rows"][0][0], ceiling)
+rendered = "%(msg)s!" % note.__dict__
+doubled = [v * 2 for v in data["small"]]
+over = any(v > 7 for v in doubled)
+terms = dataclasses.asdict(copy.deepcopy(Terms(len(data["small"]), floor)))
+days = terms["days"]
 print("done")
 """
 
-DOC = {"rows": [["x", 1500.5], ["y", 9000]], "small": [3, 4, 5], "cfg": {"retries": 3}}
+DOC = {"rows": [["xray", 1500.5], ["yank", 9000]], "small": [3, 4, 5], "cfg": {"retries": 3}}
 READ = ("external", "stdin.readall")
 CEILING = ("env", "os.environ['CEILING']")
 FLOOR = ("env", "os.environ['FLOOR']")
@@ -197,6 +217,36 @@ def test_readlines_names_the_read_that_brought_the_data(
     assert len(reads) >= 2  # the data, then the empty read that ends readlines()
     carried = {e.index for e in reads if parsed.decode(e)}
     assert events & carried and not events - carried, (events, carried)
+
+
+def test_percent_formatting_a_mapping_reads_only_the_named_fields(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    # A logging formatter's `fmt % record.__dict__`: the stamp beside the message is no input.
+    doc = _trace(recording, "rendered")
+    assert doc["root"]["value"]["repr"] == "'xray!'"
+    kinds = {kind for kind, _call in _origins(doc)}
+    assert READ in _origins(doc) and "env" not in kinds
+
+
+def test_a_loop_over_a_filled_list_reads_its_items_not_the_empty_literal(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    doc = _trace(recording, "over")
+    assert READ in _origins(doc)
+    assert "[]" not in _constants(doc)  # the comprehension's list started empty
+
+
+def test_a_deep_copy_and_asdict_keep_each_field_tag(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    # The copy's state is the instance's __dict__, handed out by C (__reduce_ex__); its
+    # fields are 3 (a shared small int, no identity to follow) and the FLOOR variable.
+    doc = _trace(recording, "days")
+    assert doc["root"]["value"]["repr"] == "3"
+    kinds = {kind for kind, _call in _origins(doc)}
+    assert READ in _origins(doc) and "env" not in kinds
+    assert _constants(doc) == [], _constants(doc)  # not the field names, not the class
 
 
 def test_negative_control_a_literal_still_traces_to_its_constant(

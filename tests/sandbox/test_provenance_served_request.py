@@ -1,0 +1,181 @@
+"""The £0.00 story through an ORM-backed web request (issue 22, acceptance): a Flask app with
+SQLAlchemy, served by werkzeug on a real listening socket, answers a request that another
+process sends; the promotions table holds the staff test code STAFF100 (100 %), so the
+order's total is £0.00. The total, traced with the default bound, reaches the promotions
+read (the sqlite3 fetch under SQLAlchemy's ORM), in-process and in the sandbox, with the
+same chain: the same nodes, steps, lines and origins.
+
+The recorder does not follow threads yet, so the server handles its one request on the main
+thread (`threaded=False`, `handle_request()`); the client is this test, unrecorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import KeyFiles, run_cli
+from .replaying import write_app
+
+SHOP = """
+import sys
+
+from flask import Flask, jsonify, request
+from sqlalchemy import Float, String, create_engine, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from werkzeug.serving import make_server
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Promo(Base):
+    __tablename__ = "promotions"
+    code: Mapped[str] = mapped_column(String, primary_key=True)
+    discount_pct: Mapped[float] = mapped_column(Float)
+
+
+engine = create_engine(f"sqlite:///{sys.argv[1]}")
+app = Flask(__name__)
+
+
+def discount_for(code):
+    with Session(engine) as s:
+        promo = s.scalars(select(Promo).where(Promo.code == code)).first()
+        return promo.discount_pct if promo else 0.0
+
+
+def price(subtotal, code):
+    pct = discount_for(code)
+    discount = pct / 100
+    total = subtotal * (1 - discount)
+    return round(total, 2)
+
+
+@app.post("/orders")
+def create_order():
+    body = request.get_json()
+    subtotal = sum(item["price"] * item["qty"] for item in body["items"])
+    total = price(subtotal, body.get("promo"))
+    return jsonify({"total": total})
+
+
+server = make_server("127.0.0.1", 0, app, threaded=False)
+print(server.server_port, flush=True)  # the client, another process, connects here
+server.handle_request()
+server.server_close()
+"""
+ORDER = {"items": [{"price": 49.99, "qty": 1}], "promo": "STAFF100"}
+READ = "sqlite3.Cursor.fetchall"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles, str]:
+    from sealtrace.proxy import write_keypair
+
+    work = tmp_path_factory.mktemp("served")
+    keys = KeyFiles(*write_keypair(work / "keys", "served"))
+    database = work / "shop.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct REAL)")
+        db.executemany("INSERT INTO promotions VALUES (?, ?)", [("STAFF100", 100.0), ("TEN", 10.0)])
+    db.close()
+    app = write_app(work / "shop", SHOP)
+    exe = Path(sys.executable).with_name("sealtrace")
+    recorder = subprocess.Popen(
+        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
+         str(work / "store"), "--", sys.executable, str(app), str(database)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert recorder.stdout is not None
+        port = int(recorder.stdout.readline())
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/orders",
+            data=json.dumps(ORDER).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310 - loopback
+            assert json.loads(reply.read()) == {"total": 0.0}
+        _out, err = recorder.communicate(timeout=120)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+    assert recorder.returncode == 0, err.decode()
+    assert b'"POST /orders HTTP/1.1" 200' in err  # werkzeug's request log
+    database.unlink()  # the replay needs neither the database nor the client
+    line = next(i for i, text in enumerate(SHOP.splitlines(), 1) if "return round(total" in text)
+    return work / "store", keys, f"app.py:{line}"
+
+
+def _shown(node: dict[str, Any], path: tuple[int, ...] = ()) -> Iterator[tuple[tuple, dict]]:
+    here = (*path, node["counter"])
+    yield here, node
+    for child in node["inputs"]:
+        yield from _shown(child, here)
+
+
+def _read(doc: dict[str, Any]) -> dict[str, Any]:
+    reads = [n for _, n in _shown(doc["root"]) if (n["origin"] or {}).get("call") == READ]
+    assert reads, "the total does not reach the promotions read"
+    return reads[0]
+
+
+def _trace(store: Path, keys: KeyFiles, at: str, *where: str, env: Any = None) -> dict[str, Any]:
+    proc = run_cli(
+        "trace", str(store), "--identity", str(keys.identity_path), *where,
+        "--at", at, "--var", "total", "--json", env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def _same_chain(plain: dict[str, Any], boxed: dict[str, Any]) -> None:
+    """The same nodes by their paths of steps, each at the same line with the same origin;
+    only strings the agent cannot match (a library file, a value) may be unnamed."""
+    here = dict(_shown(plain["root"]))
+    there = dict(_shown(boxed["root"]))
+    assert there.keys() == here.keys()
+    for path, node in there.items():
+        mine = here[path]
+        assert (node["line"], node["origin"]) == (mine["line"], mine["origin"]), path
+        assert node["file"] in (mine["file"], None, ""), path
+        if node["value"]["repr"] is not None:
+            assert node["value"]["repr"] == mine["value"]["repr"], path
+    assert boxed["query"]["truncated"] == plain["query"]["truncated"]
+
+
+def test_the_total_reaches_the_promotions_read_in_process(
+    served: tuple[Path, KeyFiles, str],
+) -> None:
+    store, keys, at = served
+    doc = _trace(store, keys, at, "--in-process")
+    assert doc["query"]["depth"] == 64  # the default bound
+    assert doc["root"]["value"]["repr"] == "0.0"
+    read = _read(doc)
+    assert read["value"]["repr"] == "[('STAFF100', 100.0)]"
+    # The request reached the program through a real socket: the server accepted it.
+    calls = {n["origin"]["call"] for _, n in _shown(doc["root"]) if (n["origin"] or {}).get("call")}
+    assert "socket.accept" in calls
+
+
+@pytest.mark.podman
+def test_the_sandbox_gives_the_same_chain(
+    served: tuple[Path, KeyFiles, str], podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    store, keys, at = served
+    plain = _trace(store, keys, at, "--in-process")
+    boxed = _trace(store, keys, at, env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]})
+    _same_chain(plain, boxed)
+    assert _read(boxed)["origin"] == _read(plain)["origin"]
