@@ -50,6 +50,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_value = nullptr;
   p.copy_of = nullptr;
   p.shares_state = false;
+  p.pairs_yielded = false;
   p.callbacks.clear();
   p.callback_values.clear();
   int pops = op_pops(in.op, in.oparg);

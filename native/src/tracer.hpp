@@ -84,6 +84,7 @@ struct Pending {
   PyObject* aux_value = nullptr;   // compared, never dereferenced
   PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
   bool shares_state = false;       // copy_of's __reduce_ex__: its __dict__ gets its slots
+  bool pairs_yielded = false;      // dict() of an iterator: its pairs come back as yields
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
@@ -358,6 +359,8 @@ class Tracer {
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_dict_construction(Pending& p, PyObject* source);
+  Tag pair_value_tag(PyObject* pair, Tag pair_tag, std::uint64_t& key, PyObject** value);
+  void take_yielded_pair(Pending& p, PyObject* pair, Tag tag);
   void share_attribute_slots(PyObject* owner, PyObject* dict);
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
