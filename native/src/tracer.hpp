@@ -147,6 +147,10 @@ struct Stats {
   std::uint64_t exceptions = 0;
   std::uint64_t callback_errors = 0;
   std::size_t max_shadow_depth = 0;
+  // A slice pass's edges: how often they were compacted and the most kept after one.
+  std::uint64_t edge_compactions = 0;
+  std::size_t edges_kept = 0;
+  std::size_t live_tags = 0;
   std::uint64_t mismatches_by_op[256] = {};
   // Where the first mismatch happened (code index, line, step), for diagnosis.
   std::uint32_t first_mismatch_code = 0;
@@ -445,6 +449,28 @@ class Tracer {
     std::uint32_t move : 1;  // a move: its inputs are as deep as it is
   };
   void record(const Pending& p, bool move);
+  // Drops the edges no tag the engine still holds leads back to, or, once the root is done,
+  // every edge but the root's ancestry (edges.cpp).
+  void compact_edges(Tag current, bool only_current);
+  // visit(tag) for every tag the engine holds (0s included).
+  template <class F>
+  void live_tags(F&& visit) const;
+  std::size_t edges_compact_at_ = 0;
+  // Edges kept by compactions, packed: sorted by counter, varints, an index entry every block.
+  struct PackedBlock {
+    std::uint64_t counter;  // the block's first edge
+    std::size_t offset;     // its first byte
+  };
+  [[nodiscard]] std::size_t packed_block(Tag counter) const noexcept;
+  // visit(ordinal, counter, move, inputs) for each edge of a block, until it returns false.
+  template <class F>
+  void packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const;
+  // The packed edge of this counter: its inputs, whether it is a move, its ordinal.
+  bool find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move, std::size_t& ordinal) const;
+  QuietVector<std::uint8_t> packed_;
+  QuietVector<PackedBlock> packed_blocks_;
+  std::size_t packed_count_ = 0;
+  std::size_t packed_tags_ = 0;
   std::uint64_t edges_upto_ = 0;
   std::size_t edges_limit_ = 0;
   bool edges_overflow_ = false;
