@@ -81,7 +81,9 @@ void Tracer::record(const Pending& p, bool move) {
   if (packed_tags_ + edge_tags_.size() > edges_limit_) {
     edges_overflow_ = true;
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
+    edges_open_ = false;
   }
+  if (p.counter == edges_upto_) edges_open_ = false;  // the root completed
   if (p.counter == edges_upto_ && edges_done_ != nullptr) {
     // The root is done: only its own ancestry is still wanted.
     compact_edges(p.counter, true);
@@ -285,6 +287,7 @@ void Tracer::compact_edges(Tag current, bool only_current) {
 void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done) {
   edges_compact_at_ = kCompactMin;
   edges_upto_ = upto;
+  edges_open_ = upto != 0;
   edges_limit_ = limit;
   edges_overflow_ = false;
   edges_.clear();

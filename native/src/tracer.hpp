@@ -329,7 +329,7 @@ class Tracer {
   // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
   // capture of it): only then are containers' items and moves read. Inline: the hot path.
   [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
-    return now <= edges_upto_ ||
+    return now <= edges_upto_ || edges_open_ ||
            (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
   }
   [[nodiscard]] bool is_container(PyObject* v) const noexcept;
@@ -472,6 +472,9 @@ class Tracer {
   std::size_t packed_count_ = 0;
   std::size_t packed_tags_ = 0;
   std::uint64_t edges_upto_ = 0;
+  // The root has not completed: what runs while it does (a generator sum() drives, a key
+  // function sorted() calls) comes after it by counter but is its ancestry.
+  bool edges_open_ = false;
   std::size_t edges_limit_ = 0;
   bool edges_overflow_ = false;
   PyObject* edges_done_ = nullptr;
