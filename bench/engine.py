@@ -1,24 +1,31 @@
 """Provenance engine cost: replay with the engine attached against plain CPython, and the
 latency of one provenance jump deep into a run.
 
-    .venv/bin/python bench/engine.py [--quick]
+    .venv/bin/python bench/engine.py [--quick] [--report-only]
 
 Workloads run in fresh processes, plain and traced, interleaved, REPEATS times each; a run
 counts its own wall time around the workload (not interpreter start) and its peak RSS. The
 slowdown of a workload is the median over repeats of traced/plain. A jump is one capture
 pass: re-executing a recorded run to an instruction near its end and describing it, at 1M
-and 10M instructions. Prints a table and writes bench/results/engine.json.
+and 10M instructions. The report is the size test: a pure-Python sales report that keeps
+every order of a 1M-row CSV export alive as a small dict, run plain and then recorded and
+asked one question with `sealtrace trace`, the way a user asks, with the peak memory of each
+(every process it started, summed while they run) and whether the answer is complete.
+Prints a table and writes bench/results/engine.json.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,7 @@ from _machine import machine
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engine.json"
 REPEATS = 5
+REPORT_ROWS = 1_000_000
 
 WORKLOADS: dict[str, str] = {
     "pure-Python loop": """
@@ -210,11 +218,212 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+REPORT_APP = """\
+\"\"\"Sales report: parse every order of a CSV export, keep them, total them by region.\"\"\"
+import sys
+
+
+def parse(path):
+    orders = []
+    with open(path) as f:
+        f.readline()  # the header
+        for line in f:
+            order_id, region, qty, price = line.rstrip("\\n").split(",")
+            orders.append(
+                {"id": int(order_id), "region": region, "qty": int(qty), "price": float(price)}
+            )
+    return orders
+
+
+def main():
+    orders = parse(sys.argv[1])
+    totals = {}
+    for order in orders:
+        amount = order["qty"] * order["price"]
+        totals[order["region"]] = totals.get(order["region"], 0.0) + amount
+    biggest = max(orders, key=lambda o: o["qty"] * o["price"])
+    top = biggest["qty"] * biggest["price"]
+    grand = sum(totals.values())
+    print(f"{len(orders)} orders, {grand:.2f} in all; biggest {biggest['id']}: {top:.2f}")
+
+
+main()
+"""
+# The question: where the biggest order's amount came from (both operands, to the CSV).
+REPORT_VAR = "top"
+
+
+class _PeakMemory:
+    """The peak of the resident memory of a process and every process under it, summed,
+    sampled from /proc while it runs; and the largest single process, from the kernel."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak_tree = 0
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _tree_rss(root: int) -> int:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        page = os.sysconf("SC_PAGE_SIZE")
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                statm = Path(f"/proc/{entry}/statm").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            rss[int(entry)] = int(statm.split()[1]) * page
+        total, todo = 0, list(children.get(root, ()))  # not the measuring wrapper itself
+        while todo:
+            pid = todo.pop()
+            total += rss.get(pid, 0)
+            todo.extend(children.get(pid, ()))
+        return total
+
+    def run(self, cmd: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        sampler = threading.Thread(target=self._sample, args=(proc.pid,), daemon=True)
+        sampler.start()
+        out, err = proc.communicate(timeout=3600)
+        seconds = time.perf_counter() - start
+        self._stop.set()
+        sampler.join()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seconds
+
+    def _sample(self, pid: int) -> None:
+        while not self._stop.is_set():
+            self.peak_tree = max(self.peak_tree, self._tree_rss(pid))
+            self._stop.wait(self.interval)
+
+
+def _measured(cmd: list[str], cwd: Path) -> dict[str, Any]:
+    """Run cmd in a fresh child whose RUSAGE_CHILDREN then holds the largest process it
+    started (the kernel's figure), while the tree's summed RSS is sampled."""
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "rc = subprocess.run(sys.argv[1:]).returncode\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(peak, file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    meter = _PeakMemory()
+    done, seconds = meter.run([sys.executable, "-c", wrapper, *cmd], cwd)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    largest_kib = int(done.stderr.strip().splitlines()[-1])
+    return {
+        "seconds": seconds,
+        "peak_mib": max(meter.peak_tree / 2**20, largest_kib / 1024),
+        "largest_process_mib": largest_kib / 1024,
+        "stdout": done.stdout,
+    }
+
+
+def _walk(node: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    out.append(node)
+    for child in node["inputs"]:
+        _walk(child, out)
+
+
+def _origin(node: dict[str, Any]) -> str:
+    """A leaf's origin; "cut" for a branch the answer did not follow to one."""
+    return str((node.get("origin") or {}).get("kind") or "cut")
+
+
+def report(rows: int) -> dict[str, Any]:
+    """The report plain, then recorded and traced end to end by the CLI."""
+    from sealtrace.proxy import write_keypair
+
+    work = Path(tempfile.mkdtemp(prefix="sealtrace-bench-report-"))
+    try:
+        pub, key = write_keypair(work / "keys", "bench")
+        app = work / "app"
+        app.mkdir()
+        (app / "report.py").write_text(REPORT_APP)
+        line = 1 + REPORT_APP.splitlines().index(
+            next(x for x in REPORT_APP.splitlines() if x.strip().startswith("print("))
+        )
+        rnd = random.Random(7)
+        regions = ["north", "south", "east", "west", "central"]
+        with open(work / "orders.csv", "w") as f:
+            f.write("id,region,qty,price\n")
+            for i in range(rows):
+                f.write(f"{i},{rnd.choice(regions)},{rnd.randint(1, 20)},")
+                f.write(f"{rnd.randint(100, 99_999) / 100}\n")
+        python = sys.executable
+        exe = str(Path(python).with_name("sealtrace"))
+        plain = _measured([python, "app/report.py", "orders.csv"], work)
+        record = _measured(
+            [exe, "record", "--recipient", str(pub), "--output", "store", "--app-root", "app",
+             "--", python, "app/report.py", "orders.csv"],
+            work,
+        )  # fmt: skip
+        trace = _measured(
+            [exe, "trace", "store", "--identity", str(key), "--at", f"report.py:{line}",
+             "--var", REPORT_VAR, "--in-process", "--json"],
+            work,
+        )  # fmt: skip
+        answer = json.loads(trace.pop("stdout"))
+        nodes: list[dict[str, Any]] = []
+        _walk(answer["root"], nodes)
+        # A step reached several ways is expanded once and shown elsewhere without inputs.
+        expanded = {n["counter"] for n in nodes if n["inputs"]}
+        leaves = [n for n in nodes if not n["inputs"] and n["counter"] not in expanded]
+        origins = sorted({_origin(leaf) for leaf in leaves})
+        # Complete: nothing cut, every branch ends at a named origin, and one of them is a
+        # recorded input (an event the replay served).
+        reached = {
+            int(n["origin"]["event"]): str(n["origin"].get("call"))
+            for n in nodes
+            if n.get("origin") and n["origin"].get("event") is not None
+        }
+        events = sorted(reached)
+        complete = (
+            not answer["query"]["truncated"]
+            and not {"cut", "unknown"} & set(origins)
+            and bool(events)
+        )
+        plain.pop("stdout")
+        record.pop("stdout")
+        return {
+            "rows": rows,
+            "question": f"trace --at report.py:{line} --var {REPORT_VAR} --in-process",
+            "plain": plain,
+            "record": record,
+            "trace": trace,
+            "trace_over_plain_peak": trace["peak_mib"] / plain["peak_mib"],
+            "trace_over_plain_seconds": trace["seconds"] / plain["seconds"],
+            "truncated": bool(answer["query"]["truncated"]),
+            "passes": answer["query"].get("passes"),
+            "complete": complete,
+            "leaf_origins": origins,
+            "leaves_without_origin": [
+                f"{n['file']}:{n['line']} {n['op']}"
+                for n in leaves
+                if _origin(n) in ("cut", "unknown")
+            ],
+            "recorded_events_reached": [f"event {e}: {reached[e]}" for e in events],
+            "root": {k: answer["root"][k] for k in ("file", "line", "function", "op")},
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
-    rows = workloads(1 if quick else REPEATS)
-    jump_rows = jumps([1_000_000] if quick else [1_000_000, 10_000_000])
-    median = statistics.median(r["slowdown"] for r in rows)
+    report_only = "--report-only" in sys.argv
+    rows = [] if report_only else workloads(1 if quick else REPEATS)
+    jump_rows = [] if report_only else jumps([1_000_000] if quick else [1_000_000, 10_000_000])
+    big = report(REPORT_ROWS // 10 if quick else REPORT_ROWS)
+    median = statistics.median(r["slowdown"] for r in rows) if rows else 0.0
     head = f"{'workload':28} {'plain':>9} {'traced':>9} {'slowdown':>9} {'instr':>10}"
     print(f"{head} {'peak MiB':>15}")
     for r in rows:
@@ -223,7 +432,8 @@ def main() -> None:
             f"{r['slowdown']:8.1f}x {r['instructions']:>10,} "
             f"{r['plain_peak_mib']:6.1f} → {r['traced_peak_mib']:5.1f}"
         )
-    print(f"median slowdown: {median:.1f}x (target ≤ 10x)")
+    if rows:
+        print(f"median slowdown: {median:.1f}x (target ≤ 10x)")
     for j in jump_rows:
         print(
             f"one jump at {j['instructions']:,} instructions: "
@@ -231,6 +441,19 @@ def main() -> None:
             f"{j['jump_seconds_with_checkpoints'] * 1000:.0f} ms with {j['checkpoints']} "
             f"(taken in one {j['checkpointing_run_seconds']:.2f} s run; target ≤ 100 ms at 10M)"
         )
+    print(
+        f"report, {big['rows']:,} orders kept alive: plain {big['plain']['seconds']:.1f} s "
+        f"{big['plain']['peak_mib']:.0f} MiB; `sealtrace {big['question']}` "
+        f"{big['trace']['seconds']:.1f} s {big['trace']['peak_mib']:.0f} MiB "
+        f"({big['trace_over_plain_peak']:.2f}x the plain peak; target ≤ 3x); answer "
+        f"{'complete' if big['complete'] else 'NOT complete'} (truncated: {big['truncated']}, "
+        f"leaves: {', '.join(big['leaf_origins'])})"
+    )
+    if report_only and RESULTS.exists():
+        previous = json.loads(RESULTS.read_text())
+        previous.update(report=big, report_machine=machine())
+        RESULTS.write_text(json.dumps(previous, indent=2) + "\n")
+        return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
@@ -240,6 +463,7 @@ def main() -> None:
                 "workloads": rows,
                 "median_slowdown": median,
                 "jumps": jump_rows,
+                "report": big,
             },
             indent=2,
         )

@@ -50,6 +50,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.aux_value = nullptr;
   p.copy_of = nullptr;
   p.shares_state = false;
+  p.pairs_yielded = false;
   p.input_served = false;
   if (!p.fill_tags.empty()) p.fill_tags.clear();
   p.callbacks.clear();

@@ -188,6 +188,9 @@ PYBIND11_MODULE(_engine, m) {
         d["exceptions"] = s.exceptions;
         d["callback_errors"] = s.callback_errors;
         d["max_shadow_depth"] = s.max_shadow_depth;
+        d["edge_compactions"] = s.edge_compactions;
+        d["edges_kept"] = s.edges_kept;
+        d["live_tags"] = s.live_tags;
         d["live_frames"] = t.live_frames();
         d["tracked_objects"] = t.slot_table().objects();
         d["tracked_slots"] = t.slot_table().slots();

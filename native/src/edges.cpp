@@ -1,10 +1,22 @@
 // Backward slices: the input tags every producing instruction keeps while a query pass
 // records edges, and the slice walked back from a tag.
+//
+// A slice pass runs the whole program up to its root, so keeping every instruction's edges
+// would be O(instructions). An edge can only ever be part of the root's slice if some tag the
+// engine still holds (a local, a stack entry, an item, an in-flight instruction's inputs) leads
+// back to it: a value's tag is fixed when it is made, and every later instruction takes its
+// inputs from those holders. So whenever the edges have doubled since the last look, the ones
+// no held tag reaches are dropped (compact_edges): what is kept is the ancestry of the live
+// values, and a long computation whose intermediate values are gone costs nothing. What is
+// kept is packed (sorted by counter, each number a varint relative to its neighbour's, with an
+// index every kBlock edges): a kept edge costs a few bytes instead of 16 and 8 an input, so a
+// million live rows' ancestry fits in tens of MiB.
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
+#include <algorithm>
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
@@ -20,17 +32,61 @@ namespace sealtrace {
 // The inputs a description of this instruction names (edge_inputs): a call's arguments (and
 // self), not the callable; the values Python code handed back to C while it ran; the items C
 // read out of containers.
+namespace {
+// Compact once this many edges were recorded since the last compaction, or a quarter of what it
+// kept if that is more.
+constexpr std::size_t kCompactMin = std::size_t{1} << 20;
+constexpr std::size_t kBlock = 32;  // packed edges between two index entries
+
+void put_varint(QuietVector<std::uint8_t>& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<std::uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<std::uint8_t>(v));
+}
+
+std::uint64_t get_varint(const std::uint8_t*& p) noexcept {
+  std::uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const std::uint8_t b = *p++;
+    v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+    if ((b & 0x80) == 0) return v;
+  }
+}
+
+// An input relative to its instruction: usually a little older, sometimes newer (a value a
+// generator yielded to the C function that called it) or a marker tag far above every counter.
+std::uint64_t zigzag(Tag counter, Tag input) noexcept {
+  const auto d = static_cast<std::int64_t>(counter - input);
+  return (static_cast<std::uint64_t>(d) << 1) ^ static_cast<std::uint64_t>(d >> 63);
+}
+
+Tag unzigzag(Tag counter, std::uint64_t z) noexcept {
+  const std::uint64_t d = (z >> 1) ^ (~(z & 1) + 1);
+  return counter - d;
+}
+}  // namespace
+
+// The inputs a description of this instruction names (edge_inputs): a call's arguments (and
+// self), not the callable; the values Python code handed back to C while it ran; the items C
+// read out of containers.
 void Tracer::record(const Pending& p, bool move) {
   const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
   edge_inputs(p, inputs_scratch_);
   edge_tags_.insert(edge_tags_.end(), inputs_scratch_.begin(), inputs_scratch_.end());
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
   if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
-  if (edge_tags_.size() > edges_limit_) {
+  if (edges_.size() >= edges_compact_at_) compact_edges(p.counter, false);
+  if (packed_tags_ + edge_tags_.size() > edges_limit_) {
     edges_overflow_ = true;
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
+    edges_open_ = false;
   }
+  if (p.counter == edges_upto_) edges_open_ = false;  // the root completed
   if (p.counter == edges_upto_ && edges_done_ != nullptr) {
+    // The root is done: only its own ancestry is still wanted.
+    compact_edges(p.counter, true);
     QuietScope quiet;
     PyObject* cb = edges_done_;
     edges_done_ = nullptr;
@@ -41,12 +97,207 @@ void Tracer::record(const Pending& p, bool move) {
   }
 }
 
+template <class F>
+void Tracer::live_tags(F&& visit) const {
+  slots_.for_each_tag(visit);
+  // Every frame of the pool: suspended and free ones too (a free frame's stale tags only keep
+  // a little more than needed).
+  for (const auto& frame : pool_) {
+    const ShadowFrame& sf = *frame;
+    for (Tag t : sf.slots) visit(t);
+    const Pending& p = sf.p;
+    visit(p.counter);
+    visit(p.return_tag);
+    visit(p.aux_tag);
+    visit(p.move_item_tag);
+    for (Tag t : p.in_tags) visit(t);
+    for (Tag t : p.items) visit(t);
+    for (Tag t : p.callbacks) visit(t);
+    for (Tag t : p.item_inputs) visit(t);
+    for (Tag t : p.move_tags) visit(t);
+    for (Tag t : p.fill_tags) visit(t);
+    for (const auto& h : sf.handled) visit(h.second);
+  }
+  visit(last_return_.tag);
+  visit(exc_tag_);
+  visit(exc_origin_);
+  for (const auto& c : class_slots_) visit(c.tag);
+  fills_.for_each_tag(visit);  // what filled C objects: read back by later calls on them
+}
+
+std::size_t Tracer::packed_block(Tag counter) const noexcept {
+  // The last block whose first edge is at or before counter (npos: none).
+  auto it = std::upper_bound(packed_blocks_.begin(), packed_blocks_.end(), counter,
+                             [](Tag c, const PackedBlock& b) { return c < b.counter; });
+  if (it == packed_blocks_.begin()) return static_cast<std::size_t>(-1);
+  return static_cast<std::size_t>(it - packed_blocks_.begin()) - 1;
+}
+
+template <class F>
+void Tracer::packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const {
+  const std::uint8_t* p = packed_.data() + packed_blocks_[block].offset;
+  Tag counter = packed_blocks_[block].counter;
+  const std::size_t first = block * kBlock;
+  const std::size_t n = std::min(kBlock, packed_count_ - first);
+  for (std::size_t k = 0; k < n; ++k) {
+    counter += get_varint(p);
+    const std::uint64_t head = get_varint(p);
+    inputs.clear();
+    for (std::uint64_t j = 0; j < (head >> 1); ++j)
+      inputs.push_back(unzigzag(counter, get_varint(p)));
+    if (!visit(first + k, counter, (head & 1) != 0, inputs)) return;
+  }
+}
+
+bool Tracer::find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move,
+                       std::size_t& ordinal) const {
+  const std::size_t block = packed_block(counter);
+  if (block == static_cast<std::size_t>(-1)) return false;
+  bool found = false;
+  packed_decode(block, inputs, [&](std::size_t i, Tag c, bool m, const QuietVector<Tag>&) {
+    if (c < counter) return true;
+    if (c == counter) {
+      found = true;
+      move = m;
+      ordinal = i;
+    }
+    return false;
+  });
+  return found;
+}
+
+void Tracer::compact_edges(Tag current, bool only_current) {
+  // The recent edges by counter (stable: of two records of one instruction the slice reads the
+  // first, and a packed one was recorded before any recent one).
+  std::stable_sort(edges_.begin(), edges_.end(),
+                   [](const Edges& a, const Edges& b) { return a.counter < b.counter; });
+  QuietVector<std::uint8_t> keep_recent(edges_.size(), 0);
+  QuietVector<std::uint8_t> keep_packed(packed_count_, 0);
+  // Work: a recent edge's index * 2, or a packed edge's ordinal * 2 + 1.
+  QuietVector<std::uint64_t> todo;
+  QuietVector<Tag> scratch;
+  auto mark = [&](Tag t) {
+    auto it = std::lower_bound(edges_.begin(), edges_.end(), t,
+                               [](const Edges& e, Tag c) { return e.counter < c; });
+    for (; it != edges_.end() && it->counter == t; ++it) {
+      const auto i = static_cast<std::size_t>(it - edges_.begin());
+      if (keep_recent[i] != 0) continue;
+      keep_recent[i] = 1;
+      todo.push_back(static_cast<std::uint64_t>(i) << 1);
+    }
+    bool move = false;
+    std::size_t ordinal = 0;
+    if (packed_count_ != 0 && find_edge(t, scratch, move, ordinal) && keep_packed[ordinal] == 0) {
+      keep_packed[ordinal] = 1;
+      todo.push_back((static_cast<std::uint64_t>(ordinal) << 1) | 1U);
+    }
+  };
+  // Inputs are mostly older than the instruction, but not all (what a generator yielded to
+  // sum() while it ran): a work list, not one pass by age. It is drained after each live tag,
+  // so it holds one value's ancestry at a time, never every live tag.
+  QuietVector<Tag> inputs;
+  auto drain = [&]() {
+    while (!todo.empty()) {
+      const std::uint64_t w = todo.back();
+      todo.pop_back();
+      if ((w & 1U) == 0) {
+        const Edges e = edges_[w >> 1];
+        for (std::uint32_t k = 0; k < e.count; ++k) mark(edge_tags_[e.begin + k]);
+        continue;
+      }
+      const std::size_t ordinal = w >> 1;
+      packed_decode(ordinal / kBlock, inputs,
+                    [&](std::size_t i, Tag, bool, const QuietVector<Tag>& in) {
+                      if (i < ordinal) return true;
+                      scratch.assign(in.begin(), in.end());
+                      return false;
+                    });
+      const QuietVector<Tag> found(scratch);
+      for (Tag t : found) mark(t);
+    }
+  };
+  std::size_t live = 0;
+  auto root = [&](Tag t) {
+    if (t == 0) return;
+    ++live;
+    mark(t);
+    drain();
+  };
+  if (!only_current) live_tags(root);
+  root(current);
+  // Merge what is kept of both, by counter, into a new packed run.
+  QuietVector<std::uint8_t> bytes;
+  QuietVector<PackedBlock> blocks;
+  std::size_t count = 0;
+  std::size_t tags = 0;
+  Tag prev = 0;
+  auto put = [&](Tag counter, bool move, const Tag* in, std::size_t n) {
+    if (count % kBlock == 0) {
+      blocks.push_back(PackedBlock{counter, bytes.size()});
+      prev = counter;
+    }
+    put_varint(bytes, counter - prev);
+    prev = counter;
+    put_varint(bytes, (static_cast<std::uint64_t>(n) << 1) | (move ? 1U : 0U));
+    for (std::size_t j = 0; j < n; ++j) put_varint(bytes, zigzag(counter, in[j]));
+    ++count;
+    tags += n;
+  };
+  std::size_t r = 0;
+  Tag last = 0;
+  bool any = false;
+  auto put_recent_before = [&](Tag bound, bool inclusive) {
+    for (; r < edges_.size() &&
+           (edges_[r].counter < bound || (inclusive && edges_[r].counter == bound));
+         ++r) {
+      const Edges& e = edges_[r];
+      if (keep_recent[r] == 0 || (any && e.counter == last)) continue;
+      put(e.counter, e.move != 0, edge_tags_.data() + e.begin, e.count);
+      last = e.counter;
+      any = true;
+    }
+  };
+  for (std::size_t b = 0; b < packed_blocks_.size(); ++b) {
+    packed_decode(b, inputs, [&](std::size_t i, Tag c, bool m, const QuietVector<Tag>& in) {
+      put_recent_before(c, false);
+      if (keep_packed[i] != 0) {
+        put(c, m, in.data(), in.size());
+        last = c;
+        any = true;
+      }
+      return true;
+    });
+  }
+  put_recent_before(static_cast<Tag>(-1), true);
+  bytes.shrink_to_fit();
+  packed_.swap(bytes);
+  packed_blocks_.swap(blocks);
+  packed_count_ = count;
+  packed_tags_ = tags;
+  edges_.clear();
+  edge_tags_.clear();
+  if (only_current) {
+    edges_.shrink_to_fit();
+    edge_tags_.shrink_to_fit();
+  }
+  edges_compact_at_ = std::max(kCompactMin, packed_count_ / 4);
+  ++stats_.edge_compactions;
+  stats_.edges_kept = std::max(stats_.edges_kept, packed_count_);
+  stats_.live_tags = std::max(stats_.live_tags, live);
+}
+
 void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done) {
+  edges_compact_at_ = kCompactMin;
   edges_upto_ = upto;
+  edges_open_ = upto != 0;
   edges_limit_ = limit;
   edges_overflow_ = false;
   edges_.clear();
   edge_tags_.clear();
+  packed_.clear();
+  packed_blocks_.clear();
+  packed_count_ = 0;
+  packed_tags_ = 0;
   Py_XDECREF(edges_done_);
   Py_XINCREF(on_done);
   edges_done_ = on_done;
@@ -55,9 +306,10 @@ void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_do
 std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std::size_t max_nodes,
                                                         bool& truncated) const {
   truncated = edges_overflow_;
-  std::unordered_map<Tag, const Edges*> index;
-  index.reserve(edges_.size());
-  for (const auto& e : edges_) index.emplace(e.counter, &e);
+  // The edges recorded since the last compaction (few: the root's own ancestry is packed).
+  std::unordered_map<Tag, const Edges*> recent;
+  for (const auto& e : edges_) recent.emplace(e.counter, &e);
+  QuietVector<Tag> inputs;
   // Levels count computations: a move's inputs are as deep as it is (0-1 breadth-first).
   std::vector<std::pair<Tag, int>> out;
   std::unordered_map<Tag, int> level{{root, 0}};
@@ -73,19 +325,24 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
     }
     const int lvl = level[tag];
     out.emplace_back(tag, lvl);
-    auto it = index.find(tag);
-    if (it == index.end()) continue;
-    const Edges& e = *it->second;
-    const int next = lvl + (e.move != 0 ? 0 : 1);
+    bool move = false;
+    std::size_t ordinal = 0;
+    if (!find_edge(tag, inputs, move, ordinal)) {
+      auto it = recent.find(tag);
+      if (it == recent.end()) continue;
+      const Edges& e = *it->second;
+      move = e.move != 0;
+      inputs.assign(edge_tags_.begin() + e.begin, edge_tags_.begin() + e.begin + e.count);
+    }
+    const int next = lvl + (move ? 0 : 1);
     if (next > depth) continue;  // the depth bound: the tree says where it stopped
-    for (std::uint32_t k = 0; k < e.count; ++k) {
-      const Tag input = edge_tags_[e.begin + k];
+    for (const Tag input : inputs) {
       auto [pos, inserted] = level.try_emplace(input, next);
       if (!inserted) {
         if (pos->second <= next) continue;
         pos->second = next;
       }
-      if (e.move != 0) {
+      if (move) {
         queue.push_front(input);
       } else {
         queue.push_back(input);

@@ -192,6 +192,7 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
           cp.callbacks.push_back(ret);
           cp.callback_values.push_back(value);
         }
+        if (cp.pairs_yielded && value != nullptr) take_yielded_pair(cp, value, ret);
         if (tainting_ && ret != 0 && tainted_.count(ret) != 0) cp.tainted_inputs = true;
       }
     }

@@ -33,6 +33,12 @@ class FillTable {
   void forget(std::uintptr_t object) noexcept { fills_.erase(object); }
   [[nodiscard]] bool empty() const noexcept { return fills_.empty(); }
   [[nodiscard]] std::size_t objects() const noexcept { return fills_.size(); }
+  template <class F>
+  void for_each_tag(F&& visit) const {
+    for (const auto& [object, fill] : fills_) {
+      for (std::size_t i = 0; i < fill.size(); ++i) visit(fill.tags[i]);
+    }
+  }
 
  private:
   std::unordered_map<std::uintptr_t, Fill> fills_;

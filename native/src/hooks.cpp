@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -35,6 +36,7 @@ constexpr int kExceptionHook = 14;  // BaseException's
 std::vector<PyTypeObject*> g_exception_types;
 
 void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor hook, int depth) {
+  QuietScope quiet;
   PyObject* subs =
       PyObject_CallMethod(reinterpret_cast<PyObject*>(type), "__subclasses__", nullptr);
   if (subs == nullptr) {

@@ -23,6 +23,7 @@
 #include "fields.h"
 #include "ops.hpp"
 #include "py_values.hpp"
+#include "quiet.h"
 #include "tracer.hpp"
 
 namespace sealtrace {
@@ -149,6 +150,7 @@ bool Tracer::walk_items(PyObject* c, int depth, ItemWalk& w) {
     if (!whole && (record->created_empty || record->dirty)) w.unknown = true;
     return whole && !w.cut;
   } else if (deque_type_ != nullptr && Py_IS_TYPE(c, deque_type_)) {
+    QuietScope quiet;  // only query passes walk it: the iterator must not move the heap
     PyObject* it = PyObject_GetIter(c);  // the deque's own iterator: C, runs no Python code
     if (it == nullptr) {
       PyErr_Clear();
@@ -178,6 +180,7 @@ void Tracer::ItemWalk::add(Tag t) {
 // `text % mapping` reads only the keys its `%(name)s` fields name (a logging formatter's
 // `fmt % record.__dict__`): those items stand for the mapping when each has a tag.
 bool Tracer::gather_named_items(Pending& p) {
+  QuietScope quiet;  // the key strings it makes must not move the program's next objects
   PyObject* fmt = p.in_objs[0];
   PyObject* mapping = p.in_objs[1];
   Py_ssize_t n = 0;

@@ -290,28 +290,50 @@ void Tracer::model_dict_construction(Pending& p, PyObject* source) {
     p.copy_of = source;
     return;
   }
-  if (!(PyList_Check(source) || PyTuple_Check(source)) ||
-      static_cast<std::size_t>(Py_SIZE(source)) > kMaxCopiedItems) {
-    return;
-  }
   p.keys.clear();
   p.items.clear();
   p.item_values.clear();
+  if (!(PyList_Check(source) || PyTuple_Check(source))) {
+    p.pairs_yielded = true;  // an iterator's pairs: take_yielded_pair reads each as it comes
+    return;
+  }
+  if (static_cast<std::size_t>(Py_SIZE(source)) > kMaxCopiedItems) return;
   for (Py_ssize_t i = 0; i < Py_SIZE(source); ++i) {
     PyObject* pair = seq_item(source, i);
     std::uint64_t key = 0;
-    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-        !item_key(PyTuple_GET_ITEM(pair, 0), key)) {
-      continue;
-    }
-    PyObject* value = PyTuple_GET_ITEM(pair, 1);
-    const Tag t = slots_.get(addr(pair), index_key(1), addr(value));
+    PyObject* value = nullptr;
+    const Tag t = pair_value_tag(pair, item_tag_of(source, index_key(i), pair), key, &value);
     if (t == 0) continue;
     p.keys.push_back(key);
     p.items.push_back(t);
     p.item_values.push_back(value);
   }
   p.flag = !p.keys.empty();
+}
+
+// dict() of a generator: a pair Python code just yielded to it (alive now, maybe not when the
+// call completes); call_result writes the slots.
+void Tracer::take_yielded_pair(Pending& p, PyObject* pair, Tag tag) {
+  std::uint64_t key = 0;
+  PyObject* value = nullptr;
+  const Tag t = pair_value_tag(pair, tag, key, &value);
+  if (t == 0 || p.keys.size() >= kMaxCopiedItems) return;
+  p.keys.push_back(key);
+  p.items.push_back(t);
+  p.item_values.push_back(value);
+  p.flag = true;
+}
+
+// A (key, value) pair's value slot: the pair's item slot, else the pair's own tag (whatever
+// made the pair made its items: a line.split(",")), or 0 when it is no simple pair.
+Tag Tracer::pair_value_tag(PyObject* pair, Tag pair_tag, std::uint64_t& key, PyObject** value) {
+  if (!(PyTuple_CheckExact(pair) || PyList_CheckExact(pair)) || Py_SIZE(pair) != 2 ||
+      !item_key(seq_item(pair, 0), key)) {
+    return 0;
+  }
+  *value = seq_item(pair, 1);
+  const Tag t = slots_.get(addr(pair), index_key(1), addr(*value));
+  return t != 0 ? t : pair_tag;
 }
 
 // getattr(owner, name[, default]) reads an attribute slot, setattr writes one.

@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 
 namespace sealtrace {
 
@@ -41,6 +43,50 @@ struct Slot {
   std::uintptr_t value = 0;
 };
 
+// One object's slots, by key: a dense array of (key, slot) in insertion order, searched by
+// scanning while it is small (most objects hold a few attributes or items) and through an
+// open-addressed index of positions once it grows (a list of a million rows). 24 bytes a slot
+// and 24 for the map, where a node-based hash map took about 56 a slot and 56 for the map.
+class SlotMap {
+ public:
+  using value_type = std::pair<std::uint64_t, Slot>;
+  SlotMap() noexcept = default;
+  SlotMap(const SlotMap&) = delete;
+  SlotMap& operator=(const SlotMap&) = delete;
+  SlotMap(SlotMap&& other) noexcept { swap(other); }
+  SlotMap& operator=(SlotMap&& other) noexcept {
+    SlotMap(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~SlotMap() { clear(); }
+
+  [[nodiscard]] const value_type* begin() const noexcept { return items_; }
+  [[nodiscard]] const value_type* end() const noexcept { return items_ + size_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] Slot* find(std::uint64_t key) noexcept;
+  [[nodiscard]] const Slot* find(std::uint64_t key) const noexcept {
+    return const_cast<SlotMap*>(this)->find(key);
+  }
+  // The slot under key, inserted as `slot` if there was none; second: whether it was inserted.
+  std::pair<Slot*, bool> try_emplace(std::uint64_t key, Slot slot);
+  // The slot that was there (its value 0 when there was none).
+  Slot erase(std::uint64_t key) noexcept;
+  void clear() noexcept;
+  void swap(SlotMap& other) noexcept;
+
+ private:
+  static constexpr std::uint32_t kScan = 8;  // up to this many, no index
+  [[nodiscard]] std::uint32_t mask() const noexcept { return 2 * cap_ - 1; }
+  // The index position that holds key's item, or the empty one where it would go.
+  [[nodiscard]] std::uint32_t probe(std::uint64_t key) const noexcept;
+  void reindex();
+  value_type* items_ = nullptr;
+  std::uint32_t* index_ = nullptr;  // 2 * cap_ entries: an item's position + 1, 0 = empty
+  std::uint32_t size_ = 0;
+  std::uint32_t cap_ = 0;
+};
+
 struct ObjectRecord {
   Tag created = 0;
   Tag updated = 0;
@@ -50,7 +96,7 @@ struct ObjectRecord {
   // Changed in a way the engine could not follow item by item (an unkeyed store, an update
   // from an iterator, a C function writing into it).
   bool dirty = false;
-  std::unordered_map<std::uint64_t, Slot> slots;
+  SlotMap slots;
 };
 
 // Which slot last took a value: lets a value read back by C code (a slice, dict.items(),
@@ -61,6 +107,67 @@ struct Holder {
   std::uint64_t key = 0;
   Tag tag = 0;
 };
+
+// Blocks of one size, carved from large chunks and reused through a free list: the table's
+// hash nodes, millions of them for a program that keeps a million rows, without malloc's
+// per-block header and rounding (a 40-byte holder node took 48 bytes, a record's 64 took 80).
+class NodePool {
+ public:
+  // align: a power of two, at least a pointer's.
+  NodePool(std::size_t size, std::size_t align) noexcept
+      : size_((size + align - 1) & ~(align - 1)) {}
+  NodePool(const NodePool&) = delete;
+  NodePool& operator=(const NodePool&) = delete;
+  ~NodePool() = delete;  // lives as long as the process: tables may outlive static destructors
+  void* take();
+  void give(void* block) noexcept;
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 16;
+  std::size_t size_;
+  void* free_ = nullptr;
+  char* carve_ = nullptr;
+  char* carve_end_ = nullptr;
+};
+
+// An allocator that takes single nodes from one pool per node type, and arrays (a hash map's
+// buckets) from the usual heap.
+template <class T>
+struct NodeAllocator {
+  using value_type = T;
+  NodeAllocator() noexcept = default;
+  template <class U>
+  NodeAllocator(const NodeAllocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+  T* allocate(std::size_t n) {
+    if (n != 1) return std::allocator<T>().allocate(n);
+    return static_cast<T*>(pool().take());
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n != 1) {
+      std::allocator<T>().deallocate(p, n);
+    } else {
+      pool().give(p);
+    }
+  }
+  static NodePool& pool() {
+    static NodePool& nodes =
+        *new NodePool(sizeof(T), alignof(T) < alignof(void*) ? alignof(void*) : alignof(T));
+    return nodes;
+  }
+  template <class U>
+  bool operator==(const NodeAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const NodeAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+
+template <class V>
+using AddressMap =
+    std::unordered_map<std::uintptr_t, V, std::hash<std::uintptr_t>, std::equal_to<std::uintptr_t>,
+                       NodeAllocator<std::pair<const std::uintptr_t, V>>>;
 
 class SlotTable {
  public:
@@ -86,6 +193,17 @@ class SlotTable {
   // The object is being deallocated.
   void forget(std::uintptr_t object) noexcept;
   [[nodiscard]] const ObjectRecord* find(std::uintptr_t object) const;
+  // Every tag the table holds (slots, holders, objects' counters): the live tags a slice pass
+  // keeps the edges of.
+  template <class F>
+  void for_each_tag(F&& visit) const {
+    for (const auto& [object, record] : records_) {
+      visit(record.created);
+      visit(record.updated);
+      for (const auto& [key, slot] : record.slots) visit(slot.tag);
+    }
+    for (const auto& [value, holder] : holders_) visit(holder.tag);
+  }
   [[nodiscard]] std::size_t objects() const noexcept { return records_.size(); }
   [[nodiscard]] std::size_t slots() const noexcept { return slot_count_; }
   [[nodiscard]] bool empty() const noexcept { return records_.empty(); }
@@ -93,8 +211,8 @@ class SlotTable {
 
  private:
   void unhold(std::uintptr_t object, std::uintptr_t value) noexcept;
-  std::unordered_map<std::uintptr_t, ObjectRecord> records_;
-  std::unordered_map<std::uintptr_t, Holder> holders_;
+  AddressMap<ObjectRecord> records_;
+  AddressMap<Holder> holders_;
   std::size_t slot_count_ = 0;
 };
 

@@ -85,6 +85,7 @@ struct Pending {
   PyObject* aux_value = nullptr;   // compared, never dereferenced
   PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
   bool shares_state = false;       // copy_of's __reduce_ex__: its __dict__ gets its slots
+  bool pairs_yielded = false;      // dict() of an iterator: its pairs come back as yields
   bool input_served = false;       // a recorded read was served while it ran (fills.cpp)
   std::vector<Tag> fill_tags;      // the fills of the object it asks, read before it ran
   std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
@@ -149,6 +150,10 @@ struct Stats {
   std::uint64_t exceptions = 0;
   std::uint64_t callback_errors = 0;
   std::size_t max_shadow_depth = 0;
+  // A slice pass's edges: how often they were compacted and the most kept after one.
+  std::uint64_t edge_compactions = 0;
+  std::size_t edges_kept = 0;
+  std::size_t live_tags = 0;
   std::uint64_t mismatches_by_op[256] = {};
   // Where the first mismatch happened (code index, line, step), for diagnosis.
   std::uint32_t first_mismatch_code = 0;
@@ -333,7 +338,7 @@ class Tracer {
   // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
   // capture of it): only then are containers' items and moves read. Inline: the hot path.
   [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
-    return now <= edges_upto_ ||
+    return now <= edges_upto_ || edges_open_ ||
            (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
   }
   [[nodiscard]] bool is_container(PyObject* v) const noexcept;
@@ -370,6 +375,8 @@ class Tracer {
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
   void model_dict_construction(Pending& p, PyObject* source);
+  Tag pair_value_tag(PyObject* pair, Tag pair_tag, std::uint64_t& key, PyObject** value);
+  void take_yielded_pair(Pending& p, PyObject* pair, Tag tag);
   void share_attribute_slots(PyObject* owner, PyObject* dict);
   void model_dict_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
@@ -465,7 +472,32 @@ class Tracer {
     std::uint32_t move : 1;  // a move: its inputs are as deep as it is
   };
   void record(const Pending& p, bool move);
+  // Drops the edges no tag the engine still holds leads back to, or, once the root is done,
+  // every edge but the root's ancestry (edges.cpp).
+  void compact_edges(Tag current, bool only_current);
+  // visit(tag) for every tag the engine holds (0s included).
+  template <class F>
+  void live_tags(F&& visit) const;
+  std::size_t edges_compact_at_ = 0;
+  // Edges kept by compactions, packed: sorted by counter, varints, an index entry every block.
+  struct PackedBlock {
+    std::uint64_t counter;  // the block's first edge
+    std::size_t offset;     // its first byte
+  };
+  [[nodiscard]] std::size_t packed_block(Tag counter) const noexcept;
+  // visit(ordinal, counter, move, inputs) for each edge of a block, until it returns false.
+  template <class F>
+  void packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const;
+  // The packed edge of this counter: its inputs, whether it is a move, its ordinal.
+  bool find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move, std::size_t& ordinal) const;
+  QuietVector<std::uint8_t> packed_;
+  QuietVector<PackedBlock> packed_blocks_;
+  std::size_t packed_count_ = 0;
+  std::size_t packed_tags_ = 0;
   std::uint64_t edges_upto_ = 0;
+  // The root has not completed: what runs while it does (a generator sum() drives, a key
+  // function sorted() calls) comes after it by counter but is its ancestry.
+  bool edges_open_ = false;
   std::size_t edges_limit_ = 0;
   bool edges_overflow_ = false;
   PyObject* edges_done_ = nullptr;

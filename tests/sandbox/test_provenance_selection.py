@@ -89,10 +89,16 @@ doubled = [v * 2 for v in data["small"]]
 over = any(v > 7 for v in doubled)
 terms = dataclasses.asdict(copy.deepcopy(Terms(len(data["small"]), floor)))
 days = terms["days"]
+gen_total = sum(int(s) * 2 for s in data["strs"])
 print("done")
 """
 
-DOC = {"rows": [["xray", 1500.5], ["yank", 9000]], "small": [3, 4, 5], "cfg": {"retries": 3}}
+DOC = {
+    "rows": [["xray", 1500.5], ["yank", 9000]],
+    "small": [3, 4, 5],
+    "cfg": {"retries": 3},
+    "strs": ["12", "30"],
+}
 READ = ("external", "stdin.readall")
 CEILING = ("env", "os.environ['CEILING']")
 FLOOR = ("env", "os.environ['FLOOR']")
@@ -247,6 +253,18 @@ def test_a_deep_copy_and_asdict_keep_each_field_tag(
     kinds = {kind for kind, _call in _origins(doc)}
     assert READ in _origins(doc) and "env" not in kinds
     assert _constants(doc) == [], _constants(doc)  # not the field names, not the class
+
+
+def test_what_a_generator_computes_while_c_drives_it_is_traced(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    # sum() runs the generator: its steps come after sum's own by counter, and are its inputs.
+    doc = _trace(recording, "gen_total")
+    assert doc["root"]["op"] == "CALL sum" and doc["root"]["value"]["repr"] == "84"
+    ops = {(n["op"], n["value"]["repr"]) for n in _nodes(doc["root"])}
+    assert {("CALL int", "12"), ("CALL int", "30")} <= ops
+    assert READ in _origins(doc)
+    assert not any(n["op"] == "?" for n in _nodes(doc["root"]))
 
 
 def test_negative_control_a_literal_still_traces_to_its_constant(
