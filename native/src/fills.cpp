@@ -126,6 +126,11 @@ void Tracer::note_output() {
 // (io.StringIO, a buffered writer) keeps what was written as a fill: `getvalue()` hands it
 // out, a flush sends it to an output.
 void Tracer::read_fills(Pending& p) {
+  // `SomeCType()`: note_made_empty checks, once it returned, that it made one of them.
+  p.empty_type = p.rule == Rule::kCall && p.oparg == 0 && !p.kw && p.in_objs.size() == 2 &&
+                         p.in_objs[0] == nullptr && PyType_Check(p.in_objs[1])
+                     ? reinterpret_cast<PyTypeObject*>(p.in_objs[1])
+                     : nullptr;
   PyObject* target = fill_target(p);
   if (target != nullptr && p.in_objs[0] != nullptr && p.rule == Rule::kCall && p.oparg >= 1 &&
       Py_TYPE(p.in_objs[0]) == &PyMethodDescr_Type &&
@@ -146,6 +151,9 @@ void Tracer::read_fills(Pending& p) {
     p.fill_tags.push_back(fill->tags[(fill->dropped() ? first + i : i) % Fill::kMaxFills]);
   }
   if (fill->dropped()) p.fill_tags.push_back(kUnknownTag);  // older reads, not kept
+  // Its fills are all it holds: they stand for it (a method's self), not its empty start.
+  p.fills_whole = fill->made_empty && !fill->dropped() && n > 0 && p.in_objs[0] != nullptr &&
+                  target == p.in_objs[1];
 }
 
 // `buffer[i:j]` of a bytearray (asyncio's StreamReader cuts a line out of its buffer this
@@ -191,6 +199,18 @@ void Tracer::apply_fills(ShadowFrame& sf, int depth) {
     }
     if (tainting_ && tainted_.count(t) != 0) p.tainted_inputs = true;
   }
+}
+
+// A C object made by a constructor given nothing (`io.StringIO()`): what it later hands out is
+// only what filled it, so those fills stand for it (read_fills), as a list's items do for the
+// empty list a loop filled.
+void Tracer::note_made_empty(const Pending& p, PyObject* result) {
+  if (p.empty_type == nullptr || result == nullptr || Py_TYPE(result) != p.empty_type ||
+      !opaque(result) || p.empty_type->tp_dealloc == g_subtype_dealloc ||
+      !hook_type(p.empty_type)) {
+    return;
+  }
+  fills_.made_empty(addr(result));
 }
 
 // A Python function untraced code called while `reader` served a read (a row factory called

@@ -21,6 +21,7 @@ struct Fill {
   static constexpr std::size_t kMaxFills = 32;
   std::array<Tag, kMaxFills> tags{};  // a ring: the newest kMaxFills reads
   std::uint32_t count = 0;            // reads noted, the dropped ones too
+  bool made_empty = false;            // made by a constructor given nothing: all it holds is fills
   [[nodiscard]] std::size_t size() const noexcept { return count < kMaxFills ? count : kMaxFills; }
   [[nodiscard]] bool dropped() const noexcept { return count > kMaxFills; }
 };
@@ -31,6 +32,7 @@ class FillTable {
   void add(std::uintptr_t object, Tag tag);
   [[nodiscard]] const Fill* find(std::uintptr_t object) const;
   void forget(std::uintptr_t object) noexcept { fills_.erase(object); }
+  void made_empty(std::uintptr_t object) { fills_[object].made_empty = true; }
   [[nodiscard]] bool empty() const noexcept { return fills_.empty(); }
   [[nodiscard]] std::size_t objects() const noexcept { return fills_.size(); }
   template <class F>

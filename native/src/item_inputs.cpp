@@ -311,9 +311,11 @@ void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
   const std::uint64_t replaced = read && !one_item ? p.replaced : 0;
   // A subscript of a list, tuple, dict, str or bytes: the key selects, the container holds.
   const std::size_t selector = p.rule == Rule::kBinarySubscr && read && p.move_hint ? 1 : SIZE_MAX;
+  // A method's self made empty and filled only by what its fills name: they stand for it.
+  const std::size_t filled_self = p.fills_whole && !p.input_served ? 1 : SIZE_MAX;
   for (std::size_t i = first; i < p.in_tags.size(); ++i) {
     if (i < 64 && (replaced & (std::uint64_t{1} << i)) != 0) continue;
-    if (i == selector) continue;
+    if (i == selector || i == filled_self) continue;
     push(p.in_tags[i]);
   }
   for (Tag t : p.callbacks) push(t);

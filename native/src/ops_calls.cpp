@@ -90,6 +90,7 @@ Tag Tracer::call_result(ShadowFrame& sf, PyObject* result) {
     const Tag held = held_tag(result);
     if (held != 0) return held;
   }
+  note_made_empty(p, result);
   if (trackable(result) && Py_REFCNT(result) == 1) {
     slots_.mark_created(addr(result), p.counter, container_size(result, deque_type_) == 0);
     // list.copy(), dict.copy(): the same items, in the same places, with the same tags. The

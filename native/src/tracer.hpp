@@ -82,13 +82,15 @@ struct Pending {
   std::uint64_t return_seq = 0;
   Tag return_tag = 0;
   Tag aux_tag = 0;
-  PyObject* aux_value = nullptr;   // compared, never dereferenced
-  PyObject* copy_of = nullptr;     // list.copy()/dict.copy()'s self; checked alive before use
-  bool shares_state = false;       // copy_of's __reduce_ex__: its __dict__ gets its slots
-  bool pairs_yielded = false;      // dict() of an iterator: its pairs come back as yields
-  bool input_served = false;       // a recorded read was served while it ran (fills.cpp)
-  std::vector<Tag> fill_tags;      // the fills of the object it asks, read before it ran
-  std::vector<PyObject*> in_objs;  // borrowed: alive while the instruction runs
+  PyObject* aux_value = nullptr;       // compared, never dereferenced
+  PyObject* copy_of = nullptr;         // list.copy()/dict.copy()'s self; checked alive before use
+  bool shares_state = false;           // copy_of's __reduce_ex__: its __dict__ gets its slots
+  bool pairs_yielded = false;          // dict() of an iterator: its pairs come back as yields
+  bool input_served = false;           // a recorded read was served while it ran (fills.cpp)
+  std::vector<Tag> fill_tags;          // the fills of the object it asks, read before it ran
+  bool fills_whole = false;            // they are all that object holds: they stand for it
+  PyTypeObject* empty_type = nullptr;  // a C type called with nothing: compared only
+  std::vector<PyObject*> in_objs;      // borrowed: alive while the instruction runs
   std::vector<Tag> in_tags;
   std::vector<Tag> items;
   std::vector<std::uint64_t> keys;
@@ -390,6 +392,7 @@ class Tracer {
   // Objects that remember the reads that filled them (fills.cpp).
   PyObject* fill_target(const Pending& p) const;
   void read_fills(Pending& p);
+  void note_made_empty(const Pending& p, PyObject* result);
   void read_buffer_fills(Pending& p);
   void apply_fills(ShadowFrame& sf, int depth);
   void fill_arguments(const Pending& reader, ShadowFrame& callee);

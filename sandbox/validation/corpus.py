@@ -1070,7 +1070,12 @@ CORPUS: tuple[Program, ...] = (
         'converted["nok"]',
         Truth(
             origins=(external("loop", "11.52"), argv(2)),
-            allowed=(constant("request"), constant("pence", "2"), argv(1)),
+            allowed=(
+                constant("request"),
+                constant("pence", "2"),
+                argv(1),
+                external("connection"),  # the socket the reply was read from
+            ),
             decoys=(line("status", "OK open"),),
         ),
     ),

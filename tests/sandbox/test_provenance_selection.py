@@ -26,6 +26,7 @@ from .replaying import record, write_app
 APP = """
 import copy
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -90,6 +91,9 @@ over = any(v > 7 for v in doubled)
 terms = dataclasses.asdict(copy.deepcopy(Terms(len(data["small"]), floor)))
 days = terms["days"]
 gen_total = sum(int(s) * 2 for s in data["strs"])
+sink = io.StringIO()
+sink.write(data["rows"][1][0])
+written = sink.getvalue()
 print("done")
 """
 
@@ -265,6 +269,16 @@ def test_what_a_generator_computes_while_c_drives_it_is_traced(
     assert {("CALL int", "12"), ("CALL int", "30")} <= ops
     assert READ in _origins(doc)
     assert not any(n["op"] == "?" for n in _nodes(doc["root"]))
+
+
+def test_a_c_object_made_empty_is_no_origin_of_what_filled_it(
+    recording: tuple[Path, KeyFiles, int],
+) -> None:
+    # io.StringIO() holds only what was written: the write is the input, not the empty buffer.
+    doc = _trace(recording, "written")
+    assert doc["root"]["value"]["repr"] == "'yank'"
+    assert READ in _origins(doc)
+    assert _constants(doc) == [], _constants(doc)
 
 
 def test_negative_control_a_literal_still_traces_to_its_constant(

@@ -13,7 +13,7 @@ import sys
 
 
 async def main(port, amount):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)  # <- allow:connection
     writer.write(b"RATE EUR\n")  # <- allow:request
     await writer.drain()
     rate = float((await reader.readline()).decode().split()[1])
