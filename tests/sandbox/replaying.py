@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,21 @@ def assert_bit_exact(
     if receipt["exit_status"]["recorded"] is not None:  # None: an embedded recorder's run
         assert receipt["exit_status"]["replayed"] == receipt["exit_status"]["recorded"]
     return receipt
+
+
+def trace_json(store: Path, keys: KeyFiles, at: str, var: str, *extra: str) -> dict[str, Any]:
+    """`sealtrace trace --in-process --json` of a recording, asserted to answer."""
+    proc = run_cli(
+        "trace", str(store), "--identity", str(keys.identity_path), "--in-process",
+        "--at", at, "--var", var, "--json", *extra,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of a trace's tree, the root first."""
+    yield node
+    for child in node["inputs"]:
+        yield from walk(child)

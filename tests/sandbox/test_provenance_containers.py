@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..conftest import KeyFiles, run_cli
-from .replaying import record, write_app
+from .replaying import record, trace_json, walk, write_app
 
 APP = """
 import collections
@@ -183,19 +182,10 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles,
 
 def _trace(recording: tuple[Path, KeyFiles, int], var: str, *extra: str) -> dict[str, Any]:
     store, keys, line = recording
-    proc = run_cli(
-        "trace", str(store), "--identity", str(keys.identity_path), "--in-process",
-        "--at", f"app.py:{line}", "--var", var, "--json", *extra,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    return doc
+    return trace_json(store, keys, f"app.py:{line}", var, *extra)
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node["inputs"]:
-        yield from _nodes(child)
+_nodes = walk
 
 
 def _origins(doc: dict[str, Any]) -> set[tuple[str, str | None]]:

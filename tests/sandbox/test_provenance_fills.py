@@ -16,14 +16,13 @@ import json
 import sqlite3
 import struct
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..conftest import KeyFiles, run_cli
-from .replaying import record, write_app
+from .replaying import record, trace_json, walk, write_app
 
 APP = """
 import csv
@@ -116,19 +115,10 @@ def _line(text: str) -> int:
 def _trace(recording: tuple[Path, KeyFiles, Path], var: str) -> dict[str, Any]:
     store, keys, _app = recording
     done = _line('print("done")')
-    proc = run_cli(
-        "trace", str(store), "--identity", str(keys.identity_path), "--in-process",
-        "--at", f"app.py:{done}", "--var", var, "--json",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    return doc
+    return trace_json(store, keys, f"app.py:{done}", var)
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node["inputs"]:
-        yield from _nodes(child)
+_nodes = walk
 
 
 def _externals(doc: dict[str, Any]) -> set[tuple[str, int]]:
