@@ -4,7 +4,8 @@ with podman-py.
 Every session container gets: no network, a read-only root, every capability dropped,
 no_new_privileges, a seccomp profile narrower than Podman's default (mount and the new mount
 API, unshare, setns, keyctl, ptrace, bpf, userfaultfd, io_uring and perf_event_open are
-refused; clone is allowed only without namespace flags, and clone3 says ENOSYS), pids and
+refused; clone is allowed only without namespace flags, and clone3 says ENOSYS; one more
+persona than Podman's, ADDR_NO_RANDOMIZE alone, so a query pass can fix its layout), pids and
 memory bounded by ulimits (cgroup limits are unavailable to rootless Podman on these
 hosts), an environment of only what the runtime sets (HOSTNAME, HOME), a size-capped
 tmpfs at /tmp, and one bind mount: the directory holding the two FIFOs. The FIFOs and that
@@ -62,6 +63,11 @@ _DEFAULT_PROFILE = Path("/usr/share/containers/seccomp.json")
 _EPERM = 1
 _ENOSYS = 38
 _S390 = ["s390", "s390x"]  # where clone takes its flags second
+# personality(2)'s ADDR_NO_RANDOMIZE: every pass of a query must run the program's objects at
+# the same addresses (sealtrace.sandbox._layout). The code in the container is the recorded
+# program, which runs with its own privileges anyway: a fixed layout inside gives it nothing
+# it lacks, and every other persona (READ_IMPLIES_EXEC among them) stays refused.
+ADDR_NO_RANDOMIZE = 0x0040000
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,8 @@ def _clone_rules() -> list[dict[str, Any]]:
 def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
     """Podman's default profile with DENIED_SYSCALLS taken out of every rule that allows
     them, and refused with EPERM; clone and clone3 taken out of every rule, and given the
-    rules of _clone_rules instead, so that no call can make a namespace."""
+    rules of _clone_rules instead, so that no call can make a namespace; and
+    personality(ADDR_NO_RANDOMIZE) allowed."""
     profile: dict[str, Any] = json.loads(base.read_text())
     denied = set(DENIED_SYSCALLS)
     replaced = {"clone", "clone3"}
@@ -127,6 +134,8 @@ def seccomp_profile(base: Path = _DEFAULT_PROFILE) -> dict[str, Any]:
         rules.append(rule)
     rules.append({"names": sorted(denied), "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM})
     rules.extend(_clone_rules())
+    fixed_layout = {"index": 0, "value": ADDR_NO_RANDOMIZE, "op": "SCMP_CMP_EQ"}
+    rules.append({"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [fixed_layout]})
     profile["syscalls"] = rules
     return profile
 

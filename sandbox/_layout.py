@@ -34,6 +34,11 @@ def unrandomized_children() -> Iterator[None]:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
+    # The persona is unsigned: seccomp compares all 64 bits of the argument, and a Python int
+    # passed as a C int arrives sign-extended (0xffffffff as 0xffffffffffffffff), which a
+    # profile allowing only exact personas refuses.
+    libc.personality.argtypes = [ctypes.c_ulong]
+    libc.personality.restype = ctypes.c_int
     current = libc.personality(_QUERY)
     if current == -1 or current & ADDR_NO_RANDOMIZE:
         yield

@@ -10,6 +10,7 @@ tests/sandbox/test_namespaces.py shows the same refusals inside a real container
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -132,4 +133,14 @@ def test_other_calls_keep_podmans_rules(profile: dict[str, Any]) -> None:
     assert outcomes(profile, "getpid") == ALLOW
     assert outcomes(profile, "fork") == ALLOW
     assert outcomes(profile, "personality", 0) == ALLOW
-    assert outcomes(profile, "personality", 0x0040000) != ALLOW  # ADDR_NO_RANDOMIZE
+    assert outcomes(profile, "personality", 0x0008) == ALLOW
+
+
+def test_a_pass_may_fix_its_layout_and_nothing_more(profile: dict[str, Any]) -> None:
+    """ADDR_NO_RANDOMIZE alone (sealtrace.sandbox._layout); Podman's default refuses it, and
+    every other persona stays refused (READ_IMPLIES_EXEC, for one)."""
+    assert outcomes(profile, "personality", 0x0040000) == ALLOW
+    podmans = json.loads(_DEFAULT_PROFILE.read_text())
+    assert outcomes(podmans, "personality", 0x0040000) != ALLOW
+    assert outcomes(profile, "personality", 0x0400000) != ALLOW  # READ_IMPLIES_EXEC
+    assert outcomes(profile, "personality", 0x0440000) != ALLOW

@@ -3,7 +3,12 @@ SQLAlchemy, served by werkzeug on a real listening socket, answers a request tha
 process sends; the promotions table holds the staff test code STAFF100 (100 %), so the
 order's total is £0.00. The total, traced with the default bound, reaches the promotions
 read (the sqlite3 fetch under SQLAlchemy's ORM), in-process and in the sandbox, with the
-same chain: the same nodes, steps, lines and origins.
+same chain: the same nodes, operations, lines, values and origins, in the same tree.
+
+Step numbers are each replaying process's own. A program whose order depends on object
+addresses (SQLAlchemy fills an instance's columns in the order of a set of objects) may run
+one loop's iterations in another order in a container than on this host, so a step inside it
+can carry another number there; what it computed, from what, does not change.
 
 The recorder does not follow threads yet, so the server handles its one request on the main
 thread (`threaded=False`, `handle_request()`); the client is this test, unrecorded.
@@ -11,6 +16,7 @@ thread (`threaded=False`, `handle_request()`); the client is this test, unrecord
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import subprocess
@@ -141,18 +147,33 @@ def _trace(store: Path, keys: KeyFiles, at: str, *where: str, env: Any = None) -
     return doc
 
 
+def _same_node(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """`theirs` (the sandbox's) is `mine` (in-process), up to what the agent cannot name: a
+    library file, a callee or a value it could not match is unnamed there."""
+    if (theirs["line"], theirs["origin"]) != (mine["line"], mine["origin"]):
+        return False
+    op, unnamed = theirs["op"], theirs["op"].endswith(" ?")
+    if op != mine["op"] and not (unnamed and mine["op"].startswith(op[:-1])):
+        return False
+    if theirs["file"] not in (mine["file"], None, ""):
+        return False
+    if theirs["value"]["repr"] not in (mine["value"]["repr"], None):
+        return False
+    return _same_inputs(mine["inputs"], theirs["inputs"])
+
+
+def _same_inputs(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
+    left = list(mine)
+    for node in theirs:
+        match = next((i for i, other in enumerate(left) if _same_node(other, node)), None)
+        if match is None:
+            return False
+        del left[match]
+    return not left
+
+
 def _same_chain(plain: dict[str, Any], boxed: dict[str, Any]) -> None:
-    """The same nodes by their paths of steps, each at the same line with the same origin;
-    only strings the agent cannot match (a library file, a value) may be unnamed."""
-    here = dict(_shown(plain["root"]))
-    there = dict(_shown(boxed["root"]))
-    assert there.keys() == here.keys()
-    for path, node in there.items():
-        mine = here[path]
-        assert (node["line"], node["origin"]) == (mine["line"], mine["origin"]), path
-        assert node["file"] in (mine["file"], None, ""), path
-        if node["value"]["repr"] is not None:
-            assert node["value"]["repr"] == mine["value"]["repr"], path
+    assert _same_node(plain["root"], boxed["root"])
     assert boxed["query"]["truncated"] == plain["query"]["truncated"]
 
 
@@ -193,16 +214,6 @@ def test_the_sandbox_reaches_the_same_reads(
 
 
 @pytest.mark.podman
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Known regression (issue 22 stays open): since the engine's fills and selection changes "
-        "merged, the container's replay of this request runs 12 instructions fewer before "
-        "socketserver's makefile() than the in-process one (then agrees again), so one input "
-        "of werkzeug's LimitedStream names a different step. Both chains reach the promotions "
-        "read (the test above and the sandboxed trace); the cause is not found yet."
-    ),
-)
 def test_the_sandbox_gives_the_same_chain(
     served: tuple[Path, KeyFiles, str], podman_service: tuple[Any, Any, str], replay_image: str
 ) -> None:
@@ -211,3 +222,10 @@ def test_the_sandbox_gives_the_same_chain(
     boxed = _trace(store, keys, at, env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]})
     _same_chain(plain, boxed)
     assert _read(boxed)["origin"] == _read(plain)["origin"]
+    # Negative controls: another event behind the read, or a lost input, is another chain.
+    moved = copy.deepcopy(boxed)
+    _read(moved)["origin"]["event"] += 1
+    assert not _same_node(plain["root"], moved["root"])
+    cut = copy.deepcopy(boxed)
+    next(n for _, n in _shown(cut["root"]) if len(n["inputs"]) > 1)["inputs"].pop()
+    assert not _same_node(plain["root"], cut["root"])
