@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 
 from sealtrace.proxy.boundary import is_own_code
 
+from ._replay import CONTENT, EMPTY
+
 __all__ = [
     "ARGV_TAG",
     "CUT_TAG",
@@ -341,7 +343,7 @@ class Provenance:
     def _reset(self, query: dict[str, Any]) -> None:
         self.query = query
         self.kind = query["kind"]
-        self.events_by_counter: dict[int, list[tuple[int, str, bool]]] = {}
+        self.events_by_counter: dict[int, list[tuple[int, str, int]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
         self.nodes: dict[int, dict[str, Any]] = {}
@@ -365,18 +367,19 @@ class Provenance:
         self._arm()
 
     # The replay runtime reports every event it serves, and every env value it gives out.
-    def on_event(self, index: int, callee: str, output: bool, empty: bool) -> None:
+    def on_event(self, index: int, callee: str, output: bool, brought: int) -> None:
         with self.quiet():
             engine = self.engine
             # In every pass: what fills an object is the same in all. An empty read (the end
-            # of a file) brings nothing into the object that asked.
+            # of a file) brings nothing into the object that asked, and a result that is no
+            # content (seekable(), tell()) only makes its instruction an origin.
             if output:
                 engine.note_output()
-            elif not empty:
-                engine.note_input()
+            elif brought != EMPTY:
+                engine.note_input(content=brought == CONTENT)
             current = engine.current()
             if self.kind == "capture" and current in self.wanted:
-                self.events_by_counter.setdefault(current, []).append((index, callee, empty))
+                self.events_by_counter.setdefault(current, []).append((index, callee, brought))
             elif self.kind == "flows":
                 if self.query.get("event") == index:
                     engine.taint_current()
@@ -713,8 +716,8 @@ class Provenance:
         if events:
             # One call that served several events (readlines: the data, then the empty read
             # that ends it) took its data from the last that brought any.
-            carried = [e for e in events if not e[2]] or events
-            index, callee, _empty = carried[-1]
+            carried = [e for e in events if e[2] == CONTENT] or [e for e in events if e[2]]
+            index, callee, _brought = (carried or events)[-1]
             kind = "env" if callee.startswith("os.environ") else "external"
             node["origin"] = {"kind": kind, "call": callee, "event": index}
             if node["opname"] in ("CALL", "CALL_FUNCTION_EX"):

@@ -50,6 +50,18 @@ _write = os.write
 _close = os.close
 
 
+# What a served result brought into the program.
+EMPTY = 0  # nothing: the b"" that ends a read, no rows
+VALUE = 1  # a value that is no content: a flag (seekable()), a position (tell()), a time
+CONTENT = 2  # data: bytes, text, rows; the C objects that asked for it keep it
+
+
+def brought(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, str, list, tuple, dict)):
+        return CONTENT if value else EMPTY
+    return VALUE
+
+
 class ReplayRuntime:
     """Serves recorded results in order and verifies each call against the recording."""
 
@@ -70,9 +82,10 @@ class ReplayRuntime:
         self.app_files = {s.path for s in parsed.sources.values()}
         self._oids = 0
         self.started = _monotonic()
-        # Told of every event served: (index, callee, is an output, its result is empty); the
-        # provenance engine uses it to know which instruction received which external input.
-        self.observer: Callable[[int, str, bool, bool], None] | None = None
+        # Told of every event served: (index, callee, is an output, what its result brought:
+        # brought()); the provenance engine uses it to know which instruction received which
+        # external input, and which objects keep the data.
+        self.observer: Callable[[int, str, bool, int], None] | None = None
         # Where the receipt goes: the result pipe, or a checkpoint worker's answer channel.
         self.sink: Callable[[dict[str, Any], int], NoReturn] | None = None
 
@@ -105,9 +118,7 @@ class ReplayRuntime:
         """The recorded result of a matched event (raised if the call raised)."""
         value = self._value(event)
         if self.observer is not None:
-            # A result with nothing in it (the b"" that ends a read) brought no data.
-            empty = isinstance(value, (bytes, bytearray, str, list, tuple)) and not value
-            self.observer(event.index, name, output, empty)
+            self.observer(event.index, name, output, brought(value))
         if event.raised:
             raise value
         return value

@@ -38,7 +38,7 @@ class InputSites:
         _innermost, app = self.rt._locations()
         return app if isinstance(app, str) else None
 
-    def on_event(self, index: int, callee: str, output: bool, empty: bool) -> None:
+    def on_event(self, index: int, callee: str, output: bool, brought: int) -> None:
         self.events[str(index)] = self._app_site()
 
     def _watch_environ(self) -> None:

@@ -52,6 +52,7 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.shares_state = false;
   p.pairs_yielded = false;
   p.input_served = false;
+  p.filled = 0;
   p.fills_whole = false;
   p.empty_type = nullptr;
   if (!p.fill_tags.empty()) p.fill_tags.clear();

@@ -126,7 +126,7 @@ PYBIND11_MODULE(_engine, m) {
              if (PyErr_Occurred()) throw py::error_already_set();
            })
       .def("taint_current", &Tracer::taint_current)
-      .def("note_input", &Tracer::note_input)
+      .def("note_input", &Tracer::note_input, py::arg("content") = true)
       .def("note_output", &Tracer::note_output)
       .def("current_tainted", &Tracer::current_tainted)
       .def_property_readonly("tainted_count", &Tracer::tainted_count)

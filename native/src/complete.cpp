@@ -212,6 +212,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
     }
   }
   if (!p.fill_tags.empty()) apply_fills(sf, depth);
+  if (p.filled != 0) fills_.consumed_before_newest(p.filled);
   if (p.tainted_inputs || p.taint_source) tainted_.insert(now);
   if (keeps_inputs(now)) {
     const bool move = pushed >= 0 && is_move(sf, base, depth);

@@ -33,6 +33,14 @@ void FillTable::add(std::uintptr_t object, Tag tag) {
   ++fill.count;
 }
 
+void FillTable::consumed_before_newest(std::uintptr_t object) noexcept {
+  auto it = fills_.find(object);
+  if (it == fills_.end() || it->second.count <= 1) return;
+  Fill& fill = it->second;
+  fill.tags[0] = fill.tags[(fill.count - 1) % Fill::kMaxFills];
+  fill.count = 1;
+}
+
 const Fill* FillTable::find(std::uintptr_t object) const {
   auto it = fills_.find(object);
   return it == fills_.end() ? nullptr : &it->second;
@@ -75,10 +83,11 @@ PyObject* Tracer::fill_target(const Pending& p) const {
   return target != nullptr && opaque(target) ? target : nullptr;
 }
 
-void Tracer::note_input() {
+void Tracer::note_input(bool content) {
   if (stack_.empty() || !stack_.back()->p.active) return;
   const Tag reader = stack_.back()->p.counter;  // where the read's data entered: its origin
   stack_.back()->p.input_served = true;
+  if (!content) return;  // seekable(), tell(): nothing enters the object that asked
   // Every C object asked for data on the way down keeps the read: the innermost instruction
   // may be a Python layer's (SocketIO.readinto's recv_into) while the buffer that keeps the
   // bytes is the BufferedReader a caller asked (rfile.readline()). Objects of Python classes
@@ -92,6 +101,7 @@ void Tracer::note_input() {
     // The record must die with the object: hook its type's deallocation first.
     if (!hook_type(Py_TYPE(target))) continue;
     fills_.add(addr(target), reader);
+    p.filled = addr(target);
     // An outer instruction still running hands out what this read brought.
     if (p.counter != reader &&
         std::find(p.fill_tags.begin(), p.fill_tags.end(), reader) == p.fill_tags.end()) {

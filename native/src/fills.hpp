@@ -2,6 +2,13 @@
 // into it (a file's buffer, a csv reader, a socket's stream, a cursor), so what it hands out
 // later, with no read of its own, has those reads as inputs.
 //
+// Such objects read on demand: a buffered file, a text wrapper, a csv reader or a socket's
+// file asks for more only when what it holds cannot answer the request, so once an
+// instruction that had to read is done, every older read's data has been handed out (the
+// start of a line that spanned the reads went out with it). What the object hands out next
+// comes from the newest read alone: the older fills are consumed, not dropped, and are
+// forgotten (consumed_before_newest). A sequential reader of any length so keeps one fill.
+//
 // Keyed by object address, so a record must be forgotten when its object is deallocated (the
 // tracer hooks the type's deallocation before the first fill: hook_type); a stale record
 // would lend a dead object's reads to whatever is allocated at its address next. Bounded: an
@@ -32,6 +39,8 @@ class FillTable {
   void add(std::uintptr_t object, Tag tag);
   [[nodiscard]] const Fill* find(std::uintptr_t object) const;
   void forget(std::uintptr_t object) noexcept { fills_.erase(object); }
+  // An instruction that had to read into `object` is done: its older fills are handed out.
+  void consumed_before_newest(std::uintptr_t object) noexcept;
   void made_empty(std::uintptr_t object) { fills_[object].made_empty = true; }
   [[nodiscard]] bool empty() const noexcept { return fills_.empty(); }
   [[nodiscard]] std::size_t objects() const noexcept { return fills_.size(); }

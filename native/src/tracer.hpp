@@ -87,6 +87,7 @@ struct Pending {
   bool shares_state = false;           // copy_of's __reduce_ex__: its __dict__ gets its slots
   bool pairs_yielded = false;          // dict() of an iterator: its pairs come back as yields
   bool input_served = false;           // a recorded read was served while it ran (fills.cpp)
+  std::uintptr_t filled = 0;           // the C object that read filled while it ran (fills.cpp)
   std::vector<Tag> fill_tags;          // the fills of the object it asks, read before it ran
   bool fills_whole = false;            // they are all that object holds: they stand for it
   PyTypeObject* empty_type = nullptr;  // a C type called with nothing: compared only
@@ -198,7 +199,9 @@ class Tracer {
   void taint(PyObject* tags);  // an iterable of ints
   void taint_current() noexcept;
   // The replay runtime served a recorded read to the running instruction (fills.cpp).
-  void note_input();
+  // content: the read brought data (bytes, text, rows) that the objects asked for it keep;
+  // a result that is no content (a flag, a position, a time) is only the instruction's origin.
+  void note_input(bool content = true);
   // ... and an output: what buffered C objects kept left them (fills.cpp).
   void note_output();
   [[nodiscard]] bool current_tainted() const noexcept;
