@@ -18,6 +18,7 @@ The JSON a `trace` returns is a public contract (docs/provenance.md):
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -71,7 +72,15 @@ class Inquiry:
         """With a checkpoint policy, the first pass replays the whole run once taking
         checkpoints, and every later pass forks from the nearest one (close() ends them)."""
         self.data = data
-        self.parsed = parsed
+        # What this process asks of the stream itself (sources, callees): not the recorded
+        # data, which every pass decodes for itself from `data` (a second copy here would
+        # count twice against the memory a session may use).
+        self.parsed = dataclasses.replace(
+            parsed,
+            blobs={s.digest: parsed.blobs[s.digest] for s in parsed.sources.values()
+                   if s.digest in parsed.blobs},
+            texts={},
+        )  # fmt: skip
         self.meta = parsed.meta
         self.timeout = timeout
         self.policy = checkpoints

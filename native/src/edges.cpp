@@ -37,6 +37,8 @@ namespace {
 // kept if that is more.
 constexpr std::size_t kCompactMin = std::size_t{1} << 20;
 constexpr std::size_t kBlock = 32;  // packed edges between two index entries
+constexpr std::size_t kInputsPerEdge = 3;  // what the recent buffer's inputs are sized for
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // a packed chunk, give or take a block
 
 void put_varint(QuietVector<std::uint8_t>& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -72,8 +74,11 @@ Tag unzigzag(Tag counter, std::uint64_t z) noexcept {
 // self), not the callable; the values Python code handed back to C while it ran; the items C
 // read out of containers.
 void Tracer::record(const Pending& p, bool move) {
-  const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
   edge_inputs(p, inputs_scratch_);
+  if (!edges_.empty() && edge_tags_.size() + inputs_scratch_.size() > edge_tags_.capacity()) {
+    compact_edges(p.counter, false);  // the batch's buffer is full: compact, don't grow it
+  }
+  const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
   edge_tags_.insert(edge_tags_.end(), inputs_scratch_.begin(), inputs_scratch_.end());
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
   if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
@@ -135,7 +140,7 @@ std::size_t Tracer::packed_block(Tag counter) const noexcept {
 
 template <class F>
 void Tracer::packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const {
-  const std::uint8_t* p = packed_.data() + packed_blocks_[block].offset;
+  const std::uint8_t* p = packed_[packed_blocks_[block].chunk].data() + packed_blocks_[block].offset;
   Tag counter = packed_blocks_[block].counter;
   const std::size_t first = block * kBlock;
   const std::size_t n = std::min(kBlock, packed_count_ - first);
@@ -225,17 +230,25 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   };
   if (!only_current) live_tags(root);
   root(current);
-  // Merge what is kept of both, by counter, into a new packed run.
-  QuietVector<std::uint8_t> bytes;
+  // Merge what is kept of both, by counter, into a new packed run, chunk by chunk; each old
+  // chunk is freed once the merge has read its last block.
+  decltype(packed_) chunks;
   QuietVector<PackedBlock> blocks;
+  blocks.reserve(packed_blocks_.size() + edges_.size() / kBlock + 1);
   std::size_t count = 0;
   std::size_t tags = 0;
   Tag prev = 0;
   auto put = [&](Tag counter, bool move, const Tag* in, std::size_t n) {
     if (count % kBlock == 0) {
-      blocks.push_back(PackedBlock{counter, bytes.size()});
+      if (chunks.empty() || chunks.back().size() >= kChunkBytes) {
+        chunks.emplace_back();
+        chunks.back().reserve(kChunkBytes + kChunkBytes / 8);
+      }
+      blocks.push_back(PackedBlock{counter, static_cast<std::uint32_t>(chunks.size() - 1),
+                                   static_cast<std::uint32_t>(chunks.back().size())});
       prev = counter;
     }
+    QuietVector<std::uint8_t>& bytes = chunks.back();
     put_varint(bytes, counter - prev);
     prev = counter;
     put_varint(bytes, (static_cast<std::uint64_t>(n) << 1) | (move ? 1U : 0U));
@@ -267,10 +280,14 @@ void Tracer::compact_edges(Tag current, bool only_current) {
       }
       return true;
     });
+    const std::uint32_t chunk = packed_blocks_[b].chunk;
+    if (b + 1 == packed_blocks_.size() || packed_blocks_[b + 1].chunk != chunk) {
+      QuietVector<std::uint8_t>().swap(packed_[chunk]);  // read: free it
+    }
   }
   put_recent_before(static_cast<Tag>(-1), true);
-  bytes.shrink_to_fit();
-  packed_.swap(bytes);
+  if (!chunks.empty()) chunks.back().shrink_to_fit();
+  packed_.swap(chunks);
   packed_blocks_.swap(blocks);
   packed_count_ = count;
   packed_tags_ = tags;
@@ -281,6 +298,12 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     edge_tags_.shrink_to_fit();
   }
   edges_compact_at_ = std::max(kCompactMin, packed_count_ / 4);
+  if (!only_current) {
+    // The next batch in buffers of its size (grown by doubling they would reach up to twice
+    // it); record() compacts before either would have to grow.
+    edges_.reserve(edges_compact_at_);
+    edge_tags_.reserve(edges_compact_at_ * kInputsPerEdge);
+  }
   ++stats_.edge_compactions;
   stats_.edges_kept = std::max(stats_.edges_kept, packed_count_);
   stats_.live_tags = std::max(stats_.live_tags, live);

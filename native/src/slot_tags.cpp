@@ -44,7 +44,7 @@ Tag Tracer::held_tag(PyObject* value) const noexcept {
   if (PyList_Check(c) || PyTuple_Check(c)) {
     const Py_ssize_t n = std::min(Py_SIZE(c), kScan);
     for (Py_ssize_t i = 0; i < n; ++i) {
-      if (seq_item(c, i) == value) return h->tag;
+      if (seq_item(c, i) == value) return slots_.held(*h, addr(value));
     }
   } else if (PyDict_Check(c)) {
     if (PyDict_GET_SIZE(c) > kScan) return 0;
@@ -52,25 +52,25 @@ Tag Tracer::held_tag(PyObject* value) const noexcept {
     PyObject* k = nullptr;
     PyObject* v = nullptr;
     while (PyDict_Next(c, &pos, &k, &v)) {
-      if (v == value) return h->tag;
+      if (v == value) return slots_.held(*h, addr(value));
     }
   } else if (PyCell_Check(c)) {
-    if (PyCell_GET(c) == value) return h->tag;
+    if (PyCell_GET(c) == value) return slots_.held(*h, addr(value));
   } else if (PyAnySet_Check(c)) {
     if (PySet_GET_SIZE(c) > kScan) return 0;
     Py_ssize_t pos = 0;
     PyObject* k = nullptr;
     Py_hash_t hash = 0;
     while (_PySet_NextEntry(c, &pos, &k, &hash)) {
-      if (k == value) return h->tag;
+      if (k == value) return slots_.held(*h, addr(value));
     }
   } else if (deque_type_ != nullptr && Py_IS_TYPE(c, deque_type_)) {
     if (Py_SIZE(c) > kScan) return 0;
     const Slot* s = slots_.slot(h->container, h->key);
-    if (s != nullptr && s->value == addr(value) && deque_holds(c, value)) return h->tag;
+    if (s != nullptr && s->value == addr(value) && deque_holds(c, value)) return slots_.held(*h, addr(value));
   } else if (sealtrace_instance_holds(c, value)) {
     // An attribute (copy.copy and ORMs read them back through __dict__), or a class's.
-    return h->tag;
+    return slots_.held(*h, addr(value));
   }
   return 0;
 }

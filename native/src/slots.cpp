@@ -149,12 +149,17 @@ void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uint
     *slot = Slot{tag, value};
   }
   record.updated = now;
-  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, key, tag};
+  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, key};
 }
 
 const Holder* SlotTable::holder(std::uintptr_t value) const {
   auto it = holders_.find(value);
   return it == holders_.end() ? nullptr : &it->second;
+}
+
+Tag SlotTable::held(const Holder& h, std::uintptr_t value) const {
+  const Slot* s = slot(h.container, h.key);
+  return s != nullptr && s->value == value ? s->tag : 0;
 }
 
 void SlotTable::drop_holder(std::uintptr_t value) noexcept { holders_.erase(value); }

@@ -102,10 +102,11 @@ struct ObjectRecord {
 // Which slot last took a value: lets a value read back by C code (a slice, dict.items(),
 // list(...), an attribute copied by copy.copy) recover its tag by identity, once the holder
 // is checked to still hold it (the container's items, or the slot itself for attributes).
+// Its tag is the slot's (SlotTable::held): a holder exists only while its slot holds the
+// value, so a tag kept here too would be a copy (8 bytes for each of millions of values).
 struct Holder {
   std::uintptr_t container = 0;
   std::uint64_t key = 0;
-  Tag tag = 0;
 };
 
 // Blocks of one size, carved from large chunks and reused through a free list: the table's
@@ -179,6 +180,8 @@ class SlotTable {
   void set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now,
            bool hold = true);
   [[nodiscard]] const Holder* holder(std::uintptr_t value) const;
+  // The tag of the slot a holder names, if that slot still holds `value`; 0 otherwise.
+  [[nodiscard]] Tag held(const Holder& h, std::uintptr_t value) const;
   void drop_holder(std::uintptr_t value) noexcept;
   void erase(std::uintptr_t object, std::uint64_t key, Tag now);
   // The object was reshaped (inserted into, cleared): its item tags no longer say which
@@ -202,7 +205,6 @@ class SlotTable {
       visit(record.updated);
       for (const auto& [key, slot] : record.slots) visit(slot.tag);
     }
-    for (const auto& [value, holder] : holders_) visit(holder.tag);
   }
   [[nodiscard]] std::size_t objects() const noexcept { return records_.size(); }
   [[nodiscard]] std::size_t slots() const noexcept { return slot_count_; }

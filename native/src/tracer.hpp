@@ -488,7 +488,8 @@ class Tracer {
   // Edges kept by compactions, packed: sorted by counter, varints, an index entry every block.
   struct PackedBlock {
     std::uint64_t counter;  // the block's first edge
-    std::size_t offset;     // its first byte
+    std::uint32_t chunk;    // the chunk holding it (a block never spans two)
+    std::uint32_t offset;   // its first byte there
   };
   [[nodiscard]] std::size_t packed_block(Tag counter) const noexcept;
   // visit(ordinal, counter, move, inputs) for each edge of a block, until it returns false.
@@ -496,7 +497,9 @@ class Tracer {
   void packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const;
   // The packed edge of this counter: its inputs, whether it is a move, its ordinal.
   bool find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move, std::size_t& ordinal) const;
-  QuietVector<std::uint8_t> packed_;
+  // The packed run, in chunks of about kChunkBytes: a compaction writes the new run while it
+  // reads the old one, and frees each old chunk once read, so the two never both stay whole.
+  std::vector<QuietVector<std::uint8_t>, QuietAllocator<QuietVector<std::uint8_t>>> packed_;
   QuietVector<PackedBlock> packed_blocks_;
   std::size_t packed_count_ = 0;
   std::size_t packed_tags_ = 0;
