@@ -35,7 +35,7 @@ from ._provenance import (
     parse_expression,
     summarize,
 )
-from ._replay_process import Receipt, replay
+from ._replay_process import Plaintext, Receipt, replay
 from .protocol import source_texts
 from .questions import (
     At,
@@ -71,7 +71,7 @@ class Inquiry:
     ) -> None:
         """With a checkpoint policy, the first pass replays the whole run once taking
         checkpoints, and every later pass forks from the nearest one (close() ends them)."""
-        self.data = data
+        self.data = Plaintext(data)  # what every pass replays
         # What this process asks of the stream itself (sources, callees): not the recorded
         # data, which every pass decodes for itself from `data` (a second copy here would
         # count twice against the memory a session may use).

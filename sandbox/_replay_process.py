@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import threading
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,14 @@ from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 from ._layout import unrandomized_children
 
-__all__ = ["Receipt", "load_recording", "replay", "replay_location"]
+__all__ = [
+    "Plaintext",
+    "Receipt",
+    "give_back_freed_memory",
+    "load_recording",
+    "replay",
+    "replay_location",
+]
 
 CHILD_CODE = "from sealtrace.sandbox._replay import main\nmain()\n"
 _STDERR_TAIL = 2000
@@ -103,8 +112,39 @@ def _child_env(meta: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def give_back_freed_memory() -> None:
+    """Hand the heap the C library kept after a recording was decrypted and parsed back to
+    the system (glibc keeps freed small blocks; a process that then waits on its passes would
+    hold them for nothing). Elsewhere, nothing to do. ctypes is loaded here only: the
+    replaying process must not load it (sandbox/_layout.py)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+class Plaintext:
+    """A verified recording's plaintext as a process keeps it between the passes it feeds:
+    compressed, a MiB at a time (a recording is mostly the program's input: text, rows,
+    requests), so it costs a fraction of its size while every pass replays it in full. It
+    never leaves this process's memory."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, data: bytes) -> None:
+        view = memoryview(data)
+        self._chunks = [
+            zlib.compress(view[i : i + self._CHUNK], 1) for i in range(0, len(view), self._CHUNK)
+        ]
+        self.size = len(data)
+
+    def chunks(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            yield zlib.decompress(chunk)
+
+
 def replay(
-    data: bytes,
+    data: bytes | Plaintext,
     meta: dict[str, Any],
     *,
     timeout: float | None = None,
@@ -145,11 +185,12 @@ def replay(
         if query_read >= 0:
             os.close(query_read)
 
-    def write_all(fd: int, payload: bytes) -> None:
+    def write_all(fd: int, payload: bytes | Plaintext) -> None:
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view[: 1 << 20]) :]
+            for chunk in payload.chunks() if isinstance(payload, Plaintext) else (payload,):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view[: 1 << 20]) :]
         except BrokenPipeError:
             pass
         finally:

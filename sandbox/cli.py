@@ -14,7 +14,13 @@ from sealtrace.proxy import Identity, UsageError
 from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
 from sealtrace.proxy.format import ParsedStream
 
-from ._replay_process import Receipt, load_recording, raise_for, replay_location
+from ._replay_process import (
+    Receipt,
+    give_back_freed_memory,
+    load_recording,
+    raise_for,
+    replay_location,
+)
 from ._validate import validate
 from .questions import DEFAULT_DEPTH, Answerer, Flows, InspectStack, Replay, Trace
 
@@ -127,10 +133,16 @@ def _answerer(
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
     data, parsed = load_recording(location, Identity.load(identity), run_id)
+    lines = SourceLines(parsed)
+    answerer: Answerer
     if sandbox:
-        return _sandboxed(data, parsed), SourceLines(parsed)
-    policy = CheckpointPolicy(every, cap) if every else None
-    return Inquiry(data, parsed, checkpoints=policy), SourceLines(parsed)
+        answerer = _sandboxed(data, parsed)
+    else:
+        policy = CheckpointPolicy(every, cap) if every else None
+        answerer = Inquiry(data, parsed, checkpoints=policy)
+    del data, parsed
+    give_back_freed_memory()  # what decrypting and parsing took, while the passes run
+    return answerer, lines
 
 
 def _answer(doc: Any, as_json: bool, text: Callable[[], str]) -> None:

@@ -68,18 +68,44 @@ Tag unzigzag(Tag counter, std::uint64_t z) noexcept {
   const std::uint64_t d = (z >> 1) ^ (~(z & 1) + 1);
   return counter - d;
 }
+
+constexpr std::uint32_t kFarInput = 0xFFFFFFFFU;  // the next two entries hold the whole tag
 }  // namespace
+
+void Tracer::recent_inputs(const Edges& e, QuietVector<Tag>& out) const {
+  out.clear();
+  const std::uint32_t* p = edge_tags_.data() + e.begin;
+  const std::uint32_t* end = p + e.count;
+  while (p < end) {
+    if (*p == kFarInput) {
+      out.push_back((static_cast<Tag>(p[1]) << 32) | p[2]);
+      p += 3;
+    } else {
+      out.push_back(unzigzag(e.counter, *p++));
+    }
+  }
+}
 
 // The inputs a description of this instruction names (edge_inputs): a call's arguments (and
 // self), not the callable; the values Python code handed back to C while it ran; the items C
 // read out of containers.
 void Tracer::record(const Pending& p, bool move) {
   edge_inputs(p, inputs_scratch_);
-  if (!edges_.empty() && edge_tags_.size() + inputs_scratch_.size() > edge_tags_.capacity()) {
+  if (!edges_.empty() &&
+      edge_tags_.size() + 3 * inputs_scratch_.size() > edge_tags_.capacity()) {
     compact_edges(p.counter, false);  // the batch's buffer is full: compact, don't grow it
   }
   const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
-  edge_tags_.insert(edge_tags_.end(), inputs_scratch_.begin(), inputs_scratch_.end());
+  for (const Tag input : inputs_scratch_) {
+    const std::uint64_t z = zigzag(p.counter, input);
+    if (z < kFarInput) {
+      edge_tags_.push_back(static_cast<std::uint32_t>(z));
+    } else {
+      edge_tags_.push_back(kFarInput);
+      edge_tags_.push_back(static_cast<std::uint32_t>(input >> 32));
+      edge_tags_.push_back(static_cast<std::uint32_t>(input));
+    }
+  }
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
   if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
   if (edges_.size() >= edges_compact_at_) compact_edges(p.counter, false);
@@ -181,6 +207,7 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   // Work: a recent edge's index * 2, or a packed edge's ordinal * 2 + 1.
   QuietVector<std::uint64_t> todo;
   QuietVector<Tag> scratch;
+  QuietVector<Tag> recent;  // a recent edge's inputs, decoded
   auto mark = [&](Tag t) {
     auto it = std::lower_bound(edges_.begin(), edges_.end(), t,
                                [](const Edges& e, Tag c) { return e.counter < c; });
@@ -207,7 +234,8 @@ void Tracer::compact_edges(Tag current, bool only_current) {
       todo.pop_back();
       if ((w & 1U) == 0) {
         const Edges e = edges_[w >> 1];
-        for (std::uint32_t k = 0; k < e.count; ++k) mark(edge_tags_[e.begin + k]);
+        recent_inputs(e, recent);
+        for (Tag t : recent) mark(t);
         continue;
       }
       const std::size_t ordinal = w >> 1;
@@ -265,7 +293,8 @@ void Tracer::compact_edges(Tag current, bool only_current) {
          ++r) {
       const Edges& e = edges_[r];
       if (keep_recent[r] == 0 || (any && e.counter == last)) continue;
-      put(e.counter, e.move != 0, edge_tags_.data() + e.begin, e.count);
+      recent_inputs(e, recent);
+      put(e.counter, e.move != 0, recent.data(), recent.size());
       last = e.counter;
       any = true;
     }
@@ -355,7 +384,7 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
       if (it == recent.end()) continue;
       const Edges& e = *it->second;
       move = e.move != 0;
-      inputs.assign(edge_tags_.begin() + e.begin, edge_tags_.begin() + e.begin + e.count);
+      recent_inputs(e, inputs);
     }
     const int next = lvl + (move ? 0 : 1);
     if (next > depth) continue;  // the depth bound: the tree says where it stopped

@@ -511,7 +511,10 @@ class Tracer {
   bool edges_overflow_ = false;
   PyObject* edges_done_ = nullptr;
   QuietVector<Edges> edges_;
-  QuietVector<Tag> edge_tags_;
+  // The recent batch's inputs, each as 32 bits relative to its instruction (zigzag), or, for
+  // one too far away (a marker tag), kFarInput and then the tag's two halves.
+  QuietVector<std::uint32_t> edge_tags_;
+  void recent_inputs(const Edges& e, QuietVector<Tag>& out) const;
   QuietVector<Tag> inputs_scratch_;
 
   bool tainting_ = false;
