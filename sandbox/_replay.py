@@ -96,6 +96,9 @@ class ReplayRuntime:
         self.observer: Callable[[int, str, bool, int], None] | None = None
         # Where the receipt goes: the result pipe, or a checkpoint worker's answer channel.
         self.sink: Callable[[dict[str, Any], int], NoReturn] | None = None
+        # Told in a thread of the program's when it starts (True) and when its function has
+        # returned (False): the provenance engine traces it in between.
+        self.on_thread: Callable[[bool], None] | None = None
 
     def intercepting(self) -> bool:
         return self.scheduler.current() is not None  # a thread of the program's
@@ -148,9 +151,13 @@ class ReplayRuntime:
 
         def run() -> None:
             scheduler.begin(state, _thread_name(function))
+            if runtime.on_thread is not None:
+                runtime.on_thread(True)
             try:
                 function(*args, **kwargs)
             finally:
+                if runtime.on_thread is not None:
+                    runtime.on_thread(False)
                 runtime._ended(state)
 
         ident = base(ThreadBody(run, function), ())
@@ -559,6 +566,7 @@ def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_so
             query = {**query, "release": [rt.result_fd]}
         prov = Provenance(query, rt._emit, redirect)
         rt.observer = prov.on_event
+        rt.on_thread = prov.on_thread
         attach_to_environ(prov)
         main_file = target.value if target.kind == "script" else None
         if target.kind == "module" and main_source is not None:

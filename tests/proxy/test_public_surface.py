@@ -109,9 +109,12 @@ FORMAT_EXPORTED = [
 
 BOUNDARY_EXPORTED = [
     "BUILTIN_LIBRARIES",
+    "THREAD_SHIFT",
     "Entry",
     "Library",
     "Target",
+    "ThreadBody",
+    "WouldBlock",
     "args_digest",
     "install",
     "installed_manifest",
