@@ -221,6 +221,28 @@ class SimpleQueueProxy:
         return f"<_queue.SimpleQueue object at {id(self):#x}>"
 
 
+class _BuiltinLike:
+    """A replacement for a built-in function that behaves like one where the program can tell:
+    stored as a class attribute (`lock_class = threading.Lock`) it is not bound to the
+    instance, and its repr is the built-in's."""
+
+    __slots__ = ("__wrapped__", "_call")
+
+    def __init__(self, call: Callable[..., Any], original: Any) -> None:
+        self._call = call
+        self.__wrapped__ = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return repr(self.__wrapped__)
+
+    @property
+    def __name__(self) -> str:
+        return str(self.__wrapped__.__name__)
+
+
 def install_threads(rt: Runtime, patcher: Patcher) -> None:
     if not getattr(rt, "records_threads", True):
         _install_v1_guard(rt, patcher)  # replaying a recording made before threads were
@@ -254,13 +276,15 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
         "SimpleQueue", (SimpleQueueProxy,), {"__slots__": (), "runtime": rt, "__module__": "_queue"}
     )
 
-    patcher.replace(_thread, "start_new_thread", start_new_thread)
-    patcher.replace(_thread, "start_new", start_new_thread)
-    patcher.replace(threading, "_start_new_thread", start_new_thread)
-    patcher.replace(threading, "_allocate_lock", allocate_lock)
-    patcher.replace(threading, "Lock", allocate_lock)
-    patcher.replace(threading, "_CRLock", rlock)
-    patcher.replace(threading, "_set_sentinel", set_sentinel)
+    starter = _BuiltinLike(start_new_thread, base_start)
+    lock = _BuiltinLike(allocate_lock, _real_lock)
+    patcher.replace(_thread, "start_new_thread", starter)
+    patcher.replace(_thread, "start_new", starter)
+    patcher.replace(threading, "_start_new_thread", starter)
+    patcher.replace(threading, "_allocate_lock", lock)
+    patcher.replace(threading, "Lock", lock)
+    patcher.replace(threading, "_CRLock", _BuiltinLike(rlock, _real_rlock))
+    patcher.replace(threading, "_set_sentinel", _BuiltinLike(set_sentinel, _real_sentinel))
     patcher.replace(queue, "SimpleQueue", simple_queue)
 
 

@@ -150,7 +150,7 @@ class ReplayRuntime:
         runtime = self
 
         def run() -> None:
-            scheduler.begin(state, _thread_name(function))
+            scheduler.begin(state, _thread_name(function), _thread_target(function))
             if runtime.on_thread is not None:
                 runtime.on_thread(True)
             try:
@@ -360,6 +360,15 @@ def _jsonable(value: Any) -> Any:
 def output_preview(data: bytes, offset: int) -> str:
     """The bytes around the first difference, as text."""
     return data[max(0, offset - _CONTEXT) : offset + _PREVIEW].decode("utf-8", "replace")
+
+
+def _thread_target(function: Any) -> str:
+    """The function a thread runs (a Thread's target, not its bootstrap), and where it is."""
+    owner = getattr(function, "__self__", None)
+    target = getattr(owner, "_target", None) or getattr(owner, "run", None) or function
+    code = getattr(target, "__code__", None)
+    name = getattr(target, "__qualname__", repr(target))
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
 
 
 def _thread_name(function: Any) -> str:

@@ -49,6 +49,7 @@ class ThreadState:
     status: str = NEW
     ident: int = 0
     oids: int = 0  # object ids it has handed out
+    runs: str = ""  # the function it runs, and where that is defined
     # Held while the thread sleeps; whoever hands it the baton releases it.
     go: Any = field(default_factory=_allocate_lock)
 
@@ -93,10 +94,11 @@ class Scheduler:
         self.threads[index] = state
         return state
 
-    def begin(self, state: ThreadState, name: str) -> None:
+    def begin(self, state: ThreadState, name: str, runs: str) -> None:
         """In the new thread, before anything of the program's: sleep until picked."""
         state.ident = _get_ident()
         state.name = name
+        state.runs = runs
         self.by_ident[state.ident] = state
         state.go.acquire()
 
@@ -186,6 +188,7 @@ class Scheduler:
                     "name": state.name,
                     "state": state.status,
                     "location": self._where(state.ident) if frame is not None else None,
+                    "runs": state.runs or None,
                 }
             )
         return out
