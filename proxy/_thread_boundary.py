@@ -11,6 +11,11 @@ recorded order (sandbox/_replay.py's scheduler), so the threads take locks and q
 the order they did when recorded, and a program whose threads share state through these
 primitives replays exactly.
 
+asyncio hands work between threads without a lock: another thread's call_soon_threadsafe
+appends to the loop's ready queue, then wakes the loop through its self-pipe, while the loop
+may be computing how long to wait. That handoff is a sync event too (at its start), so the
+loop sees the appended callback on replay exactly when it did when recorded.
+
 Locks the recorder made before it was installed (the threading module's own: it imports
 threading) stay real; none is held across a boundary call. The import system's locks stay
 real too: only the names applications use are replaced (threading.Lock, threading.RLock,
@@ -23,7 +28,10 @@ A proxy never changes what the program sees: the same methods, results and excep
 from __future__ import annotations
 
 import _thread
+import importlib.abc
+import importlib.machinery
 import queue
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -286,6 +294,7 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
     patcher.replace(threading, "_CRLock", _BuiltinLike(rlock, _real_rlock))
     patcher.replace(threading, "_set_sentinel", _BuiltinLike(set_sentinel, _real_sentinel))
     patcher.replace(queue, "SimpleQueue", simple_queue)
+    _when_imported("asyncio.base_events", lambda module: _patch_event_loop(rt, patcher, module))
 
 
 def _install_v1_guard(rt: Runtime, patcher: Patcher) -> None:
@@ -299,3 +308,55 @@ def _install_v1_guard(rt: Runtime, patcher: Patcher) -> None:
 
     patcher.replace(_thread, "start_new_thread", start_new_thread)
     patcher.replace(threading, "_start_new_thread", start_new_thread)
+
+
+def _patch_event_loop(rt: Runtime, patcher: Patcher, base_events: Any) -> None:
+    loop_class = base_events.BaseEventLoop
+    original = loop_class.call_soon_threadsafe
+
+    def call_soon_threadsafe(self: Any, callback: Any, *args: Any, context: Any = None) -> Any:
+        rt.sync("asyncio.call_soon_threadsafe", None, _nothing, _nothing)
+        return original(self, callback, *args, context=context)
+
+    patcher.replace(loop_class, "call_soon_threadsafe", call_soon_threadsafe)
+
+
+def _nothing(*_args: Any) -> None:
+    return None
+
+
+class _WhenImported(importlib.abc.MetaPathFinder):
+    """Runs `then(module)` once `name` has been imported, without importing it first (a
+    recorded program that never uses asyncio does not load it because of the recorder)."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self._name = name
+        self._then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self._name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self._then
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                then(module)
+
+        spec.loader = Loader()
+        sys.meta_path.remove(self)
+        return spec
+
+
+def _when_imported(name: str, then: Callable[[Any], None]) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _WhenImported(name, then))

@@ -140,6 +140,39 @@ server.serve_forever()
 print("served", sorted(served))
 """
 
+STREAMS = """
+import asyncio
+
+
+async def handle(reader, writer):
+    line = await reader.readline()
+    writer.write(b"quote " + line.strip() + b" 42\\n")
+    await writer.drain()
+    writer.close()
+
+
+async def main():
+    server = await asyncio.start_server(handle, "localhost", 0)  # resolved in a thread
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("localhost", port)
+    writer.write(b"MUG-01\\n")
+    await writer.drain()
+    reply = await reader.readline()
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    value = int(reply.split()[-1]) * 2
+    print(reply.decode().strip(), value)
+
+
+asyncio.run(main())
+"""
+
+HEAD = """
+for i in range(200_000):
+    print("line", i)
+"""
+
 BEHAVIOUR = """
 import _thread
 import queue
@@ -258,7 +291,7 @@ def test_a_threaded_flask_server_under_concurrent_clients_replays_and_traces(
             client.start()
         for client in clients:
             client.join()
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/stop", timeout=60).read()  # noqa: S310
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/stop", timeout=60).read()
         _out, err = recorder.communicate(timeout=120)
     finally:
         if recorder.poll() is None:
@@ -301,3 +334,41 @@ def test_the_proxies_behave_as_the_real_objects(tmp_path: Path, keys: KeyFiles) 
     assert rec.proc.returncode == 0, rec.proc.stderr.decode()
     assert rec.proc.stdout == plain.stdout
     assert assert_bit_exact(*replay(keys, tmp_path / "rec"))["outputs_matched"] > 0
+
+
+def test_asyncio_streams_by_host_name_replay_and_trace_across_await(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    rec = _record(keys, tmp_path, STREAMS)
+    _data, parsed = load_recording(str(rec), keys.identity)
+    resolved = [e for e in parsed.events if e.callee.endswith("getaddrinfo")]
+    assert resolved and {e.thread for e in resolved} - {0}  # in the loop's executor
+    assert_bit_exact(*replay(keys, rec))
+    line = 1 + STREAMS.splitlines().index(
+        next(x for x in STREAMS.splitlines() if x.strip().startswith("print("))
+    )
+    doc = trace_json(rec, keys, f"app.py:{line}", "value")
+    calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
+    assert calls & {"socket.recv", "socket.recv_into"}, calls
+
+
+def test_a_program_piped_into_head_behaves_as_unrecorded(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(tmp_path / "app", HEAD)
+    exe = Path(sys.executable).with_name("sealtrace")
+
+    def through_head(command: list[str]) -> tuple[bytes, bytes, int]:
+        shell = f"{' '.join(command)} 2>{tmp_path}/err | head -2"
+        out = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True,
+                             timeout=120, check=False)  # fmt: skip
+        return out.stdout, (tmp_path / "err").read_bytes(), out.returncode
+
+    plain = through_head([PYTHON, str(app)])
+    recorded = through_head(
+        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
+         str(tmp_path / "rec"), "--", PYTHON, str(app)]
+    )  # fmt: skip
+    assert recorded[0] == plain[0] == b"line 0\nline 1\n"
+    assert recorded[2] == plain[2]  # the program's own exit status, through the pipe
+    # The broken pipe's traceback is the program's, with none of sealtrace's frames.
+    assert b"BrokenPipeError" in recorded[1] and b"BrokenPipeError" in plain[1]
+    assert b"sealtrace" not in recorded[1] and b"_boundary" not in recorded[1], recorded[1]
