@@ -372,3 +372,36 @@ def test_a_program_piped_into_head_behaves_as_unrecorded(tmp_path: Path, keys: K
     # The broken pipe's traceback is the program's, with none of sealtrace's frames.
     assert b"BrokenPipeError" in recorded[1] and b"BrokenPipeError" in plain[1]
     assert b"sealtrace" not in recorded[1] and b"_boundary" not in recorded[1], recorded[1]
+
+
+SOCKET_SURFACE = """
+import socket
+
+a, b = socket.socketpair()
+a.set_inheritable(True)
+print(a.get_inheritable(), a.proto)
+a.sendmsg([b"pri", b"ce 42"])
+print(b.recvmsg(64)[0])
+a.sendmsg([b"0123456789"])
+head, tail = bytearray(4), bytearray(10)
+n = b.recvmsg_into([head, tail])[0]
+print(n, bytes(head), bytes(tail[: n - 4]))
+"""
+
+
+def test_a_socket_offers_every_method_a_real_one_has(tmp_path: Path, keys: KeyFiles) -> None:
+    """Issue 23, item 1: werkzeug's app.run() calls set_inheritable on its listening socket,
+    which the proxy once lacked. Every public name of socket.socket is on the proxy, and the
+    ones added record and replay."""
+    import socket
+
+    from sealtrace.proxy._net_boundary import Socket
+
+    assert not sorted(n for n in dir(socket.socket) if not n.startswith("_") and
+                      not hasattr(Socket, n) and n != "proto")  # fmt: skip
+    app = write_app(tmp_path / "app", SOCKET_SURFACE)
+    plain = subprocess.run([PYTHON, str(app)], capture_output=True, timeout=60, check=True)
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert rec.proc.returncode == 0, rec.proc.stderr.decode()
+    assert rec.proc.stdout == plain.stdout
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
