@@ -9,6 +9,7 @@ replaying), never from run_target itself.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import sys
 import types
@@ -129,7 +130,7 @@ def _trim_traceback(exc: BaseException, seen: set[int] | None = None) -> None:
         if not is_own_code(tb.tb_frame.f_code.co_filename):
             kept.append(tb)
         tb = tb.tb_next
-    for outer, inner in zip(kept, kept[1:], strict=False):
+    for outer, inner in itertools.pairwise(kept):
         outer.tb_next = inner
     if kept:
         kept[-1].tb_next = None
