@@ -28,24 +28,44 @@ A proxy never changes what the program sees: the same methods, results and excep
 from __future__ import annotations
 
 import _thread
+import contextlib
 import importlib.abc
 import importlib.machinery
 import queue
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._boundary import Patcher
 from ._runtime import Runtime, WouldBlock
 
-__all__ = ["LockProxy", "RLockProxy", "SimpleQueueProxy", "install_threads"]
+__all__ = [
+    "LockProxy",
+    "RLockProxy",
+    "SimpleQueueProxy",
+    "install_threads",
+    "outside_the_program",
+]
 
 _real_lock = _thread.allocate_lock
 _real_rlock = _thread.RLock
 _real_simple_queue = queue.SimpleQueue
 _real_sentinel = _thread._set_sentinel  # type: ignore[attr-defined]
+_outside = [0]  # > 0 while sealtrace itself runs code the proxies must leave alone
+
+
+@contextlib.contextmanager
+def outside_the_program() -> Iterator[None]:
+    """What runs inside is sealtrace's, not the program's: locks made and taken there are
+    real and make no event. A replay's checkpoint fork needs it: the interpreter runs
+    threading's after-fork handler in the child, which makes a lock and takes it."""
+    _outside[0] += 1
+    try:
+        yield
+    finally:
+        _outside[0] -= 1
 
 
 class LockProxy:
@@ -64,6 +84,8 @@ class LockProxy:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         real = self._real
+        if _outside[0]:
+            return bool(real.acquire(blocking, timeout))
         if self._sentinel and blocking and timeout == -1:
             # join(): it returns once the thread is gone, which its own events already place
             # before the joiner's next. No event of its own, so joining a set of threads (an
@@ -125,6 +147,8 @@ class RLockProxy:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         real = self._real
+        if _outside[0]:
+            return bool(real.acquire(blocking, timeout))
         acquired: bool = self._rt.sync(
             "rlock.acquire",
             (self._oid, bool(blocking), timeout),
@@ -154,6 +178,9 @@ class RLockProxy:
 
     def _acquire_restore(self, state: Any) -> None:
         real = self._real
+        if _outside[0]:
+            real._acquire_restore(state)
+            return
 
         def restore(_outcome: Any) -> None:
             if not real.acquire(False):
@@ -182,7 +209,7 @@ class SimpleQueueProxy:
     runtime: Runtime  # set on the class install_threads makes for its runtime
 
     def __new__(cls) -> Any:
-        if not cls.runtime.intercepting():
+        if _outside[0] or not cls.runtime.intercepting():
             return _real_simple_queue()  # made by the recorder itself, or inside a call
         return super().__new__(cls)
 
@@ -199,6 +226,8 @@ class SimpleQueueProxy:
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         real = self._real
+        if _outside[0]:
+            return real.get(block, timeout)
         return self._rt.sync(
             "queue.get", (self._oid, bool(block), timeout), lambda: real.get(block, timeout),
             self._take,
@@ -268,17 +297,20 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
             raise TypeError("first arg must be callable")
         return rt.start_thread(function, args, kwargs or {}, base_start)
 
+    def ours() -> bool:
+        return not _outside[0] and rt.intercepting()
+
     def allocate_lock() -> Any:
         real = _real_lock()
-        return LockProxy(rt, real) if rt.intercepting() else real
+        return LockProxy(rt, real) if ours() else real
 
     def rlock(*args: Any, **kwargs: Any) -> Any:
         real = _real_rlock(*args, **kwargs)
-        return RLockProxy(rt, real) if rt.intercepting() else real
+        return RLockProxy(rt, real) if ours() else real
 
     def set_sentinel() -> Any:
         real = _real_sentinel()
-        return LockProxy(rt, real, sentinel=True) if rt.intercepting() else real
+        return LockProxy(rt, real, sentinel=True) if ours() else real
 
     simple_queue = type(
         "SimpleQueue", (SimpleQueueProxy,), {"__slots__": (), "runtime": rt, "__module__": "_queue"}

@@ -122,7 +122,11 @@ class ReplayRuntime:
 
     def sync(self, name: str, key: Any, fn: Any, replay: Any) -> Any:
         event = self._next(name, key)
-        value = self._served(event, name, output=False)  # raises what the call raised
+        # No observer: what orders threads brings no data into the program (a lock's
+        # acquire is no input of what the code under it computes).
+        value = self._value(event)
+        if event.raised:
+            raise value
         while True:
             try:
                 return replay(value)

@@ -120,6 +120,7 @@ BOUNDARY_EXPORTED = [
     "installed_manifest",
     "is_own_code",
     "libraries",
+    "outside_the_program",
     "path_under",
     "register",
     "replay_hooks",
