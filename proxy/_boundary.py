@@ -120,7 +120,11 @@ BUILTIN_LIBRARIES: tuple[Library, ...] = (
     ),
     Library("environ", (_adapter("environ", "sealtrace.proxy._core_boundary:install_environ"),)),
     Library(
-        "concurrency", (_adapter("threads", "sealtrace.proxy._core_boundary:install_thread_guard"),)
+        "concurrency",
+        (
+            _adapter("threads", "sealtrace.proxy._thread_boundary:install_threads"),
+            _adapter("guard", "sealtrace.proxy._core_boundary:install_process_guard"),
+        ),
     ),
     Library(
         "files",

@@ -1,12 +1,11 @@
 """Adapters for the process's own nondeterminism: datetime, random seeding, the environment,
-and the determinism guard (threads, fork, ctypes).
+and the determinism guard (fork, ctypes; threads are _thread_boundary's).
 
 Each adapter runs identically when recording and when replaying; only the runtime differs.
 """
 
 from __future__ import annotations
 
-import _thread
 import datetime as dt
 import os
 import random
@@ -20,8 +19,8 @@ __all__ = [
     "RecordedEnviron",
     "install_datetime",
     "install_environ",
+    "install_process_guard",
     "install_random",
-    "install_thread_guard",
 ]
 
 
@@ -155,22 +154,7 @@ def install_environ(rt: Runtime, patcher: Patcher) -> None:
     patcher.replace(os, "environ", RecordedEnviron(rt, known, names, os.environ))
 
 
-def install_thread_guard(rt: Runtime, patcher: Patcher) -> None:
-    import threading
-
-    base_start = threading.Thread.start
-    base_new_thread = _thread.start_new_thread
-
-    def start(self: threading.Thread) -> None:
-        rt.unsupported("the application started a thread (threads are not supported in v1)")
-        base_start(self)
-
-    def start_new_thread(*args: Any, **kwargs: Any) -> Any:
-        rt.unsupported("the application started a thread (threads are not supported in v1)")
-        return base_new_thread(*args, **kwargs)
-
-    patcher.replace(threading.Thread, "start", start)
-    patcher.replace(_thread, "start_new_thread", start_new_thread)
+def install_process_guard(rt: Runtime, patcher: Patcher) -> None:
     for name in ("fork", "forkpty"):
         base = getattr(os, name, None)
         if base is not None:

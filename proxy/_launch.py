@@ -9,6 +9,7 @@ replaying), never from run_target itself.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import sys
 import types
@@ -114,11 +115,29 @@ def exit_status(code: Any) -> tuple[int, str | None]:
     return 1, str(code)
 
 
-def _trim_traceback(exc: BaseException) -> None:
+def _trim_traceback(exc: BaseException, seen: set[int] | None = None) -> None:
+    """Take sealtrace's frames out of an exception's traceback (the launcher's above the
+    program, the boundary's below a call that raised: a broken pipe at a print), and out of
+    the exceptions it was raised from or during: the program's own printout is as it would
+    be unrecorded."""
+    seen = set() if seen is None else seen
+    if id(exc) in seen:
+        return
+    seen.add(id(exc))
+    kept = []
     tb = exc.__traceback__
-    while tb is not None and is_own_code(tb.tb_frame.f_code.co_filename):
+    while tb is not None:
+        if not is_own_code(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
         tb = tb.tb_next
-    exc.__traceback__ = tb
+    for outer, inner in itertools.pairwise(kept):
+        outer.tb_next = inner
+    if kept:
+        kept[-1].tb_next = None
+    exc.__traceback__ = kept[0] if kept else None
+    for linked in (exc.__cause__, exc.__context__):
+        if linked is not None:
+            _trim_traceback(linked, seen)
 
 
 def run_target(

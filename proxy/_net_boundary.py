@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _socket
 import io
+import os
 import select
 import selectors
 import socket as socket_module
@@ -85,6 +86,10 @@ def _socketpair(family: int | None = None, type: int = _socket.SOCK_STREAM, prot
 
 def _fd_of(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+_get_inheritable = os.get_inheritable  # captured: the boundary's own calls are not the program's
+_set_inheritable = os.set_inheritable
 
 
 class Socket:
@@ -325,6 +330,57 @@ class Socket:
         return self._call(
             "getsockopt", (level, option, *buflen), lambda: real.getsockopt(level, option, *buflen)
         )
+
+    # socket.socket's own (Python) methods, on the descriptor: the real one is _socket's.
+    def get_inheritable(self) -> bool:
+        real = self._real
+        return bool(self._call("get_inheritable", (), lambda: _get_inheritable(real.fileno())))
+
+    def set_inheritable(self, inheritable: bool) -> None:
+        real, flag = self._real, bool(inheritable)
+        self._call("set_inheritable", (flag,), lambda: _set_inheritable(real.fileno(), flag))
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple[Any, ...]:
+        real = self._real
+        data, ancdata, msg_flags, address = self._call(
+            "recvmsg",
+            (bufsize, ancbufsize, flags),
+            lambda: real.recvmsg(bufsize, ancbufsize, flags),
+        )
+        return bytes(data), [tuple(item) for item in ancdata], msg_flags, address
+
+    def recvmsg_into(
+        self, buffers: Iterable[Any], ancbufsize: int = 0, flags: int = 0
+    ) -> tuple[Any, ...]:
+        views = [memoryview(b).cast("B") for b in buffers]
+        data, ancdata, msg_flags, address = self.recvmsg(sum(map(len, views)), ancbufsize, flags)
+        at = 0
+        for view in views:  # as the kernel scatters it: each buffer filled in turn
+            part = data[at : at + len(view)]
+            view[: len(part)] = part
+            at += len(part)
+        return len(data), ancdata, msg_flags, address
+
+    def sendmsg(
+        self, buffers: Iterable[Any], ancdata: Iterable[Any] = (), flags: int = 0,
+        address: Any = None,
+    ) -> int:  # fmt: skip
+        parts = [bytes(b) for b in buffers]
+        control = [tuple(item) for item in ancdata]
+        payload, real = b"".join(parts), self._real
+        args: tuple[Any, ...] = (parts, control, flags) + (() if address is None else (address,))
+        key = (self._oid, control, flags, address)
+        sent = self._rt.output("socket.sendmsg", key, payload, lambda: real.sendmsg(*args))
+        return int(sent)
+
+    def sendmsg_afalg(self, msg: Iterable[Any] = (), **options: Any) -> int:
+        parts = [bytes(b) for b in msg]
+        payload, real = b"".join(parts), self._real
+        key = (self._oid, sorted(options.items()))
+        sent = self._rt.output(
+            "socket.sendmsg_afalg", key, payload, lambda: real.sendmsg_afalg(parts, **options)
+        )
+        return int(sent)
 
     def makefile(
         self,

@@ -209,6 +209,9 @@ def describe_run(
         # The program starts with no directory listing cached (forget_distribution_lookups):
         # replay forgets its own before running it. Absent from older recordings.
         "cold_lookups": True,
+        # Every thread's calls are recorded, and the locks and queues that order them (sync
+        # events, _thread_boundary). Absent from older recordings, which stopped at a thread.
+        "threads": True,
         "stdio": describe_stdio(),
         "libraries": list(libs),
         "timezone": {

@@ -9,9 +9,16 @@ same objects either way.
 RecordRuntime must never crash or block the application: a failure inside the recorder (an
 unencodable value, a sink that fails or falls behind, a full disk) stops the recording, says
 so once on stderr, and lets the real call's result through untouched. Calls made while another
-boundary call is in progress, and calls from threads other than the one that installed the
-recorder (the recorder's own pipeline thread), pass straight through. The event stream is
+boundary call is in progress on the same thread, and calls from threads the application did
+not start (the recorder's own pipeline thread), pass straight through. The event stream is
 hashed, sealed and stored by that thread (_pipeline.py), never on the application's.
+
+Threads: every thread the application starts is recorded (start_thread gives it the next
+index, as an event of its starter's, before it runs). A record is appended whole, under the
+records lock, with a THREAD record before it whenever the thread differs from the last
+record's, so the stream holds one order of every thread's calls: the order they completed.
+Object ids are per thread (the thread's index in the high bits), so they do not depend on how
+the threads interleaved.
 """
 
 from __future__ import annotations
@@ -47,17 +54,21 @@ from ._stream import (
     STATUS_RAISED,
     STATUS_RETURNED,
     STOP,
+    THREAD,
     stream_prefix,
 )
 
 __all__ = [
     "IMPLEMENTATIONS",
     "OWN_DIRECTORIES",
+    "THREAD_SHIFT",
     "Hot",
     "PythonRecordRuntime",
     "RecordRuntime",
     "Runtime",
     "StreamOut",
+    "ThreadBody",
+    "WouldBlock",
     "args_digest",
     "caller_location",
     "is_own_code",
@@ -102,6 +113,8 @@ def path_under(path: str, roots: Iterable[str]) -> bool:
 
 _get_ident = _thread.get_ident
 _start_thread = _thread.start_new_thread  # captured before any patching
+_RLock = _thread.RLock  # the recorder's own lock: never a recorded one
+THREAD_SHIFT = 32  # an object id: the thread's index above these bits, its own count below
 _monotonic = time.monotonic
 _write_fd = os.write
 
@@ -248,6 +261,26 @@ class Runtime(Protocol):
 
     def note(self, what: str, detail: str) -> None: ...
 
+    def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
+        """A call that orders threads (a lock's acquire, a queue's get): fn() when recording,
+        which records whether it returned or raised and its result if that is a bool; when
+        replaying, the thread waits for its turn and replay(recorded result) answers."""
+        ...
+
+    def start_thread(
+        self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+        base: Callable[..., int],
+    ) -> int:  # fmt: skip
+        """_thread.start_new_thread(function, args, kwargs) through `base`: the new thread is
+        recorded (or replayed) as the next thread of the run."""
+        ...
+
+    def block(self, wait: Callable[[], T], ready: Callable[[], T | None]) -> T:
+        """A wait whose end the threads' own events already order (join(): the thread's last
+        event comes before its joiner's next): wait() when recording, and no event; when
+        replaying, ready() until it answers (not None), letting the other threads run."""
+        ...
+
 
 # Turns a buffer of records as the per-call path left them into final records, on the
 # pipeline's thread: (records, unhashed) -> records. The C path leaves plain keys' digests to
@@ -303,14 +336,16 @@ class RecordRuntime:
         self._last_flush = _monotonic()
         self._report = report or _report_stderr
         self._main = _get_ident()
-        # A call is recorded when made on the main thread while _gate holds its id: _gate is
-        # 0 during a boundary call (calls made inside it pass through) and once the recording
-        # has ended; _live is what it returns to after a call.
-        self._gate = self._live = self._main
+        self._live = 1  # 0 once the recording has ended: every call then passes through
+        self._last_thread = 0  # the thread of the last call record (a stream starts with 0's)
+        self._threads_started = 0  # the highest index given to a thread
         self.events = 0
         self.active = True
         self.outcome: str | None = None  # None while recording; why it ended otherwise
-        self._oids = 0
+        self._oids = 0  # object ids handed out, all threads together (for reports)
+        # A call is recorded when made on a recorded thread outside another boundary call:
+        # the thread that installed the recorder is thread 0.
+        self.enter_thread(0)
 
     # -- the Runtime interface ---------------------------------------------------------------
 
@@ -325,14 +360,69 @@ class RecordRuntime:
 
         def new_oid(self) -> int: ...
 
-    def intercepting(self) -> bool:
-        """Whether a call made here goes through the boundary (adapters that build objects
-        ask before building a proxy)."""
-        return _get_ident() == self._gate
+        def intercepting(self) -> bool:
+            """Whether a call made here goes through the boundary (adapters that build
+            objects ask before building a proxy)."""
+            ...
+
+        def thread_index(self) -> int:
+            """The calling thread's index in the recording, or -1 if it is not recorded."""
+            ...
+
+        def enter_thread(self, index: int) -> None: ...
+
+        def leave_thread(self) -> None: ...
+
+        def _hold_records(self) -> None: ...
+
+        def _release_records(self) -> None: ...
 
     def unsupported(self, what: str) -> None:
-        if self.active and _get_ident() == self._main:
+        if self.active and self.thread_index() >= 0:
             self.stop(what, caller_location())
+
+    def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
+        # Recorded as any call: the order of these events across threads is what replay
+        # follows. The event keeps a lock's result (acquired or not), not a queue's item,
+        # which the program gets as it is.
+        got: list[T] = []
+
+        def run() -> Any:
+            result = fn()
+            got.append(result)
+            return _outcome_only(result)
+
+        self.call(name, key, run)
+        return got[0]
+
+    def block(self, wait: Callable[[], T], ready: Callable[[], T | None]) -> T:
+        return wait()
+
+    def start_thread(
+        self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+        base: Callable[..., int],
+    ) -> int:  # fmt: skip
+        if not self.intercepting():
+            return base(function, args, kwargs)  # the recorder's own, or started by a call
+        self._hold_records()
+        try:
+            self._threads_started = index = self._threads_started + 1
+        finally:
+            self._release_records()
+        # Its index, as an event of its starter's, before it can make a call of its own.
+        self.call("thread.spawn", (index,), lambda: index)
+        runtime = self
+
+        def run() -> None:
+            runtime.enter_thread(index)
+            try:
+                function(*args, **kwargs)
+            finally:
+                runtime.leave_thread()
+
+        body = ThreadBody(run, function)
+        ident: int = self.call("thread.start", (index,), lambda: base(body, ()))
+        return ident
 
     def note(self, what: str, detail: str) -> None:
         if self.active:
@@ -342,8 +432,17 @@ class RecordRuntime:
 
     def record_raw(self, kind: int, body: BytesLike) -> bool:
         """Append one record; a failure ends the recording (False), never the application."""
+        self._hold_records()
         try:
             buf = self._buf
+            if kind in (CALL, OUTPUT):
+                thread = self.thread_index()
+                if thread != self._last_thread:  # another thread's call: say whose
+                    marker = varint(thread)
+                    buf.append(THREAD)
+                    _write_varint(buf, len(marker))
+                    buf += marker
+                    self._last_thread = thread
             buf.append(kind)
             _write_varint(buf, len(body))
             buf += body
@@ -352,6 +451,8 @@ class RecordRuntime:
         except Exception as exc:
             self._failed(exc)
             return False
+        finally:
+            self._release_records()
         return True
 
     def record_value(self, kind: int, value: Any) -> bool:
@@ -384,7 +485,23 @@ class RecordRuntime:
         head: bytes | None = None,  # callee and args digest, when call() has made them
     ) -> None:
         if not self._live:
-            return  # the recording ended inside the call (it started a thread, say)
+            return  # the recording ended inside the call
+        self._hold_records()
+        try:
+            self._event_held(kind, name, key, data, status, value, head)
+        finally:
+            self._release_records()
+
+    def _event_held(
+        self,
+        kind: int,
+        name: str,
+        key: Any,
+        data: BytesLike | None,
+        status: int,
+        value: Any,
+        head: bytes | None,
+    ) -> None:
         try:
             if head is None:
                 head = self._heads.get(name) or self._callee(name)
@@ -427,7 +544,7 @@ class RecordRuntime:
 
     def _end(self) -> None:
         self.active = False
-        self._gate = self._live = 0
+        self._live = 0
 
     def stop(self, reason: str, where: str) -> None:
         """End the recording early but cleanly: what was recorded stays replayable."""
@@ -481,6 +598,12 @@ class PythonRecordRuntime(RecordRuntime):
     (_fastpath.CallPath, which must write the same bytes), and what records where that
     module is missing or SEALTRACE_RECORDER=python asks for it."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # thread ident -> [index, object ids handed out, in a boundary call now]
+        self._states: dict[int, list[int]] = {}
+        self._records_lock = _RLock()
+        super().__init__(*args, **kwargs)
+
     def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
         return self._run(CALL, name, key, None, fn)
 
@@ -490,10 +613,32 @@ class PythonRecordRuntime(RecordRuntime):
     def new_oid(self) -> int:
         # Objects made inside another boundary call (a selector inside communicate()) do
         # not exist on replay: they must not take an id.
-        if _get_ident() != self._gate:
+        state = self._states.get(_get_ident())
+        if state is None or state[2] or not self._live:
             return 0
         self._oids += 1
-        return self._oids
+        state[1] += 1
+        return (state[0] << THREAD_SHIFT) | state[1]
+
+    def intercepting(self) -> bool:
+        state = self._states.get(_get_ident())
+        return state is not None and not state[2] and bool(self._live)
+
+    def thread_index(self) -> int:
+        state = self._states.get(_get_ident())
+        return -1 if state is None else state[0]
+
+    def enter_thread(self, index: int) -> None:
+        self._states[_get_ident()] = [index, 0, 0]
+
+    def leave_thread(self) -> None:
+        self._states.pop(_get_ident(), None)
+
+    def _hold_records(self) -> None:
+        self._records_lock.acquire()
+
+    def _release_records(self) -> None:
+        self._records_lock.release()
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
         return self._run(OUTPUT, name, key, data, fn)
@@ -501,18 +646,55 @@ class PythonRecordRuntime(RecordRuntime):
     def _run(
         self, kind: int, name: str, key: Any, data: BytesLike | None, fn: Callable[[], T]
     ) -> T:
-        if _get_ident() != self._gate:
+        state = self._states.get(_get_ident())
+        if state is None or state[2] or not self._live:
             return fn()
-        self._gate = 0
+        state[2] = 1
         try:
             result = fn()
         except BaseException as exc:
-            self._gate = self._live
+            state[2] = 0
             self._event(kind, name, key, data, STATUS_RAISED, exc)
             raise
-        self._gate = self._live
+        state[2] = 0
         self._event(kind, name, key, data, STATUS_RETURNED, result)
         return result
+
+
+class WouldBlock(Exception):
+    """Raised by a sync event's replay answer when the real object is not ready yet at the
+    event's turn (a lock its holder has not reached the release of, a queue item not put
+    yet): the replay runtime lets the threads that can run do so, then asks again."""
+
+
+def _outcome_only(result: Any) -> Any:
+    """What a sync event keeps of its result: a bool as it is (a lock's acquire), nothing of
+    anything else (a queue's item belongs to the program, and may be no recordable value)."""
+    return result if isinstance(result, bool) else None
+
+
+class ThreadBody:
+    """What a recorded or replayed thread runs: the runtime's wrapper of the application's
+    function, which _thread names in its messages (an exception that escapes a thread started
+    with _thread.start_new_thread) and which must read as the application's own."""
+
+    __slots__ = ("_function", "_run")
+
+    def __init__(self, run: Callable[[], None], function: Callable[..., Any]) -> None:
+        self._run = run
+        self._function = function
+
+    def __call__(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            tb = exc.__traceback__
+            while tb is not None and is_own_code(tb.tb_frame.f_code.co_filename):
+                tb = tb.tb_next
+            raise exc.with_traceback(tb) from exc.__cause__
+
+    def __repr__(self) -> str:
+        return repr(self._function)
 
 
 def _native_runtime() -> type[RecordRuntime] | None:

@@ -10,16 +10,21 @@
     CALL    callee (varint), args digest (16 bytes), status (u8), encoded result or exception
     OUTPUT  callee (varint), args digest (16 bytes), encoded data, status (u8), encoded result
     NOTE    encoded dict: something replay should report (native code loaded, ctypes used)
-    STOP    encoded dict: the recorder stopped early (thread started, fork, internal error);
-            no CALL/OUTPUT follows, and replay cannot go past this point
+    STOP    encoded dict: the recorder stopped early (fork, internal error); no CALL/OUTPUT
+            follows, and replay cannot go past this point
     EXIT    encoded dict: the application's exit status, event count, stream digest
+    THREAD  varint: the recorded thread (0 the main one, then in the order they were started)
+            that made the CALL/OUTPUT records after it, until the next THREAD
 
 Invariants:
 1. META is the first record; EXIT, when present, is the last.
 2. A BLOB precedes every reference to its digest; its bytes hash to its digest.
 3. A NAME precedes the first CALL/OUTPUT that uses its index.
-4. CALL/OUTPUT records are in the order the application made the calls: replay serves and
-   verifies them in exactly that order.
+4. CALL/OUTPUT records are in the order the application's calls completed, across all its
+   threads: replay serves and verifies them in exactly that order, each to the thread that
+   made it (the last THREAD before it; none before the first means thread 0). A thread's
+   index is given by the `thread.spawn` event its starter made (an index never used before),
+   and a thread's CALL/OUTPUT records all follow that event.
 5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes).
 6. Values are decoded only when served, so exception classes resolve against the modules the
    replaying application has loaded by then.
@@ -40,6 +45,7 @@ from ._codec import MALFORMED, CodecError, Decoder, blob_digest, decode_value, m
 __all__ = [
     "ARGS_DIGEST_SIZE",
     "MAGIC",
+    "MAX_THREADS",
     "STREAM_VERSION",
     "Event",
     "ParsedStream",
@@ -50,10 +56,12 @@ __all__ = [
 ]
 
 MAGIC = b"STRACEv\x00"
-STREAM_VERSION = 1
+STREAM_VERSION = 2  # 2: THREAD records (a version 1 stream is one thread's, and still read)
+READ_VERSIONS = (1, 2)
 ARGS_DIGEST_SIZE = 16
 
-META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT = 1, 2, 3, 4, 5, 6, 7, 8, 9
+META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+MAX_THREADS = 1 << 20  # a THREAD index beyond this is malformed
 KIND_NAMES = {
     META: "META",
     BLOB: "BLOB",
@@ -64,6 +72,7 @@ KIND_NAMES = {
     NOTE: "NOTE",
     STOP: "STOP",
     EXIT: "EXIT",
+    THREAD: "THREAD",
 }
 
 STATUS_RETURNED, STATUS_RAISED = 0, 1
@@ -95,6 +104,7 @@ class Event:
     raised: bool
     value: bytes
     data: bytes | None = None  # OUTPUT only: the bytes the application wrote or sent
+    thread: int = 0  # the recorded thread that made the call
 
 
 @dataclass
@@ -108,6 +118,8 @@ class ParsedStream:
     exit: dict[str, Any] | None = None
     digest: bytes = b""
     texts: dict[bytes, str] = field(default_factory=dict, repr=False)  # blob -> its one str
+    threads: int = 1  # how many threads the stream names (the highest index, plus one)
+    thread: int = field(default=0, repr=False)  # while parsing: the last THREAD's index
 
     def decode(self, event: Event) -> Any:
         return decode_value(event.value, self.blobs, texts=self.texts)
@@ -119,8 +131,11 @@ def _records(data: bytes) -> Decoder:
     if not data.startswith(MAGIC):
         raise CodecError("not a sealtrace event stream (bad magic)")
     version = int.from_bytes(data[len(MAGIC) : len(prefix)], "little")
-    if version != STREAM_VERSION:
-        raise CodecError(f"event stream version {version} is not supported (this reads 1)")
+    if version not in READ_VERSIONS:
+        raise CodecError(
+            f"event stream version {version} is not supported (this reads "
+            f"{', '.join(map(str, READ_VERSIONS))})"
+        )
     reader = Decoder(memoryview(data))
     reader.pos = len(prefix)
     return reader
@@ -233,6 +248,13 @@ def _parse_record(
         parsed.notes.append(_mapping(body, "NOTE"))
     elif kind == STOP:
         parsed.stop = _mapping(body, "STOP")
+    elif kind == THREAD:
+        dec = Decoder(body)
+        index = dec.varint()
+        if dec.pos != len(body) or index >= MAX_THREADS:
+            raise CodecError(f"malformed THREAD record at byte {start}")
+        parsed.thread = index
+        parsed.threads = max(parsed.threads, index + 1)
     else:
         raise CodecError(f"unknown record kind {kind} at byte {start}")
 
@@ -262,4 +284,5 @@ def _parse_event(parsed: ParsedStream, kind: int, body: memoryview, names: list[
         raised=status == STATUS_RAISED,
         value=bytes(body[value_start:]),
         data=data,
+        thread=parsed.thread,
     )

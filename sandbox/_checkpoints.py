@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from sealtrace.proxy.boundary import outside_the_program
+
 __all__ = [
     "CheckpointPolicy",
     "CheckpointedReplay",
@@ -144,7 +146,8 @@ class Checkpoints:
         """Fork a checkpoint here. True in the runner; False in a worker that a question
         forked from the checkpoint, which goes on with the program from this instant."""
         mine, theirs = _socket.socketpair()
-        pid = _fork()
+        with outside_the_program():  # threading's after-fork handler runs in the child
+            pid = _fork()
         if pid == 0:
             theirs.close()
             self.control.close()
@@ -187,7 +190,8 @@ class Checkpoints:
                 message, _fds = receive(sock)
             except (EOFError, OSError):
                 os._exit(0)
-            pid = _fork()
+            with outside_the_program():
+                pid = _fork()
             if pid == 0:
                 self.configure(message["query"], _answerer(sock))
                 return  # the worker returns into the program, configured

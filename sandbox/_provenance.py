@@ -400,6 +400,14 @@ class Provenance:
             if self.checkpoints is not None:
                 self.checkpoints.start()
 
+    def on_thread(self, starting: bool) -> None:
+        """A thread of the program's starts (traced from its first instruction) or ends."""
+        with self.quiet():
+            if starting:
+                self.engine.attach_thread()
+            else:
+                self.engine.detach_thread()
+
     def attach(self, main_file: str | None) -> None:
         engine = self.engine
         if main_file:

@@ -14,6 +14,7 @@ runs past the point where replay stopped being faithful.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.abc
 import importlib.machinery
@@ -26,7 +27,10 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from sealtrace.proxy.boundary import (
+    THREAD_SHIFT,
     Target,
+    ThreadBody,
+    WouldBlock,
     args_digest,
     install,
     is_own_code,
@@ -39,6 +43,7 @@ from sealtrace.proxy.format import CodecError, Event, ParsedStream, SourceFile, 
 
 from . import _checkpoints  # noqa: F401 - keeps the real fork before the boundary replaces it
 from ._environment import environment_problem
+from ._schedule import Deadlock, Scheduler
 
 __all__ = ["RecordedSourceFinder", "ReplayRuntime", "describe_event", "main", "output_preview"]
 
@@ -80,7 +85,10 @@ class ReplayRuntime:
         self.stdio: dict[str, Any] = meta["stdio"]
         self.passthrough_prefixes = tuple(meta["passthrough"])
         self.app_files = {s.path for s in parsed.sources.values()}
-        self._oids = 0
+        # A recording made before threads were recorded stopped at the first one, and has no
+        # lock or queue events (_thread_boundary installs the old guard for it).
+        self.records_threads = bool(meta.get("threads"))
+        self.scheduler = Scheduler(self._next_owner, self._where)
         self.started = _monotonic()
         # Told of every event served: (index, callee, is an output, what its result brought:
         # brought()); the provenance engine uses it to know which instruction received which
@@ -88,13 +96,105 @@ class ReplayRuntime:
         self.observer: Callable[[int, str, bool, int], None] | None = None
         # Where the receipt goes: the result pipe, or a checkpoint worker's answer channel.
         self.sink: Callable[[dict[str, Any], int], NoReturn] | None = None
+        # Told in a thread of the program's when it starts (True) and when its function has
+        # returned (False): the provenance engine traces it in between.
+        self.on_thread: Callable[[bool], None] | None = None
 
     def intercepting(self) -> bool:
-        return True
+        return self.scheduler.current() is not None  # a thread of the program's
 
     def new_oid(self) -> int:
-        self._oids += 1
-        return self._oids
+        state = self.scheduler.current()
+        if state is None:
+            return 0
+        state.oids += 1
+        return (state.index << THREAD_SHIFT) | state.oids
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def _next_owner(self) -> int | None:
+        position = self.position
+        return self.events[position].thread if position < len(self.events) else None
+
+    def _where(self, ident: int) -> str:
+        frame = sys._current_frames().get(ident)
+        return self._describe_frame(frame)
+
+    def sync(self, name: str, key: Any, fn: Any, replay: Any) -> Any:
+        event = self._next(name, key)
+        # No observer: what orders threads brings no data into the program (a lock's
+        # acquire is no input of what the code under it computes).
+        value = self._value(event)
+        if event.raised:
+            raise value
+        while True:
+            try:
+                return replay(value)
+            except WouldBlock:
+                state = self.scheduler.current()
+                if state is None:
+                    raise
+                self._waiting(functools.partial(self.scheduler.blocked, state))
+
+    def block(self, wait: Any, ready: Any) -> Any:
+        state = self.scheduler.current()
+        if state is None:
+            return wait()
+        while (done := ready()) is None:
+            self._waiting(functools.partial(self.scheduler.blocked, state))
+        return done
+
+    def start_thread(self, function: Any, args: Any, kwargs: Any, base: Any) -> int:
+        scheduler = self.scheduler
+        if scheduler.current() is None:
+            return int(base(function, args, kwargs))
+        index = scheduler.started + 1
+        self._next("thread.spawn", (index,))
+        state = scheduler.spawn(index)
+        runtime = self
+
+        def run() -> None:
+            scheduler.begin(state, _thread_name(function), _thread_target(function))
+            if runtime.on_thread is not None:
+                runtime.on_thread(True)
+            try:
+                function(*args, **kwargs)
+            finally:
+                if runtime.on_thread is not None:
+                    runtime.on_thread(False)
+                runtime._ended(state)
+
+        ident = base(ThreadBody(run, function), ())
+        self._next("thread.start", (index,))
+        return int(ident)
+
+    def _ended(self, state: Any) -> None:
+        try:
+            self.scheduler.end(state)
+        except Deadlock as exc:
+            self._deadlock(exc)
+
+    def _waiting(self, wait: Callable[[], None]) -> None:
+        try:
+            wait()
+        except Deadlock as exc:
+            self._deadlock(exc)
+
+    def _deadlock(self, exc: Deadlock) -> NoReturn:
+        where, app_where = self._locations()
+        self.finish(
+            "diverged",
+            {
+                "event": self.position,
+                "expected": describe_event(self.events[self.position])
+                if self.position < len(self.events)
+                else "the end of the recording",
+                "actual": str(exc),
+                "location": where,
+                "app_location": app_where,
+                "threads": exc.threads,
+            },
+        )
 
     def note(self, what: str, detail: str) -> None:
         pass
@@ -135,6 +235,15 @@ class ReplayRuntime:
             self._emit({"status": "corrupt", "error": f"event {event.index}: {exc}"}, 4)
 
     def _next(self, name: str, key: Any) -> Event:
+        scheduler = self.scheduler
+        if not scheduler.single:
+            state = scheduler.current()
+            if state is None:
+                self.diverge(None, name, key, note="made by a thread the recording does not know")
+            # Wait for this thread's turn: the next event is its own, or there is none left.
+            mine = state.index
+            while self.position < len(self.events) and self.events[self.position].thread != mine:
+                self._waiting(functools.partial(scheduler.wait_turn, state))
         if self.position >= len(self.events):
             if self.parsed.stop is not None:
                 self.finish("stopped", None)
@@ -147,8 +256,14 @@ class ReplayRuntime:
 
     # -- endings ------------------------------------------------------------------------------
 
+    def _describe_frame(self, frame: Any) -> str:
+        innermost, app = self._frame_locations(frame)
+        return app or innermost
+
     def _locations(self) -> tuple[str, str | None]:
-        frame: Any = sys._getframe(1)
+        return self._frame_locations(sys._getframe(1))
+
+    def _frame_locations(self, frame: Any) -> tuple[str, str | None]:
         innermost = None
         app = None
         while frame is not None:
@@ -162,7 +277,13 @@ class ReplayRuntime:
         return innermost or "<unknown>", app
 
     def diverge(
-        self, event: Event | None, name: str, key: Any, *, output: bytes | None = None
+        self,
+        event: Event | None,
+        name: str,
+        key: Any,
+        *,
+        output: bytes | None = None,
+        note: str | None = None,
     ) -> NoReturn:
         where, app_where = self._locations()
         detail: dict[str, Any] = {
@@ -178,6 +299,14 @@ class ReplayRuntime:
             "location": where,
             "app_location": app_where,
         }
+        if note is not None:
+            detail["actual"] = f"{detail['actual']} ({note})"
+        if not self.scheduler.single:
+            # Which thread made the call, and where every other one is: a data race takes a
+            # replay elsewhere in one thread because of what another did.
+            state = self.scheduler.current()
+            detail["thread"] = state.index if state is not None else None
+            detail["threads"] = self.scheduler.describe()
         if output is not None and event is not None and event.data is not None:
             offset = next(
                 (i for i, (a, b) in enumerate(zip(event.data, output, strict=False)) if a != b),
@@ -235,6 +364,21 @@ def _jsonable(value: Any) -> Any:
 def output_preview(data: bytes, offset: int) -> str:
     """The bytes around the first difference, as text."""
     return data[max(0, offset - _CONTEXT) : offset + _PREVIEW].decode("utf-8", "replace")
+
+
+def _thread_target(function: Any) -> str:
+    """The function a thread runs (a Thread's target, not its bootstrap), and where it is."""
+    owner = getattr(function, "__self__", None)
+    target = getattr(owner, "_target", None) or getattr(owner, "run", None) or function
+    code = getattr(target, "__code__", None)
+    name = getattr(target, "__qualname__", repr(target))
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
+
+
+def _thread_name(function: Any) -> str:
+    owner = getattr(function, "__self__", None)  # Thread._bootstrap: the thread's name
+    name = getattr(owner, "name", None)
+    return name if isinstance(name, str) else getattr(function, "__qualname__", "thread")
 
 
 def describe_event(event: Event) -> str:
@@ -435,6 +579,7 @@ def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_so
             query = {**query, "release": [rt.result_fd]}
         prov = Provenance(query, rt._emit, redirect)
         rt.observer = prov.on_event
+        rt.on_thread = prov.on_thread
         attach_to_environ(prov)
         main_file = target.value if target.kind == "script" else None
         if target.kind == "module" and main_source is not None:

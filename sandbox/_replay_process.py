@@ -73,6 +73,19 @@ class Receipt:
                 f"; output differs at byte {div['offset']}: recorded {div['expected_bytes']!r}, "
                 f"got {div['actual_bytes']!r}"
             )
+        threads = div.get("threads")
+        if threads:
+            where = "; ".join(
+                f"{t['index']} {t['name']} {t['state']}"
+                + (f" at {t['location']}" if t.get("location") else "")
+                + (f", running {t['runs']}" if t.get("runs") else "")
+                for t in threads
+            )
+            text += (
+                f" (in thread {div.get('thread')}). The program's threads: {where}. A "
+                "data race between threads (state shared without a lock or queue) takes a "
+                "replay another way"
+            )
         return text
 
 

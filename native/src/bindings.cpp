@@ -92,6 +92,9 @@ PYBIND11_MODULE(_engine, m) {
            py::arg("own_code"))
       .def("attach", &Tracer::attach, "Start tracing this thread.")
       .def("detach", &Tracer::detach)
+      .def("attach_thread", &Tracer::attach_thread,
+           "Trace the calling thread too (a thread of the program's, before it runs).")
+      .def("detach_thread", &Tracer::detach_thread, "Stop tracing the calling thread.")
       .def_property_readonly("attached", &Tracer::attached)
       .def_property_readonly("counter", &Tracer::counter)
       .def_property_readonly("end_counter", &Tracer::end_counter)

@@ -17,6 +17,7 @@ namespace sealtrace {
 // -- events ---------------------------------------------------------------------------------
 
 int Tracer::on_event(PyFrameObject* frame, int what, PyObject* arg) {
+  ensure_thread();
   switch (what) {
     case PyTrace_OPCODE:
       return on_opcode(frame);

@@ -84,6 +84,7 @@ PyObject* Tracer::fill_target(const Pending& p) const {
 }
 
 void Tracer::note_input(bool content) {
+  ensure_thread();
   if (stack_.empty() || !stack_.back()->p.active) return;
   const Tag reader = stack_.back()->p.counter;  // where the read's data entered: its origin
   stack_.back()->p.input_served = true;
@@ -114,6 +115,7 @@ void Tracer::note_input(bool content) {
 // C objects on the way down were keeping (what `write` put in a buffered writer) left them.
 // Whether it carried a followed value decides whether the output is reached.
 void Tracer::note_output() {
+  ensure_thread();
   if (stack_.empty() || !stack_.back()->p.active) return;
   Pending& innermost = stack_.back()->p;
   for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {

@@ -59,17 +59,20 @@ void Tracer::taint(PyObject* tags) {
 
 void Tracer::taint_current() noexcept {
   tainting_ = true;
+  ensure_thread();
   if (!stack_.empty() && stack_.back()->p.active) stack_.back()->p.taint_source = true;
 }
 
 bool Tracer::current_tainted() const noexcept {
-  if (stack_.empty() || !stack_.back()->p.active) return false;
-  return stack_.back()->p.tainted_inputs;
+  const auto& stack = caller_stack();
+  if (stack.empty() || !stack.back()->p.active) return false;
+  return stack.back()->p.tainted_inputs;
 }
 
 std::uint64_t Tracer::current() const noexcept {
-  if (stack_.empty() || !stack_.back()->p.active) return 0;
-  return stack_.back()->p.counter;
+  const auto& stack = caller_stack();
+  if (stack.empty() || !stack.back()->p.active) return 0;
+  return stack.back()->p.counter;
 }
 
 std::vector<Reach> Tracer::reached() const {

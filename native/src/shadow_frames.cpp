@@ -44,6 +44,11 @@ ShadowFrame* Tracer::find_shadow(PyFrameObject* frame) const {
   for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
     if ((*it)->iframe == f) return *it;
   }
+  for (const auto& [ts, ctx] : parked_) {  // a frame of another thread's
+    for (auto* sf : ctx.stack) {
+      if (sf->iframe == f) return sf;
+    }
+  }
   auto s = suspended_.find(f);
   return s == suspended_.end() ? nullptr : s->second;
 }

@@ -69,8 +69,58 @@ void Tracer::attach() {
   g_tracer = this;
   PyTypeObject* const extra[] = {deque_type_, defaultdict_type_};
   install_hooks(extra, 2);
+  thread_ = PyThreadState_GET();
   PyEval_SetTrace(trampoline, nullptr);
   attached_ = true;
+}
+
+void Tracer::attach_thread() {
+  if (!attached_) return;
+  ensure_thread();
+  PyEval_SetTrace(trampoline, nullptr);
+}
+
+void Tracer::detach_thread() {
+  if (!attached_) return;
+  PyEval_SetTrace(nullptr, nullptr);
+  ensure_thread();
+  for (auto* sf : stack_) release(sf);
+  stack_.clear();
+  last_return_ = LastReturn{};
+  exc_value_ = nullptr;
+  exc_tag_ = exc_origin_ = 0;
+}
+
+void Tracer::switch_thread(PyThreadState* now) {
+  ThreadCtx& out = parked_[thread_];
+  out.stack.swap(stack_);
+  out.last_return = last_return_;
+  out.exc_value = exc_value_;
+  out.exc_tag = exc_tag_;
+  out.exc_origin = exc_origin_;
+  auto in = parked_.find(now);
+  if (in != parked_.end()) {
+    stack_.swap(in->second.stack);
+    last_return_ = in->second.last_return;
+    exc_value_ = in->second.exc_value;
+    exc_tag_ = in->second.exc_tag;
+    exc_origin_ = in->second.exc_origin;
+    parked_.erase(in);
+  } else {
+    stack_.clear();
+    last_return_ = LastReturn{};
+    exc_value_ = nullptr;
+    exc_tag_ = exc_origin_ = 0;
+  }
+  thread_ = now;
+}
+
+const std::vector<ShadowFrame*>& Tracer::caller_stack() const noexcept {
+  static const std::vector<ShadowFrame*> kNone;
+  PyThreadState* now = PyThreadState_GET();
+  if (now == thread_) return stack_;
+  auto it = parked_.find(now);
+  return it == parked_.end() ? kNone : it->second.stack;
 }
 
 void Tracer::detach() {
@@ -81,6 +131,10 @@ void Tracer::detach() {
   attached_ = false;
   for (auto* sf : stack_) release(sf);
   stack_.clear();
+  for (auto& [ts, ctx] : parked_) {
+    for (auto* sf : ctx.stack) release(sf);
+  }
+  parked_.clear();
   for (auto& [f, sf] : suspended_) release(sf);
   suspended_.clear();
 }

@@ -174,6 +174,10 @@ class Tracer {
 
   void attach();
   void detach();
+  // A thread of the program's other than the attaching one: trace it from now on (called in
+  // that thread, before its first instruction), and no more (when its function returned).
+  void attach_thread();
+  void detach_thread();
   [[nodiscard]] bool attached() const noexcept { return attached_; }
   [[nodiscard]] std::uint64_t counter() const noexcept { return counter_.value(); }
 
@@ -429,11 +433,12 @@ class Tracer {
   PyObject* builtin_max_ = nullptr;
   PyTypeObject* defaultdict_type_ = nullptr;
 
-  struct {
+  struct LastReturn {
     PyObject* value = nullptr;
     Tag tag = 0;
     std::uint64_t seq = 0;
-  } last_return_;
+  };
+  LastReturn last_return_;
   std::uint64_t return_seq_ = 0;
   // A class body's namespace tags, waiting for __build_class__ to return the class.
   struct ClassSlot {
@@ -449,6 +454,27 @@ class Tracer {
   std::uint64_t end_counter_ = 0;
   std::uint64_t crash_counter_ = 0;
   std::string end_file_;
+
+  // The program's threads, one running at a time (the replay's scheduler hands them a
+  // baton): the running one's shadow stack and exception state are in the fields above
+  // (stack_, last_return_, exc_*), every other thread's are parked here until it runs again.
+  // Objects' slots, fills and the instruction counter are the program's, shared by all.
+  struct ThreadCtx {
+    std::vector<ShadowFrame*> stack;
+    LastReturn last_return;
+    PyObject* exc_value = nullptr;  // compared only
+    Tag exc_tag = 0;
+    Tag exc_origin = 0;
+  };
+  PyThreadState* thread_ = nullptr;  // whose state the fields hold
+  std::unordered_map<PyThreadState*, ThreadCtx> parked_;
+  void switch_thread(PyThreadState* now);
+  void ensure_thread() {
+    PyThreadState* now = PyThreadState_GET();
+    if (now != thread_) switch_thread(now);
+  }
+  // The shadow stack of the calling thread, wherever it is kept.
+  [[nodiscard]] const std::vector<ShadowFrame*>& caller_stack() const noexcept;
 
   std::uint64_t every_interval_ = 0;
   PyObject* every_cb_ = nullptr;

@@ -2,7 +2,8 @@
 
 The public seam onto the recorder's boundary modules for the sandbox and the agent: the
 declarative boundary table (BUILTIN_LIBRARIES, Library, Entry, register, libraries, install),
-the runtime helpers replay checks calls with (is_own_code, path_under, args_digest), the
+the runtime helpers replay checks calls with (is_own_code, path_under, args_digest) and runs
+threads with (THREAD_SHIFT, ThreadBody, WouldBlock, outside_the_program), the
 launch of the recorded target (Target, run_target), the package manifest a recording
 carries (installed_manifest) and the recorder's replay switch (replay_hooks). Every name here
 is a re-export of the private module that defines it; adapter spec strings such as
@@ -19,21 +20,26 @@ from typing import TYPE_CHECKING, Any
 
 from .._boundary import BUILTIN_LIBRARIES, Entry, Library, install, libraries, register
 from .._launch import Target, run_target
-from .._runtime import args_digest, is_own_code, path_under
+from .._runtime import THREAD_SHIFT, ThreadBody, WouldBlock, args_digest, is_own_code, path_under
+from .._thread_boundary import outside_the_program
 
 if TYPE_CHECKING:
     from .._recorder import installed_manifest, replay_hooks
 
 __all__ = [
     "BUILTIN_LIBRARIES",
+    "THREAD_SHIFT",
     "Entry",
     "Library",
     "Target",
+    "ThreadBody",
+    "WouldBlock",
     "args_digest",
     "install",
     "installed_manifest",
     "is_own_code",
     "libraries",
+    "outside_the_program",
     "path_under",
     "register",
     "replay_hooks",

@@ -109,14 +109,18 @@ FORMAT_EXPORTED = [
 
 BOUNDARY_EXPORTED = [
     "BUILTIN_LIBRARIES",
+    "THREAD_SHIFT",
     "Entry",
     "Library",
     "Target",
+    "ThreadBody",
+    "WouldBlock",
     "args_digest",
     "install",
     "installed_manifest",
     "is_own_code",
     "libraries",
+    "outside_the_program",
     "path_under",
     "register",
     "replay_hooks",

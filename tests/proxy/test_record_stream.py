@@ -17,7 +17,7 @@ import pytest
 from sealtrace.proxy._boundary import call_wrapper
 from sealtrace.proxy._codec import encode_value
 from sealtrace.proxy._runtime import IMPLEMENTATIONS, RecordRuntime, args_digest, record_runtime
-from sealtrace.proxy._stream import META, parse_stream
+from sealtrace.proxy._stream import MAGIC, META, STREAM_VERSION, parse_stream
 
 
 class Color(enum.IntEnum):
@@ -147,10 +147,13 @@ EXPECTED_KEY_DIGESTS = [
     "e2d5feb5c343c16475bdd32508d2c261", "374884ff2ef3da8ff168703a1ac2ebbf",
     "26be62b475765ea90831592c2efce7ea", "ddc1f99990baca9fdd5cdb3a84128ff0",
 ]  # fmt: skip
+# Stream version 1's bytes: a one-thread stream of version 2 is the same but for the version
+# in its prefix (it has no THREAD record), which the test checks too.
 EXPECTED_STREAM = (
     "99a4e7f07ee879753ac58ba9e1e1d53645383b060cd7dcd282dd03753a368c7a",
     357651,
 )
+VERSION_AT = slice(len(MAGIC), len(MAGIC) + 2)
 
 
 def test_value_encodings_are_unchanged() -> None:
@@ -196,7 +199,9 @@ def test_an_event_stream_is_unchanged(implementation: str) -> None:
         step(rt)
     rt.finish(0)
     assert pipeline.close(10) is None
-    stream = bytes(writer.data)
+    stream = bytearray(writer.data)
+    assert stream[VERSION_AT] == STREAM_VERSION.to_bytes(2, "little") == b"\x02\x00"
+    stream[VERSION_AT] = (1).to_bytes(2, "little")
     assert (hashlib.sha256(stream).hexdigest(), len(stream)) == EXPECTED_STREAM
     parsed = parse_stream(stream)
     assert parsed.exit is not None and parsed.exit["events"] == len(parsed.events) == 765

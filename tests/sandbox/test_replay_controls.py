@@ -159,10 +159,6 @@ def test_wrong_key_is_refused(tmp_path: Path, keys: KeyFiles, other_keys: KeyFil
 
 
 CONCURRENT = {
-    "thread": (
-        "import threading\nt = threading.Thread(target=lambda: None)\nt.start(); t.join()",
-        b"the application started a thread",
-    ),
     "fork": (
         "import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)",
         b"the application called os.fork()",

@@ -3,6 +3,34 @@
 /* -- the per-call path ---------------------------------------------------------------- */
 
 FP_DEFINE PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
+FP_DEFINE _Thread_local ThreadRec fp_thread;
+
+void hold_records(CallPath* self) {
+  unsigned long me = PyThread_get_thread_ident();
+  if (self->records_owner == me) {
+    self->records_depth += 1;
+    return;
+  }
+  /* Held by a thread that ran Python code while framing (a callee's first NAME, a value the
+   * Python runtime encodes): let it finish. */
+  for (int spins = 0; self->records_owner != 0; spins++) {
+    Py_BEGIN_ALLOW_THREADS;
+    if (spins < 100) {
+      sched_yield();
+    } else {
+      struct timespec pause = {0, 50000};
+      nanosleep(&pause, NULL);
+    }
+    Py_END_ALLOW_THREADS;
+  }
+  self->records_owner = me;
+  self->records_depth = 1;
+}
+
+void release_records(CallPath* self) {
+  if (self->records_owner == PyThread_get_thread_ident() && --self->records_depth == 0)
+    self->records_owner = 0;
+}
 
 static PyObject* callpath_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   (void)args;
@@ -58,8 +86,19 @@ static void callpath_dealloc(CallPath* self) {
 /* What call and invoke do once the real call has returned `result`; returns it. Or, with
  * no result, what they do for the bytes data[0:size] returned (recv_into's twin reads into
  * the caller's buffer, and records what recv would have returned); returns None then. */
+static PyObject* record_result_held(CallPath* self, PyObject* name, Key* key, PyObject* result,
+                                   const char* data, Py_ssize_t size);
+
 PyObject* record_result(CallPath* self, PyObject* name, Key* key, PyObject* result,
                         const char* data, Py_ssize_t size) {
+  hold_records(self);
+  PyObject* done = record_result_held(self, name, key, result, data, size);
+  release_records(self);
+  return done;
+}
+
+static PyObject* record_result_held(CallPath* self, PyObject* name, Key* key, PyObject* result,
+                                   const char* data, Py_ssize_t size) {
   if (result == NULL) {
     result = Py_NewRef(Py_None);
   } else if (PyBytes_CheckExact(result)) {
@@ -97,17 +136,28 @@ static PyObject* callpath_call(CallPath* self, PyObject* const* args, Py_ssize_t
   if (check_count(nargs, 3, "call") < 0) return NULL;
   PyObject *name = args[0], *fn = args[2];
   Key key = KEY_OF(args[1]);
-  if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
-  self->gate = 0;
+  if (!recorded_here(self)) return PyObject_CallNoArgs(fn);
+  open_call();
   PyObject* result = PyObject_CallNoArgs(fn);
-  self->gate = self->live;
+  close_call(self);
   if (result == NULL) return record_raised(self, KIND_CALL, name, &key, Py_None);
   return record_returned(self, name, &key, result);
 }
 
+static PyObject* record_output_held(CallPath* self, PyObject* name, Key* key, PyObject* data,
+                                   PyObject* result);
+
 /* What output does once the real call has returned `result`. */
 static PyObject* record_output(CallPath* self, PyObject* name, Key* key, PyObject* data,
                                PyObject* result) {
+  hold_records(self);
+  PyObject* done = record_output_held(self, name, key, data, result);
+  release_records(self);
+  return done;
+}
+
+static PyObject* record_output_held(CallPath* self, PyObject* name, Key* key, PyObject* data,
+                                   PyObject* result) {
   if (!self->live) return result;
   int fast =
       PyUnicode_CheckExact(name) &&
@@ -180,13 +230,13 @@ PyObject* parts_of(PyObject* obj, PyObject* parts) {
 PyObject* run_method(CallPath* self, unsigned char kind, PyObject* name, Key* key, PyObject* data,
                      PyObject* method, PyObject** stack, Py_ssize_t count, PyObject* state,
                      int recording) {
-  if (recording) self->gate = 0;
+  if (recording) open_call();
   PyObject* result = call_real(method, stack, count);
   if (result != NULL && state != NULL) {
     Py_SETREF(result, parts_of(stack[1], state));
   }
   if (!recording) return result;
-  self->gate = self->live;
+  close_call(self);
   if (result == NULL) return record_raised(self, kind, name, key, data);
   if (kind == KIND_OUTPUT) return record_output(self, name, key, data, result);
   return record_returned(self, name, key, result);
@@ -212,7 +262,7 @@ static PyObject* callpath_invoke(CallPath* self, PyObject* const* args, Py_ssize
   stack[1] = args[2];
   for (Py_ssize_t i = 1; i < count; i++) stack[1 + i] = args[3 + i];
   PyObject* result = run_method(self, KIND_CALL, name, &key, Py_None, method, stack, count, NULL,
-                                PyThread_get_thread_ident() == self->gate);
+                                recorded_here(self));
   release_stack(stack, small);
   return result;
 }
@@ -221,10 +271,10 @@ static PyObject* callpath_output(CallPath* self, PyObject* const* args, Py_ssize
   if (check_count(nargs, 4, "output") < 0) return NULL;
   PyObject *name = args[0], *data = args[2], *fn = args[3];
   Key key = KEY_OF(args[1]);
-  if (PyThread_get_thread_ident() != self->gate) return PyObject_CallNoArgs(fn);
-  self->gate = 0;
+  if (!recorded_here(self)) return PyObject_CallNoArgs(fn);
+  open_call();
   PyObject* result = PyObject_CallNoArgs(fn);
-  self->gate = self->live;
+  close_call(self);
   if (result == NULL) return record_raised(self, KIND_OUTPUT, name, &key, data);
   return record_output(self, name, &key, data, result);
 }
@@ -233,11 +283,70 @@ static PyObject* callpath_output(CallPath* self, PyObject* const* args, Py_ssize
  * inside communicate()) do not exist on replay: they take no id (0). */
 static PyObject* callpath_new_oid(CallPath* self, PyObject* unused) {
   (void)unused;
-  if (PyThread_get_thread_ident() != self->gate) return PyLong_FromLong(0);
-  return PyLong_FromSsize_t(++self->oids);
+  if (!recorded_here(self)) return PyLong_FromLong(0);
+  self->oids += 1;
+  return next_oid();
+}
+
+/* intercepting(): whether a call made here now goes through the boundary. */
+static PyObject* callpath_intercepting(CallPath* self, PyObject* unused) {
+  (void)unused;
+  return PyBool_FromLong(recorded_here(self));
+}
+
+/* thread_index(): this thread's index in the recording, or -1 if it is not recorded. */
+static PyObject* callpath_thread_index(CallPath* self, PyObject* unused) {
+  (void)unused;
+  if (fp_thread.path != self) return PyLong_FromLong(-1);
+  return PyLong_FromUnsignedLong(fp_thread.index);
+}
+
+/* enter_thread(index): this thread's calls are recorded from now on, as thread `index`. */
+static PyObject* callpath_enter_thread(CallPath* self, PyObject* arg) {
+  unsigned long index = PyLong_AsUnsignedLong(arg);
+  if (index == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  fp_thread.recording = self;
+  fp_thread.path = self;
+  fp_thread.index = index;
+  fp_thread.oids = 0;
+  Py_RETURN_NONE;
+}
+
+/* leave_thread(): this thread's calls are no longer recorded (its function returned). */
+static PyObject* callpath_leave_thread(CallPath* self, PyObject* unused) {
+  (void)unused;
+  if (fp_thread.path == self) {
+    fp_thread.recording = NULL;
+    fp_thread.path = NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* callpath_hold_records(CallPath* self, PyObject* unused) {
+  (void)unused;
+  hold_records(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject* callpath_release_records(CallPath* self, PyObject* unused) {
+  (void)unused;
+  release_records(self);
+  Py_RETURN_NONE;
 }
 
 static PyMethodDef callpath_methods[] = {
+    {"intercepting", (PyCFunction)callpath_intercepting, METH_NOARGS,
+     "intercepting(): whether a call made here now is recorded (RecordRuntime.intercepting)."},
+    {"thread_index", (PyCFunction)callpath_thread_index, METH_NOARGS,
+     "thread_index(): this thread's index in the recording, or -1."},
+    {"enter_thread", (PyCFunction)callpath_enter_thread, METH_O,
+     "enter_thread(index): record this thread's calls, as thread `index`."},
+    {"leave_thread", (PyCFunction)callpath_leave_thread, METH_NOARGS,
+     "leave_thread(): stop recording this thread's calls."},
+    {"_hold_records", (PyCFunction)callpath_hold_records, METH_NOARGS,
+     "_hold_records(): take the records lock (recursive)."},
+    {"_release_records", (PyCFunction)callpath_release_records, METH_NOARGS,
+     "_release_records(): give the records lock back."},
     {"new_oid", (PyCFunction)callpath_new_oid, METH_NOARGS,
      "new_oid(): the next object id, or 0 inside a boundary call (RecordRuntime.new_oid)."},
     {"call", (PyCFunction)(void (*)(void))callpath_call, METH_FASTCALL,
@@ -250,8 +359,9 @@ static PyMethodDef callpath_methods[] = {
 };
 
 static PyMemberDef callpath_members[] = {
-    {"_gate", T_ULONG, offsetof(CallPath, gate), 0, NULL},
     {"_live", T_ULONG, offsetof(CallPath, live), 0, NULL},
+    {"_last_thread", T_ULONG, offsetof(CallPath, last_thread), 0, NULL},
+    {"_threads_started", T_ULONG, offsetof(CallPath, threads), 0, NULL},
     {"_main", T_ULONG, offsetof(CallPath, main), 0, NULL},
     {"_buf", T_OBJECT_EX, offsetof(CallPath, buf), 0, NULL},
     {"_heads", T_OBJECT_EX, offsetof(CallPath, heads), 0, NULL},

@@ -23,6 +23,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@
 
 /* The recording format's constants (proxy/_stream.py, proxy/_codec.py). The module exports
  * them and tests/proxy/test_fastpath.py checks them against the Python definitions. */
-enum { KIND_CALL = 5, KIND_OUTPUT = 6 };
+enum { KIND_CALL = 5, KIND_OUTPUT = 6, KIND_THREAD = 10 };
 #define PENDING 0x80 /* on a record's kind: it carries its key's material, not yet the digest */
 /* What a pending record's material starts with (start_record); the digest's own domain
  * bytes ("r" of a repr, "e" of a fingerprint encoding) are args_digest's, _runtime.py. */
@@ -274,9 +275,12 @@ static inline int put_plain_parts(Scratch* s, const Key* key, int* enums) {
 /* -- the per-call path (callpath.c, record.c, material.c) ------------------------------ */
 
 typedef struct {
-  PyObject_HEAD unsigned long gate; /* _gate: the thread whose calls are recorded now, or 0 */
-  unsigned long live;               /* _live: what _gate returns to after a call; 0 once ended */
+  PyObject_HEAD unsigned long live; /* _live: nonzero while recording; 0 once ended */
   unsigned long main;               /* _main: the thread that installed the recorder */
+  unsigned long last_thread;        /* _last_thread: the thread of the last call record */
+  unsigned long threads;            /* _threads_started: the highest thread index given */
+  unsigned long records_owner;      /* the thread holding the records lock, or 0 */
+  long records_depth;               /* how many times it holds it */
   PyObject* buf;                    /* _buf: the bytearray of records not yet handed over */
   PyObject* heads;                  /* _heads: callee name -> its index, encoded */
   PyObject* recent;                 /* key of shape 0 -> its digest */
@@ -298,6 +302,34 @@ typedef struct {
   int head_count;
   PyObject *head_names[HEAD_CACHE], *head_values[HEAD_CACHE];
 } CallPath;
+
+/* The calling thread's part of the recording (thread-local): the path recording its calls
+ * now (NULL outside a recorded thread and inside a boundary call), its index in the
+ * recording, and how many object ids it has handed out (ids are per thread: its index above
+ * THREAD_SHIFT bits, its own count below, whatever the threads' interleaving). */
+typedef struct {
+  CallPath* recording;
+  CallPath* path; /* the path it belongs to, in a boundary call too */
+  unsigned long index;
+  uint64_t oids;
+} ThreadRec;
+#define THREAD_SHIFT 32
+FP_SHARED _Thread_local ThreadRec fp_thread;
+
+/* Whether a call made on this thread now is recorded by rt. */
+static inline int recorded_here(CallPath* rt) { return fp_thread.recording == rt && rt->live; }
+/* Inside a boundary call the thread's calls pass through; after it, they are recorded again. */
+static inline void open_call(void) { fp_thread.recording = NULL; }
+static inline void close_call(CallPath* rt) { fp_thread.recording = rt; }
+/* new_oid() of a recorded thread, in a fresh reference. */
+static inline PyObject* next_oid(void) {
+  return PyLong_FromUnsignedLongLong(((uint64_t)fp_thread.index << THREAD_SHIFT) |
+                                     ++fp_thread.oids);
+}
+/* The records lock: one record framed and appended at a time, across threads, whoever
+ * (C or the Python runtime) writes it; held again by the same thread, it counts. */
+FP_HIDDEN void hold_records(CallPath* self);
+FP_HIDDEN void release_records(CallPath* self);
 
 FP_SHARED PyObject *s_callee, *s_event, *s_drain, *s_failed, *s_args_digest, *s_flush_names;
 

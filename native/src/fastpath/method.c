@@ -105,9 +105,9 @@ static PyObject* recv_into(BoundaryMethod* m, PyObject* key_oid, PyObject* real,
     PyObject *method = method_of(m, real), *stack[5] = {NULL, real, buffer, size, flags};
     /* recv_into(buffer) reads as much as (buffer, its size, 0) does, and parses less */
     int whole = !wanted && PyLong_CheckExact(flags) && Py_SIZE(flags) == 0;
-    rt->gate = 0; /* the caller checked that this call is recorded */
+    open_call(); /* the caller checked that this call is recorded */
     result = call_real(method, stack, whole ? 2 : 4);
-    rt->gate = rt->live;
+    close_call(rt);
     Py_ssize_t n = result != NULL ? PyLong_AsSsize_t(result) : -1;
     if (result == NULL) {
       record_raised(rt, KIND_CALL, m->name, &key, Py_None);
@@ -150,7 +150,11 @@ static int setup_socket(CallPath* rt, PyObject* self, PyObject* info, PyObject* 
     return 1;
   if (socket_module == NULL && (socket_module = PyImport_ImportModule("socket")) == NULL) return -1;
   PyObject* timeout = PyObject_CallMethodNoArgs(socket_module, s_getdefaulttimeout);
-  PyObject* oid = timeout != NULL ? PyLong_FromSsize_t(++rt->oids) : NULL; /* new_oid() */
+  PyObject* oid = NULL;
+  if (timeout != NULL) { /* new_oid() */
+    rt->oids += 1;
+    oid = next_oid();
+  }
   if (oid == NULL) {
     Py_XDECREF(timeout);
     return -1;
@@ -173,11 +177,11 @@ static PyObject* construct(BoundaryMethod* m, PyObject* self, PyObject** stack, 
   Key key = KEY_PARTS(NULL, stack + 2, count);
   CallPath* rt = m->runtime;
   stack[1] = m->method; /* the vectorcall offset's slot, which the callee may borrow */
-  rt->gate = 0;         /* the caller checked that this call is recorded */
+  open_call();          /* the caller checked that this call is recorded */
   size_t nargsf = (size_t)count | PY_VECTORCALL_ARGUMENTS_OFFSET;
   PyObject* real = PyObject_Vectorcall(m->method, stack + 2, nargsf, NULL);
   PyObject* info = real != NULL ? parts_of(real, m->state) : NULL;
-  rt->gate = rt->live;
+  close_call(rt);
   if (info == NULL) {
     record_raised(rt, KIND_CALL, m->name, &key, Py_None);
   } else {
@@ -219,7 +223,8 @@ static PyObject* cursor_execute(BoundaryMethod* m, PyObject* self, PyObject** st
   if (cursor != NULL) {
     ProxyState* state = (ProxyState*)cursor;
     Py_XSETREF(state->real, Py_NewRef(real_cursor));
-    Py_XSETREF(state->oid, PyLong_FromSsize_t(++m->runtime->oids)); /* new_oid() */
+    m->runtime->oids += 1;
+    Py_XSETREF(state->oid, next_oid()); /* new_oid() */
     if (state->oid != NULL &&
         set_state_field(cursor, cursor_state_type, offsetof(CursorState, connection), s_connection,
                         self) == 0 &&
@@ -311,7 +316,7 @@ static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, siz
   Py_ssize_t ndefaults = m->ndefaults;
   int keywords = kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0;
   if (m->form == FORM_FUNCTION) {
-    if (keywords || PyThread_get_thread_ident() != m->runtime->gate)
+    if (keywords || !recorded_here(m->runtime))
       return method_fallback(m, args, nargsf, kwnames);
     return call_function(m, args, nargs);
   }
@@ -321,7 +326,7 @@ static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, siz
     return result;
   }
   if (keywords || given < m->required || (m->maximum >= 0 && given > m->maximum) ||
-      PyThread_get_thread_ident() != m->runtime->gate || (m->guard && socket_closed(args[0])))
+      !recorded_here(m->runtime) || (m->guard && socket_closed(args[0])))
     return method_fallback(m, args, nargsf, kwnames);
   PyObject* self = args[0];
   /* The arguments as the Python method sees them: defaults filled in. */

@@ -79,6 +79,8 @@ static int add_constants(PyObject* module) {
   } constants[] = {
       {"CALL", KIND_CALL},
       {"OUTPUT", KIND_OUTPUT},
+      {"THREAD", KIND_THREAD},
+      {"THREAD_SHIFT", THREAD_SHIFT},
       {"STATUS_RETURNED", STATUS_RETURNED},
       {"STATUS_RAISED", STATUS_RAISED},
       {"T_NONE", TAG_NONE},

@@ -199,6 +199,22 @@ int append_record(CallPath* self, unsigned char kind, Py_ssize_t split, const ch
     PyErr_SetString(PyExc_TypeError, "the record buffer must be a bytearray");
     return -1;
   }
+  if (fp_thread.index != self->last_thread) { /* another thread's call: a THREAD record first */
+    unsigned char marker[12];
+    Py_ssize_t n = 2;
+    uint64_t index = fp_thread.index;
+    marker[0] = KIND_THREAD;
+    while (index > 0x7F) {
+      marker[n++] = (unsigned char)((index & 0x7F) | 0x80);
+      index >>= 7;
+    }
+    marker[n++] = (unsigned char)index;
+    marker[1] = (unsigned char)(n - 2); /* the index's varint is at most 10 bytes: one byte */
+    char* at = grow_buffer(self->buf, n);
+    if (at == NULL) return -1;
+    copy_bytes((unsigned char*)at, marker, (size_t)n);
+    self->last_thread = fp_thread.index;
+  }
   unsigned char frame[11];
   Py_ssize_t framed = 0;
   uint64_t size = (uint64_t)(self->scratch.size + payload_size);
