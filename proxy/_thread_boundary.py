@@ -68,32 +68,25 @@ def outside_the_program() -> Iterator[None]:
         _outside[0] -= 1
 
 
-class LockProxy:
-    """A _thread.lock whose acquire is a sync event (what it returned: acquired or not);
-    release and locked are the real lock's, which replay takes at the recorded turn."""
+class _LockProxy:
+    """What a lock and a re-entrant lock proxy share: acquire is a sync event (what it
+    returned: acquired or not), named _ACQUIRE; release and the rest are the real lock's,
+    which replay takes at the recorded turn."""
 
-    __slots__ = ("__weakref__", "_oid", "_real", "_rt", "_sentinel")
+    __slots__ = ("__weakref__", "_oid", "_real", "_rt")
+    _ACQUIRE = ""
 
-    def __init__(self, rt: Runtime, real: Any, *, sentinel: bool = False) -> None:
+    def __init__(self, rt: Runtime, real: Any) -> None:
         self._rt = rt
         self._real = real
         self._oid = rt.new_oid()
-        # A thread's sentinel (what join() waits on): released by the interpreter when the
-        # thread is gone, after its last event.
-        self._sentinel = sentinel
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         real = self._real
         if _outside[0]:
             return bool(real.acquire(blocking, timeout))
-        if self._sentinel and blocking and timeout == -1:
-            # join(): it returns once the thread is gone, which its own events already place
-            # before the joiner's next. No event of its own, so joining a set of threads (an
-            # executor's, iterated in the order of their addresses) needs no recorded order.
-            done: bool = self._rt.block(real.acquire, lambda: real.acquire(False) or None)
-            return done
         acquired: bool = self._rt.sync(
-            "lock.acquire",
+            self._ACQUIRE,
             (self._oid, bool(blocking), timeout),
             lambda: real.acquire(blocking, timeout),
             self._take,
@@ -107,68 +100,61 @@ class LockProxy:
             raise WouldBlock
         return bool(acquired)
 
-    acquire_lock = acquire
-
     def __enter__(self) -> bool:
         return self.acquire()
 
     def release(self) -> None:
         self._real.release()
 
-    release_lock = release
-
     def __exit__(self, *exc: object) -> None:
         self._real.release()
+
+    def _at_fork_reinit(self) -> None:
+        self._real._at_fork_reinit()
+
+
+class LockProxy(_LockProxy):
+    """A _thread.lock (threading.Lock), or a thread's sentinel (what join() waits on)."""
+
+    __slots__ = ("_sentinel",)
+    _ACQUIRE = "lock.acquire"
+
+    def __init__(self, rt: Runtime, real: Any, *, sentinel: bool = False) -> None:
+        super().__init__(rt, real)
+        # A thread's sentinel: released by the interpreter when the thread is gone, after
+        # its last event.
+        self._sentinel = sentinel
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._sentinel and blocking and timeout == -1 and not _outside[0]:
+            # join(): it returns once the thread is gone, which its own events already place
+            # before the joiner's next. No event of its own, so joining a set of threads (an
+            # executor's, iterated in the order of their addresses) needs no recorded order.
+            real = self._real
+            done: bool = self._rt.block(real.acquire, lambda: real.acquire(False) or None)
+            return done
+        return super().acquire(blocking, timeout)
+
+    acquire_lock = acquire
+    release_lock = _LockProxy.release
 
     def locked(self) -> bool:
         return bool(self._real.locked())
 
     locked_lock = locked
 
-    def _at_fork_reinit(self) -> None:
-        self._real._at_fork_reinit()
-
     def __repr__(self) -> str:
         state = "locked" if self._real.locked() else "unlocked"
         return f"<{state} _thread.lock object at {id(self):#x}>"
 
 
-class RLockProxy:
-    """A _thread.RLock (threading.RLock's C implementation) whose acquires are sync events;
-    Condition's private protocol (_is_owned, _release_save, _acquire_restore) goes to the
-    real lock, its re-acquire as a sync event too."""
+class RLockProxy(_LockProxy):
+    """A _thread.RLock (threading.RLock's C implementation); Condition's private protocol
+    (_is_owned, _release_save, _acquire_restore) goes to the real lock, its re-acquire as a
+    sync event too."""
 
-    __slots__ = ("__weakref__", "_oid", "_real", "_rt")
-
-    def __init__(self, rt: Runtime, real: Any) -> None:
-        self._rt = rt
-        self._real = real
-        self._oid = rt.new_oid()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        real = self._real
-        if _outside[0]:
-            return bool(real.acquire(blocking, timeout))
-        acquired: bool = self._rt.sync(
-            "rlock.acquire",
-            (self._oid, bool(blocking), timeout),
-            lambda: real.acquire(blocking, timeout),
-            self._take,
-        )
-        return acquired
-
-    def _take(self, acquired: Any) -> bool:
-        if acquired and not self._real.acquire(False):
-            raise WouldBlock
-        return bool(acquired)
-
-    __enter__ = acquire
-
-    def release(self) -> None:
-        self._real.release()
-
-    def __exit__(self, *exc: object) -> None:
-        self._real.release()
+    __slots__ = ()
+    _ACQUIRE = "rlock.acquire"
 
     def _is_owned(self) -> bool:
         return bool(self._real._is_owned())
@@ -191,9 +177,6 @@ class RLockProxy:
         self._rt.sync(
             "rlock.acquire_restore", (self._oid,), lambda: real._acquire_restore(state), restore
         )
-
-    def _at_fork_reinit(self) -> None:
-        self._real._at_fork_reinit()
 
     def __repr__(self) -> str:
         return repr(self._real).replace(f"{id(self._real):#x}", f"{id(self):#x}")
