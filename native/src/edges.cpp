@@ -36,7 +36,7 @@ namespace {
 // Compact once this many edges were recorded since the last compaction, or a quarter of what it
 // kept if that is more.
 constexpr std::size_t kCompactMin = std::size_t{1} << 20;
-constexpr std::size_t kBlock = 32;  // packed edges between two index entries
+constexpr std::size_t kBlock = 32;         // packed edges between two index entries
 constexpr std::size_t kInputsPerEdge = 3;  // what the recent buffer's inputs are sized for
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // a packed chunk, give or take a block
 
@@ -91,8 +91,7 @@ void Tracer::recent_inputs(const Edges& e, QuietVector<Tag>& out) const {
 // read out of containers.
 void Tracer::record(const Pending& p, bool move) {
   edge_inputs(p, inputs_scratch_);
-  if (!edges_.empty() &&
-      edge_tags_.size() + 3 * inputs_scratch_.size() > edge_tags_.capacity()) {
+  if (!edges_.empty() && edge_tags_.size() + 3 * inputs_scratch_.size() > edge_tags_.capacity()) {
     compact_edges(p.counter, false);  // the batch's buffer is full: compact, don't grow it
   }
   const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
@@ -166,7 +165,8 @@ std::size_t Tracer::packed_block(Tag counter) const noexcept {
 
 template <class F>
 void Tracer::packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const {
-  const std::uint8_t* p = packed_[packed_blocks_[block].chunk].data() + packed_blocks_[block].offset;
+  const std::uint8_t* p =
+      packed_[packed_blocks_[block].chunk].data() + packed_blocks_[block].offset;
   Tag counter = packed_blocks_[block].counter;
   const std::size_t first = block * kBlock;
   const std::size_t n = std::min(kBlock, packed_count_ - first);

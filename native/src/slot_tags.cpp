@@ -67,7 +67,8 @@ Tag Tracer::held_tag(PyObject* value) const noexcept {
   } else if (deque_type_ != nullptr && Py_IS_TYPE(c, deque_type_)) {
     if (Py_SIZE(c) > kScan) return 0;
     const Slot* s = slots_.slot(h->container, h->key);
-    if (s != nullptr && s->value == addr(value) && deque_holds(c, value)) return slots_.held(*h, addr(value));
+    if (s != nullptr && s->value == addr(value) && deque_holds(c, value))
+      return slots_.held(*h, addr(value));
   } else if (sealtrace_instance_holds(c, value)) {
     // An attribute (copy.copy and ORMs read them back through __dict__), or a class's.
     return slots_.held(*h, addr(value));

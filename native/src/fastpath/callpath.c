@@ -87,7 +87,7 @@ static void callpath_dealloc(CallPath* self) {
  * no result, what they do for the bytes data[0:size] returned (recv_into's twin reads into
  * the caller's buffer, and records what recv would have returned); returns None then. */
 static PyObject* record_result_held(CallPath* self, PyObject* name, Key* key, PyObject* result,
-                                   const char* data, Py_ssize_t size);
+                                    const char* data, Py_ssize_t size);
 
 PyObject* record_result(CallPath* self, PyObject* name, Key* key, PyObject* result,
                         const char* data, Py_ssize_t size) {
@@ -98,7 +98,7 @@ PyObject* record_result(CallPath* self, PyObject* name, Key* key, PyObject* resu
 }
 
 static PyObject* record_result_held(CallPath* self, PyObject* name, Key* key, PyObject* result,
-                                   const char* data, Py_ssize_t size) {
+                                    const char* data, Py_ssize_t size) {
   if (result == NULL) {
     result = Py_NewRef(Py_None);
   } else if (PyBytes_CheckExact(result)) {
@@ -145,7 +145,7 @@ static PyObject* callpath_call(CallPath* self, PyObject* const* args, Py_ssize_t
 }
 
 static PyObject* record_output_held(CallPath* self, PyObject* name, Key* key, PyObject* data,
-                                   PyObject* result);
+                                    PyObject* result);
 
 /* What output does once the real call has returned `result`. */
 static PyObject* record_output(CallPath* self, PyObject* name, Key* key, PyObject* data,
@@ -157,7 +157,7 @@ static PyObject* record_output(CallPath* self, PyObject* name, Key* key, PyObjec
 }
 
 static PyObject* record_output_held(CallPath* self, PyObject* name, Key* key, PyObject* data,
-                                   PyObject* result) {
+                                    PyObject* result) {
   if (!self->live) return result;
   int fast =
       PyUnicode_CheckExact(name) &&

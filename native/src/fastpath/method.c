@@ -316,8 +316,7 @@ static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, siz
   Py_ssize_t ndefaults = m->ndefaults;
   int keywords = kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0;
   if (m->form == FORM_FUNCTION) {
-    if (keywords || !recorded_here(m->runtime))
-      return method_fallback(m, args, nargsf, kwnames);
+    if (keywords || !recorded_here(m->runtime)) return method_fallback(m, args, nargsf, kwnames);
     return call_function(m, args, nargs);
   }
   if (m->form == FORM_TIMEOUT) {
