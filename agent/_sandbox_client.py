@@ -70,10 +70,13 @@ from sealtrace.sandbox.questions import (
     Question,
     ReceiptAnswer,
     Replay,
+    Source,
+    SourceAnswer,
     StackAnswer,
     Trace,
     TraceAnswer,
     resolve_function,
+    source_answer,
 )
 
 from ._dictionary import Dictionary
@@ -545,6 +548,14 @@ class SandboxClient:
         else:
             query.update(counter=0, value=None)  # the runner does not say what it found there
         return cast(FlowsAnswer, {"query": query, "locations": locations, "outputs": outputs})
+
+    def source(self, question: Source) -> SourceAnswer:
+        """A recorded source file, from the recording this agent decrypted: the runner is
+        not asked (a frame could not carry the text), and nothing the replayed program does
+        can change what is shown."""
+        if self.closed:
+            raise SandboxError("the sandbox session is closed")
+        return source_answer(question, source_texts(self.parsed))
 
     def replay(self, question: Replay) -> ReceiptAnswer:
         """Replay once in the sandbox: the same receipt `sealtrace replay` prints, with what
