@@ -3,7 +3,9 @@
 The runner sends strings only as digests keyed with this session's key. The agent already
 holds the decrypted recording, so it builds a dictionary of everything it may show: the
 recorded sources' constants, names and function names, the recording's external inputs
-(results of recorded calls, recursively into their items), argv and environment values,
+(results of recorded calls, recursively into their items, and into the JSON document an
+input carries: a body read from a socket or a file that a program parses with `json`), argv
+and environment values,
 the recorded call names, the operator spellings `dis` uses, the builtin exception classes and
 the interpreter's own messages for the commonest of them. A digest that matches shows
 its value; anything else stays type, length and digest, with repr null.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dis
+import json
 import os
 from typing import Any
 
@@ -39,6 +42,7 @@ def _frozen_modules() -> list[str]:
 
 _MAX_DEPTH = 4
 _MAX_ITEMS = 10_000
+_MAX_DOCUMENT = 1 << 20  # the longest input searched for a JSON document
 
 # Messages the interpreter itself gives its commonest exceptions: constants of CPython, not
 # of the program, shown when a crash's message is one of them.
@@ -167,6 +171,10 @@ class Dictionary:
         elif isinstance(value, (list, tuple, set, frozenset)):
             for item in list(value)[:_MAX_ITEMS]:
                 self._value(item, depth + 1)
+        elif isinstance(value, (bytes, str)) and depth == 0:
+            document = _json_in(value)
+            if document is not None:
+                self._value(document, 1)
 
     def _source(self, module: str, path: str, blob: bytes) -> None:
         try:
@@ -278,3 +286,20 @@ class Dictionary:
         if tag == 3 and shown is None:
             shown = self.values.get(digest.hex())
         return {"type": type_name, "repr": shown, "digest": digest.hex()}
+
+
+def _json_in(value: bytes | str) -> Any:
+    """The JSON document an input carries, if it carries one: the whole of it, or the body
+    of an HTTP message (after its blank line). Only data the recording holds is parsed, and
+    only to learn which strings the program could have parsed out of it."""
+    if len(value) > _MAX_DOCUMENT:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    head, blank, body = text.partition("\r\n\r\n")
+    text = (body if blank else head).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
