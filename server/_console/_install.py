@@ -1,0 +1,31 @@
+"""How the app serves the console: its pages, the headers of every console response, and
+the way back to the sign-in page for a browser that is not (or no longer) signed in."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from .._deps import SignInNeeded
+from ._headers import secure_headers
+from ._pages import router
+from ._sign_ins import COOKIE
+
+__all__ = ["install"]
+
+
+def install(app: FastAPI) -> None:
+    """Serve the console from `app`: its pages, its headers, and the way back to sign-in."""
+    app.include_router(router)
+    app.middleware("http")(secure_headers)
+
+    async def sign_in_first(request: Request, exc: Exception) -> Response:
+        why = exc.why if isinstance(exc, SignInNeeded) else ""
+        response = RedirectResponse(f"/console/sign-in{f'?why={quote(why)}' if why else ''}", 303)
+        response.delete_cookie(COOKIE, path="/console")
+        return response
+
+    app.add_exception_handler(SignInNeeded, sign_in_first)
