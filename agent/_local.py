@@ -154,7 +154,8 @@ class SandboxOpener:
             raise ReplayEnvironmentError(problem)
         if booted is None:
             booted = self.boot()
-        return SandboxClient(data, parsed, booted=booted, receipt_only=receipt_only)
+        return SandboxClient(data, parsed, booted=booted, receipt_only=receipt_only,
+                             checkpoint_every=self.settings.sandbox_checkpoint_every)  # fmt: skip
 
 
 def sandbox_opener(settings: AgentSettings | None = None) -> SandboxOpener:

@@ -23,7 +23,7 @@ from sealtrace.proxy.format import generate_identity
 from ._contracts import ASSIGNMENT_TASK
 from ._errors import ServerError
 from ._server import ServerClient
-from ._serving import Assignment, serve
+from ._serving import Assignment, serve, warm_up
 
 __all__ = ["run_agent"]
 
@@ -45,6 +45,7 @@ def run_agent(
     agent enrolls, so that its session starts at loading the recording; `open_sandbox` then
     gets it as `booted`. Unused, it is ended when the agent leaves."""
     booted = [boot()] if boot is not None else []
+    warm_up()
     try:
         return _serve_one(server, enrollment, broker_url, open_sandbox, idle_timeout, on_ready,
                           booted)  # fmt: skip
