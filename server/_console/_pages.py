@@ -48,9 +48,12 @@ def _to(path: str) -> RedirectResponse:
     return RedirectResponse(path, SEE_OTHER)
 
 
-def _refused(request: Request, visitor: Visitor | None, status: int, detail: str) -> Response:
-    return page(request, "refused.html", {"visitor": visitor, "status": status,
-                                          "detail": detail}, status=status)  # fmt: skip
+def _refused(
+    request: Request, visitor: Visitor | None, status: int, detail: str, retry: str = ""
+) -> Response:
+    """The refusal page; `retry`: a POST address the page offers to try again."""
+    context = {"visitor": visitor, "status": status, "detail": detail, "retry": retry}
+    return page(request, "refused.html", context, status=status)
 
 
 def _address(request: Request) -> str:
@@ -163,7 +166,8 @@ def open_session(run_id: str, request: Request, services: ServicesDep, visitor: 
     try:
         session = actions.open_session(services, visitor.principal, run_id)
     except ActionRefused as exc:
-        return _refused(request, visitor, exc.status, exc.detail)
+        retry = f"/console/runs/{run_id}/sessions" if exc.status == 503 else ""
+        return _refused(request, visitor, exc.status, exc.detail, retry)
     return _to(f"/console/sessions/{session.id}")
 
 
@@ -313,7 +317,8 @@ def follow(
 def flows(
     session_id: str, request: Request, services: ServicesDep, visitor: Posted, form: FormFields
 ) -> Response:
-    source = form.get("source", "").strip()
+    # A local's button sends `source`; the expression box sends its `var`.
+    source = (form.get("source") or form.get("var") or "").strip()
 
     def move(ask: _walk.Ask, trail: Trail, after: int) -> int:
         return _walk.flows(ask, trail, after, _counter_of(trail, after), source)

@@ -61,12 +61,8 @@ def page(
     return HTMLResponse(body, status_code=status)
 
 
-@functools.cache
-def _static(name: str) -> bytes:
-    return (HERE / "static" / name).read_bytes()
-
-
 def static_file(name: str) -> Response:
+    """One of the console's own static files (only those named in STATIC)."""
     if name not in STATIC:
         return Response("not found", status_code=404, media_type="text/plain")
-    return Response(_static(name), media_type=STATIC[name])
+    return Response((HERE / "static" / name).read_bytes(), media_type=STATIC[name])

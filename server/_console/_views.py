@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._trail import Flow, Step, Trail
-from ._walk import show
+from ._walk import matched, show
 
 __all__ = ["Operand", "Segment", "SourceLine", "describe_flow", "describe_step", "short_path"]
 
@@ -63,6 +63,7 @@ class Operand:
     origin: str  # "" or how it entered the run: an external call, a constant, argv...
     name: str  # the local that holds it there, if one does
     followable: bool
+    shown: bool  # its text is shown (else its type and digest only)
 
 
 @dataclass
@@ -116,8 +117,8 @@ def describe_step(
         frames=[{"index": i, "function": f["function"] or "?",
                  "where": f"{short_path(f['file'])}:{f['line']}"} for i, f in enumerate(frames)],
         frame=frame,
-        locals=[{"name": v["name"], "value": show(v["value"]), "type": v["value"]["type"]}
-                for v in shown],
+        locals=[{"name": v["name"], "value": show(v["value"]), "type": v["value"]["type"],
+                 "shown": matched(v["value"])} for v in shown],
         traceable=frame == 0 and bool(frames),
         exception=(step.stack or {}).get("exception"),
         node=None,
@@ -125,7 +126,8 @@ def describe_step(
     if node is not None:
         tags = {local["tag"]: local["name"] for local in (frames[0]["locals"] if frames else [])}
         view.node = {"op": node["op"], "value": show(node["value"]), "type": node["value"]["type"],
-                     "origin": _origin(node), "name": tags.get(node["counter"], "")}  # fmt: skip
+                     "origin": _origin(node), "name": tags.get(node["counter"], ""),
+                     "shown": matched(node["value"])}  # fmt: skip
         view.computed, view.operands = _operands(node, step.path, tags)
     return view
 
@@ -156,6 +158,7 @@ def _operand(node: dict[str, Any], path: tuple[int, ...], tags: dict[int, str]) 
         origin=_origin(node),
         name=tags.get(node["counter"], "") if node["counter"] else "",
         followable=node["counter"] > 0,
+        shown=matched(node["value"]),
     )
 
 
@@ -198,9 +201,13 @@ def describe_flow(flow: Flow) -> dict[str, Any]:
         {"event": o["event"], "call": o["call"], "counter": o["counter"]}
         for o in answer.get("outputs", [])
     ]
+    source = str(query.get("from", flow.source))
+    expression, _, at = source.rpartition("@") if "@" in source else (source, "", "")
     return {
         "title": flow.label,
-        "source": query.get("from", flow.source),
+        "source": source,
+        "expression": expression,
+        "at": at,
         "value": show(query.get("value")) if query.get("value") else "",
         "locations": locations,
         "outputs": outputs,

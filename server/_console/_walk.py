@@ -75,9 +75,22 @@ def follow(ask: Ask, trail: Trail, after: int, path: tuple[int, ...]) -> int:
     except (IndexError, KeyError):
         raise ActionRefused(UNPROCESSABLE, "no such step in this trace") from None
     label = f"{show(node['value'])} ← {node['op']}"
+    held = _held_in(view.stack, int(node["counter"]))
+    if held:
+        label = f"{held} = {show(node['value'])}"
     step = Step(int(node["counter"]), _stack_at(ask, int(node["counter"])), label, "operand",
                 trace=view.trace, path=path)  # fmt: skip
     return trail.add(step, after)
+
+
+def _held_in(stack: dict[str, Any] | None, counter: int) -> str:
+    """The local of the innermost frame that holds the value made at `counter` (a stack
+    answer gives each local's producing step), if one does."""
+    frames = (stack or {}).get("frames") or []
+    for local in frames[0]["locals"] if frames and counter else []:
+        if int(local["tag"]) == counter:
+            return str(local["name"])
+    return ""
 
 
 def flows(ask: Ask, trail: Trail, after: int, counter: int, source: str) -> int:
@@ -110,6 +123,12 @@ def source(ask: Ask, trail: Trail, path: str) -> list[str] | None:
     return trail.sources[path]
 
 
+def matched(value: dict[str, Any] | None) -> bool:
+    """Whether the value's text is shown (the agent matched it), not only its type and
+    digest."""
+    return bool(value) and value.get("repr") is not None  # type: ignore[union-attr]
+
+
 def show(value: dict[str, Any] | None) -> str:
     """A value as the API shows it: its text where the agent could match it, else its type
     and the start of its digest."""
@@ -118,4 +137,5 @@ def show(value: dict[str, Any] | None) -> str:
     if value.get("repr") is not None:
         return str(value["repr"])
     digest = str(value.get("digest") or "")[:8]
-    return f"{value.get('type') or '?'} #{digest}" if digest else str(value.get("type") or "?")
+    kind = value.get("type") if value.get("type") not in (None, "", "?") else "value"
+    return f"{kind} #{digest}" if digest else str(kind)
