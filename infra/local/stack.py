@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-REFILL_DELAY = 3.0  # seconds a pool with agents still waiting lets a new session start first
+# Seconds a pool with agents still waiting lets a new session have the machine to itself
+# (its first replay and the user's first clicks) before booting the next agent.
+REFILL_DELAY = 20.0
 APP = REPO / "examples" / "pricing"
 SEALTRACE = str(Path(sys.executable).with_name("sealtrace"))
 
@@ -267,7 +269,7 @@ class Stack:
             if agent.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the agent did not start: {(self.work / log).read_text()}")
             if self._stopping.is_set():  # stop() may have been past this one already
-                agent.terminate()
+                agent.kill()  # booting: nothing of a session's in it yet
                 agent.wait()
                 raise RuntimeError("the stack is stopping")
             time.sleep(0.1)
@@ -295,14 +297,18 @@ class Stack:
         """The supervisor: `pool` idle agents at all times; a fresh one starts (and boots
         its sandbox) when one has taken a session or exited. While other agents wait, the
         fresh one starts REFILL_DELAY seconds later, so that its boot does not compete for
-        a small machine's cores with the session's first replay."""
+        a small machine's cores with the session's first replay and first clicks."""
+        before = 0
         while not self._stopping.is_set():
             with contextlib.suppress(RuntimeError, OSError):
                 idle = self.idle_agents()
+                taken = idle < before  # a session took one (not the pool's first fill)
+                before = idle
                 if idle < self.pool:
-                    if idle and self._stopping.wait(REFILL_DELAY):
+                    if taken and idle and self._stopping.wait(REFILL_DELAY):
                         return
                     self.start_agent()
+                    before = self.idle_agents()
                     continue
             self._stopping.wait(0.5)
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from fastapi import FastAPI
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .._deps import SignInNeeded
-from ._headers import secure_headers
+from ._headers import PREFIX, secure_headers
 from ._pages import router
+from ._render import page
 from ._sign_ins import COOKIE
 
 __all__ = ["install"]
@@ -29,3 +32,15 @@ def install(app: FastAPI) -> None:
         return response
 
     app.add_exception_handler(SignInNeeded, sign_in_first)
+
+    async def refusal_page(request: Request, exc: Exception) -> Response:
+        """A refusal before a console route ran (a form without its CSRF token, a body too
+        large) is a page, like the console's others; the API's stay JSON."""
+        assert isinstance(exc, HTTPException)
+        if request.url.path == PREFIX or request.url.path.startswith(PREFIX + "/"):
+            context = {"visitor": None, "status": exc.status_code, "detail": exc.detail,
+                       "retry": ""}  # fmt: skip
+            return page(request, "refused.html", context, status=exc.status_code)
+        return await http_exception_handler(request, exc)
+
+    app.add_exception_handler(HTTPException, refusal_page)

@@ -13,6 +13,7 @@ in pages, never in a URL.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -206,13 +207,20 @@ def session_page(
 
 @router.get("/sessions/{session_id}/status")
 def session_status(
-    session_id: str, request: Request, services: ServicesDep, visitor: Browser
+    session_id: str, request: Request, services: ServicesDep, visitor: Browser, wait: float = 0
 ) -> Response:
-    owned = _owned(request, services, visitor, session_id)
-    if isinstance(owned, Response):
-        return owned
-    session, _trail = owned
-    return JSONResponse({"status": session.status})
+    """The session's status word (nothing recorded); with `wait`, held up to that many
+    seconds (at most 10) while it is still `assigned`, so the page learns at once that it is
+    ready."""
+    deadline = time.monotonic() + min(max(wait, 0.0), 10.0)
+    while True:
+        owned = _owned(request, services, visitor, session_id)
+        if isinstance(owned, Response):
+            return owned
+        session, _trail = owned
+        if session.status != "assigned" or time.monotonic() >= deadline:
+            return JSONResponse({"status": session.status})
+        time.sleep(0.02)
 
 
 def _notice(trail: Trail) -> str:

@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 COOKIE = "sealtrace_console"
+# A sign-in's last request is written down at most this often (seconds): the idle time-out
+# is that much coarser, and most requests write nothing.
+_SEEN_EVERY = 5.0
 SIGN_IN_COOKIE = "sealtrace_sign_in"  # binds the sign-in form before anyone is signed in
 _PREFIX = "cs"
 
@@ -102,7 +105,8 @@ def _parse(cookie: str) -> tuple[str, str] | None:
 
 def resolve(db: Session, key: bytes, cookie: str, *, idle: float) -> Visitor | Ended:
     """The visitor a cookie stands for, or why it stands for nobody. A live sign-in's last
-    request time moves to now (committed); one past a time-out is ended here."""
+    request time moves to now (committed, when it is more than _SEEN_EVERY old); one past a
+    time-out is ended here."""
     found = _parse(cookie)
     if found is None:
         return Ended("unknown")
@@ -126,8 +130,9 @@ def resolve(db: Session, key: bytes, cookie: str, *, idle: float) -> Visitor | E
     user = db.get(User, row.user_id)
     if user is None or user.tenant_id != row.tenant_id:
         return Ended("unknown")
-    row.seen = now
-    db.commit()
+    if (now - row.seen).total_seconds() >= _SEEN_EVERY:  # one write a few seconds at most
+        row.seen = now
+        db.commit()
     principal = Principal(token_id=f"console:{sign_in_id}", tenant_id=row.tenant_id,
                           scope=Scope.USER, user_id=user.id, user_name=user.name,
                           role=user.role)  # fmt: skip

@@ -4,11 +4,11 @@
 "use strict";
 
 (function () {
-  // A session booting: poll its status, and land as soon as its replay is ready.
+  // A session booting: ask for its status, held by the server until it changes (or a few
+  // seconds pass), and land as soon as its replay is ready.
   function poll(url) {
-    let delay = 150;
     function tick() {
-      fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+      fetch(url + "?wait=5", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
         .then(function (reply) {
           if (reply.redirected || !reply.ok) { window.location.reload(); return null; }
           return reply.json();
@@ -17,8 +17,7 @@
           if (state === null) return;
           if (state.status === "ready") { land(); return; }
           if (state.status !== "assigned") { window.location.reload(); return; }
-          delay = Math.min(delay * 1.25, 1000);
-          window.setTimeout(tick, delay);
+          tick();
         })
         .catch(function () { window.setTimeout(tick, 1000); });
     }
