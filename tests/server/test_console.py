@@ -292,3 +292,54 @@ def test_a_wrong_password_is_refused_as_the_api_refuses_it(
     assert wrong.status_code == 401 and "wrong tenant, user or password" in wrong.text
     assert COOKIE not in wrong.cookies
     assert _events(http, mark) == [("anonymous", "login", "acme/ada", "denied")]
+
+
+def test_an_admin_manages_the_tenants_users_and_tokens(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    """Users and tokens, for admins only: a user added (its password shown once, and it
+    signs in), a record token minted (shown once, and it leases keys) and revoked (and it
+    leases nothing more); each change the command line's audit event, the admin its actor."""
+    from sealtrace.server._auth import hash_password
+    from sealtrace.server._models import Role, Tenant, User
+
+    http, _tokens = api
+    with _services(http).factory() as db:
+        acme = db.scalars(select(Tenant).where(Tenant.name == "acme")).one()
+        db.add(User(tenant_id=acme.id, name="root", role=Role.ADMIN,
+                    password_hash=hash_password("root-pw")))  # fmt: skip
+        db.commit()
+    assert sign_in(http, "ada") and http.get("/console/admin").status_code == 403
+    csrf = sign_in(http, "root")
+    page = http.get("/console/admin")
+    assert page.status_code == 200 and "aud" in page.text and "gil" not in page.text
+    mark = _last(http)
+    added = http.post("/console/admin/users", data={"csrf": csrf, "name": "sam",
+                                                   "role": "security"})  # fmt: skip
+    password = re.search(r'id="shown-secret">.*?<code class="wrap">([^<]+)</code>', added.text,
+                         re.S)  # fmt: skip
+    assert added.status_code == 200 and password is not None
+    minted = http.post("/console/admin/tokens", data={"csrf": csrf, "scope": "record",
+                                                     "name": "prod"})  # fmt: skip
+    token = re.search(r"(st_[0-9a-f]+_[\w-]+)", minted.text)
+    assert token is not None
+    leased = http.post("/v1/keys/lease", json={"count": 1}, headers=auth(token.group(1)))
+    assert leased.status_code == 200, leased.text
+    token_id = token.group(1).split("_")[1]
+    revoked = http.post("/console/admin/tokens/revoke", data={"csrf": csrf, "token": token_id},
+                        follow_redirects=False)  # fmt: skip
+    assert revoked.status_code == 303
+    assert http.post("/v1/keys/lease", json={"count": 1},
+                     headers=auth(token.group(1))).status_code == 401  # fmt: skip
+    events = _events(http, mark)
+    assert [e[1:] for e in events if e[0] == "user:root"] == [
+        ("user.create", "user:sam (security)", "ok"),
+        ("token.create", f"record-token:{token_id} (prod)", "ok"),
+        ("token.revoke", f"record-token:{token_id} (prod)", "ok"),
+    ]
+    # The new user signs in with the password shown once.
+    sign_in(http, "sam", password=password.group(1))
+    # Another tenant's token cannot be revoked from here.
+    csrf = sign_in(http, "root")
+    refused = http.post("/console/admin/tokens/revoke", data={"csrf": csrf, "token": "nope"})
+    assert refused.status_code == 404
