@@ -6,6 +6,7 @@ change is the audit event the command line writes for it (`user.create`, `token.
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -86,5 +87,9 @@ def revoke(services: Services, who: Principal, token_id: str) -> None:
 
 
 def describe_token(row: ApiToken) -> dict[str, Any]:
+    now = dt.datetime.now(dt.UTC)
+    state = (
+        "revoked" if row.revoked else "expired" if row.expires and row.expires <= now else "live"
+    )
     return {"id": row.id, "scope": row.scope.value, "name": row.name, "created": row.created,
-            "expires": row.expires, "revoked": row.revoked, "agent": row.agent_id}  # fmt: skip
+            "state": state, "agent": row.agent_id}  # fmt: skip

@@ -45,8 +45,9 @@ __all__ = [
 ]
 
 COOKIE = "sealtrace_console"
-# A sign-in's last request is written down at most this often (seconds): the idle time-out
-# is that much coarser, and most requests write nothing.
+# A sign-in's last request is written down at most this often (seconds; a quarter of the
+# idle time-out when that is shorter): the idle time-out is that much coarser, and most
+# requests write nothing.
 _SEEN_EVERY = 5.0
 SIGN_IN_COOKIE = "sealtrace_sign_in"  # binds the sign-in form before anyone is signed in
 _PREFIX = "cs"
@@ -130,7 +131,8 @@ def resolve(db: Session, key: bytes, cookie: str, *, idle: float) -> Visitor | E
     user = db.get(User, row.user_id)
     if user is None or user.tenant_id != row.tenant_id:
         return Ended("unknown")
-    if (now - row.seen).total_seconds() >= _SEEN_EVERY:  # one write a few seconds at most
+    # One write every few seconds at most (a quarter of the idle time-out, if shorter).
+    if (now - row.seen).total_seconds() >= min(_SEEN_EVERY, idle / 4):
         row.seen = now
         db.commit()
     principal = Principal(token_id=f"console:{sign_in_id}", tenant_id=row.tenant_id,

@@ -409,3 +409,17 @@ def test_time_outs_sign_out(platform: Any, tmp_path: Path) -> None:
         assert "/console/sign-in" in browser.driver.current_url
         assert time.monotonic() - started >= 7  # busy all along: it was the time limit
         browser.shot("absolute-time-out")
+
+
+def test_an_admin_manages_users_and_tokens(browser: Browser, platform: Any) -> None:
+    tenant, password = platform.passwords["adm"]
+    browser.sign_in(tenant, "adm", password)
+    browser.get("/console/admin")
+    users = _words(browser.find("#users").text)
+    assert "ada oncall" in users and "aud auditor" in users and "gil" not in users
+    browser.find("#new-scope").send_keys("record")
+    browser.find("#new-token-name").send_keys("checkout-prod")
+    browser.find("#mint-token").click()
+    browser.at("/console/admin")
+    assert "st_" in browser.find("#shown-secret").text  # shown once
+    browser.shot("users-and-tokens")
