@@ -15,9 +15,9 @@ NATIVE := $(wildcard native/CMakeLists.txt native/src/* native/src/*/* native/_e
 help:
 	@echo "make demo   - the £0.00 story: sealed into local S3, replayed, traced; then again through"
 	@echo "              the server, an agent and the sandbox (everything stopped afterwards)"
-	@echo "make up     - the platform on loopback (Redis, moto, server, agents) until Ctrl-C"
+	@echo "make up     - the platform on loopback (Redis, moto, server, agents, web console) until Ctrl-C"
 	@echo "make test   - lint, type-check and run every test tier (installs what is missing)"
-	@echo "make tier TIER=integration|podman|e2e|slow|install - one pytest tier"
+	@echo "make tier TIER=integration|podman|e2e|slow|install|browser - one pytest tier"
 	@echo "make bench  - sealing, recorder overhead, engine cost, sandbox and session start (bench/results/)"
 
 $(STAMP): pyproject.toml $(NATIVE)

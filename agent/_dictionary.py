@@ -3,7 +3,10 @@
 The runner sends strings only as digests keyed with this session's key. The agent already
 holds the decrypted recording, so it builds a dictionary of everything it may show: the
 recorded sources' constants, names and function names, the recording's external inputs
-(results of recorded calls, recursively into their items), argv and environment values,
+(results of recorded calls, recursively into their items; bytes also as the text they
+decode to, whole and line by line, and the JSON document an input (or one of its lines)
+carries: a body read from a socket or a file that
+a program decodes or parses with `json`), argv and environment values,
 the recorded call names, the operator spellings `dis` uses, the builtin exception classes and
 the interpreter's own messages for the commonest of them. A digest that matches shows
 its value; anything else stays type, length and digest, with repr null.
@@ -13,7 +16,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import dis
+import json
 import os
 from typing import Any
 
@@ -39,6 +44,8 @@ def _frozen_modules() -> list[str]:
 
 _MAX_DEPTH = 4
 _MAX_ITEMS = 10_000
+_MAX_DOCUMENT = 1 << 20  # the longest input searched for a JSON document
+_MAX_LINES = 2_000  # the lines of one input taken one by one
 
 # Messages the interpreter itself gives its commonest exceptions: constants of CPython, not
 # of the program, shown when a crash's message is one of them.
@@ -167,6 +174,23 @@ class Dictionary:
         elif isinstance(value, (list, tuple, set, frozenset)):
             for item in list(value)[:_MAX_ITEMS]:
                 self._value(item, depth + 1)
+        elif isinstance(value, (bytes, str)) and depth == 0:
+            if isinstance(value, bytes) and len(value) <= _MAX_DOCUMENT:
+                # What a text file read in binary becomes once its reader decodes it, whole
+                # and line by line (with and without their ends), each line's JSON too.
+                with contextlib.suppress(UnicodeDecodeError):
+                    text = value.decode("utf-8")
+                    self._value(text, 1)
+                    lines = text.splitlines(keepends=True)
+                    for line in lines[:_MAX_LINES] if len(lines) > 1 else []:
+                        self._value(line, 1)
+                        self._value(line.rstrip("\r\n"), 1)
+                        parsed = _json_in(line)
+                        if parsed is not None:
+                            self._value(parsed, 1)
+            document = _json_in(value)
+            if document is not None:
+                self._value(document, 1)
 
     def _source(self, module: str, path: str, blob: bytes) -> None:
         try:
@@ -278,3 +302,20 @@ class Dictionary:
         if tag == 3 and shown is None:
             shown = self.values.get(digest.hex())
         return {"type": type_name, "repr": shown, "digest": digest.hex()}
+
+
+def _json_in(value: bytes | str) -> Any:
+    """The JSON document an input carries, if it carries one: the whole of it, or the body
+    of an HTTP message (after its blank line). Only data the recording holds is parsed, and
+    only to learn which strings the program could have parsed out of it."""
+    if len(value) > _MAX_DOCUMENT:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    head, blank, body = text.partition("\r\n\r\n")
+    text = (body if blank else head).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -20,7 +20,6 @@ import pwd
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,17 @@ from sealtrace.proxy.format import ParsedStream
 
 from ._errors import SandboxError
 from ._podman import PodmanTransport, sweep_containers
-from ._sandbox_client import SandboxClient, sweep_session_directories
+from ._sandbox_client import BootedSandbox, SandboxClient, sweep_session_directories
 from ._settings import AgentSettings
 
-__all__ = ["open_sandbox", "podman_client", "sandbox_opener", "sandbox_user", "serve_podman"]
+__all__ = [
+    "SandboxOpener",
+    "open_sandbox",
+    "podman_client",
+    "sandbox_opener",
+    "sandbox_user",
+    "serve_podman",
+]
 
 
 def sandbox_user(settings: AgentSettings | None = None) -> pwd.struct_passwd:
@@ -107,29 +113,54 @@ def podman_client(settings: AgentSettings | None = None) -> Any:
     return client
 
 
-def sandbox_opener(settings: AgentSettings | None = None) -> Callable[..., SandboxClient]:
-    """Find the Podman service and the replay image once (building the image if missing):
-    an agent does this at boot, before it offers itself, so no session waits for it.
-    Returns open_sandbox with those settled."""
-    from sealtrace.sandbox import ReplayEnvironmentError, build_image, image_problem
+class SandboxOpener:
+    """The Podman service and the replay image on this machine, found once (the image built
+    if missing): an agent makes one at boot, before it offers itself, so no session waits for
+    either. boot() starts a hardened container whose runner waits for a recording; calling
+    the opener loads a recording into one (booted earlier, or started now)."""
 
-    settings = settings or AgentSettings()
-    client = podman_client(settings)
-    user = sandbox_user(settings)
-    image = settings.replay_image or build_image(client)
+    def __init__(self, settings: AgentSettings | None = None) -> None:
+        from sealtrace.sandbox import build_image
 
-    def opener(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:
-        sweep_containers(client)  # what agents killed mid-session left behind
+        self.settings = settings or AgentSettings()
+        self.client = podman_client(self.settings)
+        self.user = sandbox_user(self.settings)
+        self.image = self.settings.replay_image or build_image(self.client)
+
+    def boot(self) -> BootedSandbox:
+        """A fresh container, its runner started and waiting; no recording, no key in it."""
+        sweep_containers(self.client)  # what agents killed mid-session left behind
         sweep_session_directories()
-        problem = image_problem(client, image, parsed.meta)
-        if problem is not None:
-            raise ReplayEnvironmentError(problem)
-        transport = PodmanTransport(
-            client, image, uid=user.pw_uid, gid=user.pw_gid, settings=settings
-        )
-        return SandboxClient(data, parsed, transport, receipt_only=receipt_only)
+        transport = PodmanTransport(self.client, self.image, uid=self.user.pw_uid,
+                                    gid=self.user.pw_gid, settings=self.settings)  # fmt: skip
+        return BootedSandbox(transport)
 
-    return opener
+    def __call__(
+        self,
+        data: bytes,
+        parsed: ParsedStream,
+        *,
+        receipt_only: bool = False,
+        booted: BootedSandbox | None = None,
+    ) -> SandboxClient:
+        """A client on `data` in `booted` (ended, unused, if the image cannot replay the
+        recording) or in a container started now."""
+        from sealtrace.sandbox import ReplayEnvironmentError, image_problem
+
+        problem = image_problem(self.client, self.image, parsed.meta)
+        if problem is not None:
+            if booted is not None:
+                booted.close()
+            raise ReplayEnvironmentError(problem)
+        if booted is None:
+            booted = self.boot()
+        return SandboxClient(data, parsed, booted=booted, receipt_only=receipt_only,
+                             checkpoint_every=self.settings.sandbox_checkpoint_every)  # fmt: skip
+
+
+def sandbox_opener(settings: AgentSettings | None = None) -> SandboxOpener:
+    """Find the Podman service and the replay image once (building the image if missing)."""
+    return SandboxOpener(settings)
 
 
 def open_sandbox(data: bytes, parsed: ParsedStream, *, receipt_only: bool = False) -> SandboxClient:

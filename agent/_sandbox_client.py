@@ -70,10 +70,13 @@ from sealtrace.sandbox.questions import (
     Question,
     ReceiptAnswer,
     Replay,
+    Source,
+    SourceAnswer,
     StackAnswer,
     Trace,
     TraceAnswer,
     resolve_function,
+    source_answer,
 )
 
 from ._dictionary import Dictionary
@@ -82,6 +85,7 @@ from ._settings import AgentSettings
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
+    "BootedSandbox",
     "LocalTransport",
     "SandboxClient",
     "Transport",
@@ -172,43 +176,20 @@ class LocalTransport:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class SandboxClient:
-    """One recording, served by one runner; every answer checked frame by frame: the
-    sandboxed `Answerer` of the question contract (sealtrace.sandbox.questions)."""
+class BootedSandbox:
+    """A runner started and waiting for a recording: its transport is up (the container
+    created and started), both FIFOs are open and their names gone, and its HELLO has been
+    read. Nothing of any session is in it yet: no recording, no key. An agent boots one while
+    it waits for its assignment, so that a session starts at LOAD (SandboxClient takes it
+    over); still one runner and one container for one session."""
 
-    def __init__(
-        self,
-        data: bytes,
-        parsed: ParsedStream,
-        transport: Transport | None = None,
-        *,
-        timeout: float = 120.0,
-        budget: int = 100_000,
-        questions: int = MAX_QUESTIONS,
-        session_frames: int = MAX_SESSION_FRAMES,
-        checkpoint_every: int = 250_000,
-        receipt_only: bool = False,
-    ) -> None:
-        """A receipt-only client replays without the engine and answers only receipts.
-        `budget` bounds the frames of one answer, `questions` and `session_frames` the whole
-        session: together they bound what the runner can send (docs/protocol.md)."""
-        # Run once the client has closed (a Podman service started for it, say).
-        self.after_close: list[Callable[[], None]] = []
-        self.parsed = parsed
-        self.timeout = timeout
+    def __init__(self, transport: Transport | None = None, *, timeout: float = 120.0) -> None:
         self.transport = transport or LocalTransport()
-        self.key = Secret.random(32)  # the session's digest key: wiped by close()
-        self.sources = sources_of(parsed)
-        self.reader = FrameReader(len(self.sources), budget=budget)
-        self.dictionary = Dictionary(self.key.view(), parsed)
-        self.seq = 0
-        self.closed = False
-        self.questions_left = questions
-        self.frames_left = session_frames
-        # Operand names for text output: frames carry none (see Inquiry.last_nodes).
-        self.last_nodes: dict[int, dict[str, Any]] = {}
-        # Where the last trace stopped following a branch, and why (NODE frames say).
-        self.last_cuts: dict[int, str] = {}
+        self.timeout = timeout
+        self.reader = FrameReader(0)  # the recording's sources are counted at LOAD
+        self.in_fd: int | None = None
+        self.out_fd: int | None = None
+        self.taken = False
         fifo_in = self.transport.directory / "in"
         fifo_out = self.transport.directory / "out"
         try:
@@ -224,6 +205,114 @@ class SandboxClient:
             # replayed program runs can open the channel by path.
             for fifo in (fifo_in, fifo_out):
                 fifo.unlink()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path, flags: int) -> int:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return os.open(path, flags | os.O_NONBLOCK)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SandboxError("the runner did not open its pipes in time") from None
+                time.sleep(0.01)
+
+    def _expect_hello(self) -> None:
+        assert self.out_fd is not None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            ready, _, _ = select.select(
+                [self.out_fd], [], [], max(0.0, deadline - time.monotonic())
+            )
+            if not ready:
+                raise SandboxError("sandbox session ended: the runner did not say HELLO in time")
+            try:
+                data = os.read(self.out_fd, FRAME_SIZE)
+            except BlockingIOError:
+                continue
+            try:
+                if not data:
+                    raise FrameError("the runner closed its pipe before HELLO")
+                frames = self.reader.feed(data)
+            except FrameError as exc:
+                raise SandboxError(f"sandbox session ended: protocol violation: {exc}") from None
+            if frames:
+                if [f.op for f in frames] != [Op.HELLO] or self.reader.buffer:
+                    raise SandboxError("sandbox session ended: the runner did not say HELLO")
+                return
+
+    def take(self) -> tuple[Transport, int, int, FrameReader]:
+        """Hand the runner to the one session that will use it (once)."""
+        if self.taken or self.in_fd is None or self.out_fd is None:
+            raise SandboxError("this sandbox was already taken or has ended")
+        self.taken = True
+        return self.transport, self.in_fd, self.out_fd, self.reader
+
+    def close(self) -> None:
+        """End it unused (an agent that leaves without a session)."""
+        if self.taken:
+            return
+        self.taken = True
+        for fd in (self.in_fd, self.out_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.transport.kill()
+
+
+class SandboxClient:
+    """One recording, served by one runner; every answer checked frame by frame: the
+    sandboxed `Answerer` of the question contract (sealtrace.sandbox.questions)."""
+
+    def __init__(
+        self,
+        data: bytes,
+        parsed: ParsedStream,
+        transport: Transport | None = None,
+        *,
+        booted: BootedSandbox | None = None,
+        timeout: float = 120.0,
+        budget: int = 100_000,
+        questions: int = MAX_QUESTIONS,
+        session_frames: int = MAX_SESSION_FRAMES,
+        checkpoint_every: int = 250_000,
+        receipt_only: bool = False,
+    ) -> None:
+        """A receipt-only client replays without the engine and answers only receipts.
+        `budget` bounds the frames of one answer, `questions` and `session_frames` the whole
+        session: together they bound what the runner can send (docs/protocol.md). `booted`:
+        a runner already started and waiting (its transport is used, not `transport`);
+        otherwise one is started here."""
+        # Run once the client has closed (a Podman service started for it, say).
+        self.after_close: list[Callable[[], None]] = []
+        self.parsed = parsed
+        self.timeout = timeout
+        self.key = Secret.random(32)  # the session's digest key: wiped by close()
+        self.sources = sources_of(parsed)
+        self.dictionary = Dictionary(self.key.view(), parsed)
+        self.seq = 0
+        self.closed = False
+        self.questions_left = questions
+        self.frames_left = session_frames
+        # Operand names for text output: frames carry none (see Inquiry.last_nodes).
+        self.last_nodes: dict[int, dict[str, Any]] = {}
+        # Where the last trace stopped following a branch, and why (NODE frames say).
+        self.last_cuts: dict[int, str] = {}
+        try:
+            if booted is None:
+                booted = BootedSandbox(transport, timeout=timeout)
+            self.transport, self.in_fd, self.out_fd, self.reader = booted.take()
+        except BaseException:
+            self.closed = True  # nothing of ours started: only the key to wipe
+            self.key.wipe()
+            raise
+        # The runner's HELLO was checked at boot; from here every frame counts against this
+        # recording's sources and this client's budget.
+        self.reader.sources = len(self.sources)
+        self.reader.budget = budget
+        try:
             self.loaded = self._ask(
                 Frame(
                     Op.LOAD,
@@ -238,16 +327,6 @@ class SandboxClient:
         except BaseException:
             self.close()
             raise
-
-    def _open(self, path: Path, flags: int) -> int:
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                return os.open(path, flags | os.O_NONBLOCK)
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SandboxError("the runner did not open its pipes in time") from None
-                time.sleep(0.01)
 
     # -- wire -----------------------------------------------------------------------------
 
@@ -292,11 +371,6 @@ class SandboxClient:
     def _fail(self, why: str) -> NoReturn:
         self.close()
         raise SandboxError(f"sandbox session ended: {why}")
-
-    def _expect_hello(self) -> None:
-        frames = self._frames()
-        if [f.op for f in frames] != [Op.HELLO]:
-            self._fail("the runner did not say HELLO")
 
     def _ask(
         self, request: Frame, payload: bytes = b"", *, digest: Secret | None = None
@@ -545,6 +619,14 @@ class SandboxClient:
         else:
             query.update(counter=0, value=None)  # the runner does not say what it found there
         return cast(FlowsAnswer, {"query": query, "locations": locations, "outputs": outputs})
+
+    def source(self, question: Source) -> SourceAnswer:
+        """A recorded source file, from the recording this agent decrypted: the runner is
+        not asked (a frame could not carry the text), and nothing the replayed program does
+        can change what is shown."""
+        if self.closed:
+            raise SandboxError("the sandbox session is closed")
+        return source_answer(question, source_texts(self.parsed))
 
     def replay(self, question: Replay) -> ReceiptAnswer:
         """Replay once in the sandbox: the same receipt `sealtrace replay` prints, with what

@@ -49,3 +49,7 @@ class AgentSettings(BaseSettings):
     # Bytes for all the session's processes together, enforced by the runner (0: none).
     sandbox_memory: int = Field(default=3 << 30, ge=0)
     sandbox_tmpfs_bytes: int = Field(default=64 << 20, gt=0)  # free space in its /tmp
+    # A session's replay keeps a fork checkpoint every this many instructions (the interval
+    # doubles past 64 of them), so each question replays from near where it stops: small
+    # enough that a click in the console seeks in milliseconds on a short run.
+    sandbox_checkpoint_every: int = Field(default=10_000, gt=0)

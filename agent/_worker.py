@@ -23,7 +23,7 @@ from sealtrace.proxy.format import generate_identity
 from ._contracts import ASSIGNMENT_TASK
 from ._errors import ServerError
 from ._server import ServerClient
-from ._serving import Assignment, serve
+from ._serving import Assignment, serve, warm_up
 
 __all__ = ["run_agent"]
 
@@ -38,10 +38,39 @@ def run_agent(
     *,
     idle_timeout: float = 900.0,
     on_ready: Callable[[str], None] | None = None,
+    boot: Callable[[], Any] | None = None,
 ) -> str:
-    """Boot, serve one session, and return how it ended ("closed", "idle", "failed")."""
+    """Boot, serve one session, and return how it ended ("closed", "idle", "failed").
+    `boot` starts the sandbox (a container whose runner waits for a recording) before the
+    agent enrolls, so that its session starts at loading the recording; `open_sandbox` then
+    gets it as `booted`. Unused, it is ended when the agent leaves."""
+    booted = [boot()] if boot is not None else []
+    warm_up()
+    try:
+        return _serve_one(server, enrollment, broker_url, open_sandbox, idle_timeout, on_ready,
+                          booted)  # fmt: skip
+    finally:
+        for sandbox in booted:
+            sandbox.close()  # a no-op once its session took it
+
+
+def _serve_one(
+    server: ServerClient,
+    enrollment: str,
+    broker_url: str,
+    open_sandbox: Callable[..., Any],
+    idle_timeout: float,
+    on_ready: Callable[[str], None] | None,
+    booted: list[Any],
+) -> str:
     from celery import Celery
     from celery.exceptions import WorkerShutdown
+
+    def opener(data: bytes, parsed: Any) -> Any:
+        """The session's sandbox: the one booted for it, if there is one."""
+        if booted:
+            return open_sandbox(data, parsed, booted=booted[0])
+        return open_sandbox(data, parsed)
 
     held = [generate_identity()]  # emptied when the agent ends: the key pair goes with it
     hello = server.enroll(enrollment, held[0].recipient.raw)
@@ -80,7 +109,7 @@ def run_agent(
         stop.set()
         try:
             ended.append(serve(Assignment.parse(message), held[0], agent_id, server,
-                               open_sandbox, idle_timeout=idle_timeout))  # fmt: skip
+                               opener, idle_timeout=idle_timeout))  # fmt: skip
         except Exception:
             # Fail closed: an assignment that does not parse (or anything serve() let
             # through) fails the session, and this worker serves nothing more either way.

@@ -110,6 +110,7 @@ def agent(
         enrollment,
         broker,
         opener,
+        boot=opener.boot,  # its container started and waiting before it offers itself
         idle_timeout=idle_timeout,
         on_ready=lambda agent_id: typer.echo(f"agent {agent_id} waiting", err=True),
     )

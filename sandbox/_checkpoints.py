@@ -234,6 +234,7 @@ class CheckpointedReplay:
         self.control, self.child_end = _socket.socketpair()
         self.checkpoints: dict[int, Socket] = {}
         self.pids: dict[int, int] = {}
+        self.first: int | None = None  # the checkpoint before the program's first instruction
 
     def collect(self) -> None:
         """After the serve pass has ended: every checkpoint it left."""
@@ -245,6 +246,8 @@ class CheckpointedReplay:
             except (BlockingIOError, EOFError):
                 break
             if "checkpoint" in message:
+                if self.first is None:
+                    self.first = int(message["checkpoint"])
                 self.checkpoints[int(message["checkpoint"])] = Socket(fileno=fds[0])
                 self.pids[int(message["checkpoint"])] = int(message["pid"])
             elif "dropped" in message:
@@ -255,8 +258,14 @@ class CheckpointedReplay:
         self.control.close()
 
     def nearest(self, counter: int) -> int | None:
-        """The latest checkpoint at or before `counter`, if any."""
-        return max((c for c in self.checkpoints if c <= counter), default=None)
+        """The latest checkpoint at or before `counter`, if any. The first checkpoint is
+        taken before the program's first instruction, so it also stands for every counter
+        before it (0, "from the start"): no instruction of the program ran before it, and a
+        pass forked there skips the interpreter's start and the runtime's setup."""
+        at_or_before = max((c for c in self.checkpoints if c <= counter), default=None)
+        if at_or_before is None and self.first is not None and self.first in self.checkpoints:
+            return self.first
+        return at_or_before
 
     def ask(self, query: dict[str, Any], start: int) -> tuple[dict[str, Any], int]:
         """The receipt and exit code of `query`, run from the nearest checkpoint."""

@@ -44,6 +44,8 @@ from .questions import (
     InspectStack,
     ReceiptAnswer,
     Replay,
+    Source,
+    SourceAnswer,
     StackAnswer,
     Trace,
     TraceAnswer,
@@ -51,9 +53,17 @@ from .questions import (
     parse_from,
     resolve_function,
     resolve_source,
+    source_answer,
 )
 
 __all__ = ["Inquiry"]
+
+# What a special stop the run never reached says (its survey holds no counter for it).
+_NO_STOP = {
+    "crash": "the recorded run did not crash",
+    "output": "the recorded run wrote no output",
+    "end": "the recorded run has no main-module instruction to stop at",
+}
 
 
 class Inquiry:
@@ -184,13 +194,9 @@ class Inquiry:
     def stop_spec(self, at: At) -> dict[str, Any]:
         if at.special is not None:
             survey = self.survey()
-            counter = survey[at.special]
+            counter = survey.get(at.special)
             if not counter:
-                raise QueryError(
-                    "the recorded run did not crash"
-                    if at.special == "crash"
-                    else "the recorded run has no main-module instruction to stop at"
-                )
+                raise QueryError(_NO_STOP[at.special])
             return {"counter": counter}
         if at.counter is not None:
             return {"counter": at.counter}
@@ -437,6 +443,10 @@ class Inquiry:
     def replay(self, question: Replay) -> ReceiptAnswer:
         """One plain replay (no engine): what `sealtrace replay` prints."""
         return cast(ReceiptAnswer, replay(self.data, self.meta, timeout=self.timeout).data)
+
+    def source(self, question: Source) -> SourceAnswer:
+        """A recorded source file's text, from the recording (nothing is replayed)."""
+        return source_answer(question, source_texts(self.parsed))
 
 
 _OUTSIDE = ("external", "env", "argv")

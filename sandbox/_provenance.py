@@ -8,7 +8,8 @@ one pass of a query (sealtrace.sandbox._inquiry runs as many passes as it needs)
     serve    run to the end taking checkpoints (sealtrace.sandbox._checkpoints), then
              report as survey does; later passes start from those checkpoints
     survey   run to the end; report the instruction count, the last instruction of the
-             main module ("end") and where the uncaught exception was raised ("crash")
+             main module ("end"), where the uncaught exception was raised ("crash") and the
+             instruction whose call wrote the last output ("output")
     locate   stop before an instruction (a counter, or FILE:LINE#HIT) and report the frames
              there, with every local's value summary and tag, and the tag of an expression
     capture  describe the instructions at a set of counters: operation, location, operand
@@ -346,6 +347,7 @@ class Provenance:
         self.events_by_counter: dict[int, list[tuple[int, str, int]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
+        self.last_output = 0  # the counter of the instruction whose call wrote the last output
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
         self._last: tuple[Any, str, Any] | None = None
@@ -378,6 +380,8 @@ class Provenance:
             elif brought != EMPTY:
                 engine.note_input(content=brought == CONTENT)
             current = engine.current()
+            if output and self.kind in ("survey", "serve"):
+                self.last_output = current
             if self.kind == "capture" and current in self.wanted:
                 self.events_by_counter.setdefault(current, []).append((index, callee, brought))
             elif self.kind == "flows":
@@ -470,6 +474,7 @@ class Provenance:
                 instructions=engine.counter,
                 end=engine.end_counter,
                 crash=engine.crash_counter,
+                output=self.last_output,
                 exception=self.uncaught,
             )
         elif self.kind == "locate":

@@ -34,8 +34,8 @@ AtOpt = Annotated[
     typer.Option(
         "--at",
         help="Where to stop: FILE:LINE[#HIT], return:FUNC[#N] or return:FILE:FUNC[#N] (the "
-        "Nth return of a function, its locals still there), an instruction counter, crash "
-        "or end.",
+        "Nth return of a function, its locals still there), an instruction counter, crash, "
+        "output (where the run wrote its last output) or end.",
     ),
 ]
 VarOpt = Annotated[

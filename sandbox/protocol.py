@@ -85,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -154,6 +154,7 @@ class Stop(enum.IntEnum):
     END = 4
     EVENT = 5
     RETURN = 6  # a function's return (before its RETURN_VALUE), named in the request's text
+    OUTPUT = 7  # before the instruction whose call wrote the run's last output
 
 
 class ReplayStatus(enum.IntEnum):
@@ -524,6 +525,8 @@ def _stop(request: Frame, at: At, sources: list[str]) -> Frame:
         return replace(request, e=Stop.CRASH)
     if at.special == "end":
         return replace(request, e=Stop.END)
+    if at.special == "output":
+        return replace(request, e=Stop.OUTPUT)
     if at.counter is not None:
         return replace(request, e=Stop.COUNTER, a=at.counter)
     source = NO_SOURCE  # a return stop without a file: the runner finds the one that has it
@@ -549,6 +552,8 @@ def _at_text(request: Frame, sources: list[str], function: str = "") -> str:
         return "crash"
     if kind is Stop.END:
         return "end"
+    if kind is Stop.OUTPUT:
+        return "output"
     hit = max(1, request.ival)
     if kind is Stop.RETURN and request.c == NO_SOURCE:
         return f"return:{function}#{hit}"

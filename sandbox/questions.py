@@ -35,6 +35,7 @@ from ._errors import QueryError
 __all__ = [
     "DEFAULT_DEPTH",
     "KINDS",
+    "SPECIAL_STOPS",
     "Answer",
     "Answerer",
     "At",
@@ -49,6 +50,8 @@ __all__ = [
     "Raised",
     "ReceiptAnswer",
     "Replay",
+    "Source",
+    "SourceAnswer",
     "StackAnswer",
     "StackFrame",
     "StackLocal",
@@ -65,6 +68,7 @@ __all__ = [
     "question_json",
     "resolve_function",
     "resolve_source",
+    "source_answer",
 ]
 
 MAX_LOCATION = 1000
@@ -82,7 +86,7 @@ def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]
 
 def _at() -> Any:
     """Where a question stops the run (a trace's or a stack's `at`)."""
-    help = "FILE:LINE[#HIT], return:[FILE:]FUNC[#N], an instruction counter, crash or end"
+    help = "FILE:LINE[#HIT], return:[FILE:]FUNC[#N], an instruction counter, crash, output or end"
     return field(default="crash", metadata=_text(MAX_LOCATION, help))
 
 
@@ -131,8 +135,19 @@ class Replay:
     kind: ClassVar[str] = "replay"
 
 
-Question = Trace | Flows | InspectStack | Replay
-KINDS: dict[str, type[Question]] = {q.kind: q for q in (Trace, Flows, InspectStack, Replay)}
+@dataclass(frozen=True)
+class Source:
+    """The recorded text of one of the run's source files (a recorded path, or a unique
+    suffix of one). Nothing is replayed: the answer is read from the recording itself."""
+
+    kind: ClassVar[str] = "source"
+    file: str = field(default="", metadata=_text(MAX_LOCATION, "a recorded source file"))
+
+
+Question = Trace | Flows | InspectStack | Replay | Source
+KINDS: dict[str, type[Question]] = {q.kind: q for q in (Trace, Flows, InspectStack, Replay, Source)}
+# A source file longer than this is not shown (the answer would carry all of it).
+MAX_SOURCE_BYTES = 2 << 20
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -279,12 +294,18 @@ class ReceiptAnswer(TypedDict):
     seconds: float
 
 
-Answer = TraceAnswer | FlowsAnswer | StackAnswer | ReceiptAnswer
+class SourceAnswer(TypedDict):
+    file: str  # the recorded path the question's file named
+    lines: list[str]  # its text, line by line (line N is lines[N - 1]), without line ends
+
+
+Answer = TraceAnswer | FlowsAnswer | StackAnswer | ReceiptAnswer | SourceAnswer
 ANSWERS: dict[str, Any] = {
     Trace.kind: TraceAnswer,
     Flows.kind: FlowsAnswer,
     InspectStack.kind: StackAnswer,
     Replay.kind: ReceiptAnswer,
+    Source.kind: SourceAnswer,
 }
 
 
@@ -307,6 +328,7 @@ class Answerer(Protocol):
     def flows(self, question: Flows) -> FlowsAnswer: ...
     def inspect_stack(self, question: InspectStack) -> StackAnswer: ...
     def replay(self, question: Replay) -> ReceiptAnswer: ...
+    def source(self, question: Source) -> SourceAnswer: ...
     def close(self) -> None: ...
 
 
@@ -326,14 +348,19 @@ _FUNCTION = re.compile(rf"^(?:{_QUALNAME})(?:\.(?:{_QUALNAME}))*$")
 _RETURN = re.compile(r"^return:(?:(?P<file>.+):)?(?P<function>[^:#]*)(?:#(?P<hit>\d+))?$")
 # FILE:FUNC without `return:`: a form people try, refused with the one that works.
 _FILE_FUNCTION = re.compile(r"^(?P<file>.+):(?P<function>[^\W\d][\w.<>]*)(?:#\d+)?$")
-_AT_FORMS = "FILE:LINE[#HIT], return:FUNC[#N], return:FILE:FUNC[#N], a counter, crash or end"
+_AT_FORMS = (
+    "FILE:LINE[#HIT], return:FUNC[#N], return:FILE:FUNC[#N], a counter, crash, output or end"
+)
+# Where a run stops that its survey names: its crash, where it wrote its last output (before
+# the instruction whose call wrote it), its main module's last instruction.
+SPECIAL_STOPS = ("crash", "output", "end")
 
 
 @dataclass(frozen=True)
 class At:
     """Where a query stops: before a counter, a line's Nth execution, a function's Nth
-    return (`function`: before its RETURN_VALUE, with its frame whole), the crash or the
-    end."""
+    return (`function`: before its RETURN_VALUE, with its frame whole), the crash, the last
+    output or the end."""
 
     text: str
     counter: int | None = None
@@ -346,7 +373,7 @@ class At:
 
 def parse_at(text: str) -> At:
     text = text.strip()
-    if text in ("crash", "end"):
+    if text in SPECIAL_STOPS:
         return At(text, special=text)
     if text.isdigit():
         if int(text) < 1:
@@ -441,6 +468,19 @@ def resolve_source(name: str, files: list[str]) -> str:
     if os.path.isabs(name):
         return name  # a library or stdlib file: counted as the replay runs it
     raise QueryError(f"{name} is not a recorded source file (recorded: {', '.join(files)})")
+
+
+def source_answer(question: Source, sources: Mapping[str, bytes]) -> SourceAnswer:
+    """What both answerers answer to `question`, from the recording's own sources (path to
+    text): the file it names, line by line. A file that is not recorded (a library the
+    replay image carries) or too long to show is a QueryError."""
+    path = resolve_source(question.file, sorted(sources))
+    text = sources.get(path)
+    if text is None:
+        raise QueryError(f"{question.file} is not a recorded source file (a library file?)")
+    if len(text) > MAX_SOURCE_BYTES:
+        raise QueryError(f"{path} is longer than {MAX_SOURCE_BYTES >> 20} MiB: not shown")
+    return {"file": path, "lines": text.decode("utf-8", "replace").splitlines()}
 
 
 def parse_from(source: str) -> tuple[int | None, str, str]:

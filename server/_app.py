@@ -1,5 +1,6 @@
 """The FastAPI application: create_app() wires settings, the database and the key service
-into one `Services` object the routes receive through `_deps`."""
+into one `Services` object the routes receive through `_deps`; the v1 API under /v1, the web
+console under /console."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from ._audit_key import AuditKey, audit_key
+from ._console._install import install as install_console
+from ._console._trail import Trails
 from ._db import connect
 from ._deps import Services
 from ._key_service import KeyService, KeyWrapper, KmsKeyWrapper
@@ -67,10 +70,11 @@ def create_app(
                           per_address=10 * settings.login_attempts,
                           window=settings.login_window)  # fmt: skip
     app.state.services = Services(
-        settings, factory, keys, relay, sessions, audit or audit_key(settings), logins
+        settings, factory, keys, relay, sessions, audit or audit_key(settings), logins, Trails()
     )
     app.include_router(router)
     app.include_router(session_router)
+    install_console(app)
 
     @app.get("/health", tags=["health"], openapi_extra={"x-permission": "none", "x-granted-to": []})
     def health() -> dict[str, str]:

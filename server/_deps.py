@@ -1,6 +1,7 @@
 """What routes get injected: the settings, a database session, the key service, the
 sign-in limiter, and the principal a bearer token stands for, checked against the
-permission a route needs (and, on an agent's routes, against the agent id in the path).
+permission a route needs (and, on an agent's routes, against the agent id in the path); for
+the console's pages, the signed-in browser its cookie stands for.
 
 Routes never build these themselves; create_app() puts one `Services` on the app's state.
 """
@@ -18,6 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from . import _audit
 from ._audit_key import AuditKey
 from ._auth import PERMISSIONS, SCOPE_PERMISSIONS, Principal, resolve_token
+from ._console._forms import checked, form_of
+from ._console._sign_ins import COOKIE, Ended, Visitor, resolve
+from ._console._trail import Trails
 from ._key_service import KeyService
 from ._login_limit import LoginLimiter
 from ._relay import Relay
@@ -28,13 +32,18 @@ __all__ = [
     "DB",
     "AsAgent",
     "AuditKeyDep",
+    "Browser",
+    "FormFields",
     "Keys",
+    "Posted",
     "Presented",
     "Services",
     "ServicesDep",
     "Settings",
+    "SignInNeeded",
     "SignedIn",
     "needs",
+    "permitted",
     "require",
 ]
 
@@ -48,6 +57,7 @@ class Services:
     sessions: SessionService
     audit_key: AuditKey
     logins: LoginLimiter
+    trails: Trails  # the console's walks through sessions, in memory only
 
     @property
     def token_key(self) -> bytes:
@@ -124,14 +134,22 @@ def _principal(
 SignedIn = Annotated[Principal, Depends(_principal)]
 
 
+def permitted(services: Services, principal: Principal, permission: str, request: Request) -> bool:
+    """Whether `principal` holds `permission` (PERMISSIONS, for a user's role); a refusal is
+    audited as `denied METHOD PATH`, the API's and the console's alike."""
+    if permission in principal.permissions:
+        return True
+    services.audit(principal, f"denied {request.method} {request.url.path}", permission,
+                   "denied")  # fmt: skip
+    return False
+
+
 def require(permission: str) -> Callable[..., Any]:
     """A dependency that yields the principal if it holds `permission`: 401 without a valid
     token, 403 (and an audit event) without the permission."""
 
     def check(services: ServicesDep, request: Request, principal: SignedIn) -> Principal:
-        if permission not in principal.permissions:
-            services.audit(principal, f"denied {request.method} {request.url.path}",
-                           permission, "denied")  # fmt: skip
+        if not permitted(services, principal, permission, request):
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token may not {permission}")
         return principal
 
@@ -157,6 +175,46 @@ def _as_agent(
 
 # The principal of an agent's route: an agent credential whose agent is the path's {agent_id}.
 AsAgent = Annotated[Principal, Depends(_as_agent)]
+
+
+class SignInNeeded(Exception):
+    """The console's page needs a signed-in browser, and this one is not (or no longer):
+    `why` is "", "idle", "expired", "signed out", "replaced" or "unknown". The console answers
+    with its sign-in page."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _browser(request: Request, services: ServicesDep) -> Visitor:
+    """The signed-in browser the console's cookie stands for, checked (and its idle clock
+    reset) on every request; SignInNeeded otherwise."""
+    cookie = request.cookies.get(COOKIE)
+    if not cookie:
+        raise SignInNeeded("")
+    with services.factory() as db:
+        found = resolve(db, services.token_key, cookie,
+                        idle=services.settings.console_idle_timeout)  # fmt: skip
+    if isinstance(found, Ended):
+        raise SignInNeeded(found.why)
+    return found
+
+
+# A console page's visitor: a browser signed in, its sign-in alive.
+Browser = Annotated[Visitor, Depends(_browser)]
+# A console form's fields (urlencoded, read with limits).
+FormFields = Annotated[dict[str, str], Depends(form_of)]
+
+
+def _posted(request: Request, visitor: Browser, form: FormFields) -> Visitor:
+    """A signed-in browser's state-changing request, its CSRF token checked (403 without)."""
+    checked(request, form, visitor.csrf)
+    return visitor
+
+
+# The visitor of a console form that changes something: signed in, and its CSRF token right.
+Posted = Annotated[Visitor, Depends(_posted)]
 
 
 def needs(permission: str) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 each into an HTTP status (shown after the arrow), so none carries an exit code.
 
     Exception
+    ├── ActionRefused                   what a person asked of the server (a session opened,
+    │                                   a question, a close, a sign-in) was refused or failed;
+    │                                   it carries the HTTP status the API answers with
     ├── KeyServiceError                 the key service could not do what was asked: KMS
     │   │                               refused, a run in the wrong state, a bad wrapped key
     │   │                               → 409 (runs), 503 (leases, sessions)
@@ -25,6 +28,7 @@ A question that waits past its time is the standard library's TimeoutError (→ 
 from __future__ import annotations
 
 __all__ = [
+    "ActionRefused",
     "AgentGone",
     "DispatchError",
     "EnrollmentRefused",
@@ -35,6 +39,18 @@ __all__ = [
     "SessionMoveRefused",
     "SessionNotFound",
 ]
+
+
+class ActionRefused(Exception):
+    """A person's action refused or failed (sealtrace.server._session_actions,
+    sealtrace.server._sign_in), already audited: `status` is the HTTP status the API answers,
+    `detail` the server's own words, `headers` any the answer carries (Retry-After)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers or {}
 
 
 class KeyServiceError(Exception):

@@ -35,6 +35,7 @@ __all__ = [
     "ApiToken",
     "AuditEvent",
     "Base",
+    "ConsoleSignIn",
     "PlatformSession",
     "Role",
     "Run",
@@ -212,6 +213,27 @@ class PlatformSession(Base):
     opened: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
     closed: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ConsoleSignIn(Base):
+    """A browser signed in to the console (sealtrace.server._console): its cookie is
+    `cs_<id>_<secret>`, of which only the id and a keyed BLAKE2b digest of the secret are
+    stored, so neither a database dump nor a log line signs anyone in. It ends when the user
+    signs out (revoked), when it sits idle past the console's idle time-out or at its absolute
+    `expires`. It is no API token: the API does not accept it."""
+
+    __tablename__ = "console_sign_ins"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public half
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    secret_digest: Mapped[bytes] = mapped_column(LargeBinary(32))  # keyed BLAKE2b
+    created: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
+    seen: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)  # last request
+    expires: Mapped[dt.datetime] = mapped_column(UtcDateTime())  # absolute time-out
+    ended: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # Why it ended: "signed out", "idle", "expired", "replaced" (a new sign-in in its browser).
+    ended_why: Mapped[str | None] = mapped_column(String(20), nullable=True)
 
 
 class AuditEvent(Base):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
@@ -19,10 +18,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from ._audit import verify
-from ._auth import Principal, check_login, issue_token, revoke_token
+from ._auth import Principal, issue_token, revoke_token
 from ._deps import DB, AuditKeyDep, Keys, ServicesDep, Settings, SignedIn, needs, require
-from ._errors import KeyServiceError, RunNotFound
-from ._models import AuditEvent, Run, RunStatus, Scope, Tenant, User
+from ._errors import ActionRefused, KeyServiceError, RunNotFound
+from ._models import AuditEvent, Run, RunStatus, Scope, Tenant
+from ._sign_in import sign_in
 
 __all__ = ["router"]
 
@@ -62,32 +62,21 @@ def login(
     """Exchange a tenant, user name and password for a user token (its role decides).
     Repeated failures are refused with 429 for a while (server/_login_limit.py); an unknown
     user costs the same work as a wrong password."""
-    address = request.client.host if request.client else "unknown"
-    account = f"{body.tenant}/{body.user}"
-    wait = services.logins.retry_after(address, account)
-    if wait is not None:
-        tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
-        services.audit(None, "login", account, "denied", f"rate limited ({address})",
-                       tenant_id=tenant)  # fmt: skip
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "too many failed sign-ins",
-                            headers={"Retry-After": str(math.ceil(wait))})  # fmt: skip
-    user = db.scalars(
-        select(User).join(Tenant, Tenant.id == User.tenant_id)
-        .where(Tenant.name == body.tenant, User.name == body.user)
-    ).first()  # fmt: skip
-    if not check_login(user, body.password) or user is None:
-        services.logins.failed(address, account)
-        tenant = db.scalars(select(Tenant.id).where(Tenant.name == body.tenant)).first()
-        services.audit(None, "login", account, "denied", tenant_id=tenant)
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong tenant, user or password")
-    services.logins.succeeded(address, account)
+    try:
+        user = sign_in(services, db, tenant=body.tenant, user=body.user,
+                       password=body.password, address=_address(request))  # fmt: skip
+    except ActionRefused as exc:
+        raise HTTPException(exc.status, exc.detail, headers=exc.headers or None) from None
     lifetime = dt.timedelta(hours=settings.user_token_hours)
     token = issue_token(db, services.token_key, tenant_id=user.tenant_id, scope=Scope.USER,
                         name="login", user=user, lifetime=lifetime)  # fmt: skip
     db.commit()
-    who = Principal("", user.tenant_id, Scope.USER, user.id, user.name, user.role)
-    services.audit(who, "login", f"user:{user.name}", "ok")
     return Token(token=token, expires=dt.datetime.now(dt.UTC) + lifetime, role=user.role.value)
+
+
+def _address(request: Request) -> str:
+    """The connection's peer (behind a proxy, the proxy's): what sign-in failures count by."""
+    return request.client.host if request.client else "unknown"
 
 
 @router.post("/auth/logout", tags=["auth"], status_code=204,

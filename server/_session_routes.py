@@ -4,11 +4,12 @@ the same tenant) gets 404, as for a session that does not exist. An agent enroll
 a one-time enrollment minted for it (sealtrace.server._enrollment), and then acts with its
 own credential, as itself only: it reaches only the session it was assigned.
 
-Opening a session, each question and closing one append an audit event whatever their end:
-`ok`, `failed` (the action was tried and did not work: no agent, KMS, the agent, a timeout,
-a session not ready) or `denied` (refused before anything was tried: no such run or session
-for this user, a question that does not parse). The event's details are the server's own
-words, never the question's text or an answer."""
+Opening a session, each question and closing one append an audit event whatever their end
+(sealtrace.server._session_actions, which the console calls too): `ok`, `failed` (the action
+was tried and did not work: no agent, KMS, the agent, a timeout, a session not ready) or
+`denied` (refused before anything was tried: no such run or session for this user, a
+question that does not parse). The event's details are the server's own words, never the
+question's text or an answer."""
 
 from __future__ import annotations
 
@@ -20,19 +21,15 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, HTTPException, Response, status
 from pydantic import BaseModel, Field
 
-from sealtrace.sandbox import QueryError
-from sealtrace.sandbox.questions import check_answer, json_schema, parse_question, question_json
+from sealtrace.sandbox.questions import json_schema
 
+from . import _session_actions as actions
 from ._auth import Principal
 from ._deps import DB, AsAgent, Presented, ServicesDep, needs, require
 from ._enrollment import enroll, mint
 from ._errors import (
-    AgentGone,
-    DispatchError,
+    ActionRefused,
     EnrollmentRefused,
-    KeyServiceError,
-    NoAgent,
-    RunNotFound,
     SessionClosed,
     SessionMoveRefused,
     SessionNotFound,
@@ -71,6 +68,10 @@ class OpenSession(BaseModel):
     run_id: str = Field(max_length=64)
 
 
+def _refused(exc: ActionRefused) -> HTTPException:
+    return HTTPException(exc.status, exc.detail, headers=exc.headers or None)
+
+
 @router.post("/sessions", tags=["sessions"], status_code=201,
              openapi_extra=needs("sessions:open"))  # fmt: skip
 def open_session(
@@ -80,20 +81,10 @@ def open_session(
 ) -> SessionView:
     """Open a replay session on a recorded run: an idle agent is assigned and sent the
     run's key sealed to it. Poll the session until it is `ready`."""
-    assert who.user_id is not None
     try:
-        session = services.sessions.open(who.tenant_id, who.user_id, body.run_id)
-    except RunNotFound as exc:
-        services.audit(who, "session.open", body.run_id, "denied", str(exc))
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    except NoAgent as exc:
-        services.audit(who, "session.open", body.run_id, "failed", str(exc))
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
-    except (KeyServiceError, DispatchError) as exc:
-        services.audit(who, "session.open", body.run_id, "failed", str(exc))
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
-    services.audit(who, "session.open", f"{body.run_id} {session.id}", "ok")
-    return _view(session)
+        return _view(actions.open_session(services, who, body.run_id))
+    except ActionRefused as exc:
+        raise _refused(exc) from None
 
 
 def _agents_session(
@@ -109,22 +100,6 @@ def _agents_session(
     return session
 
 
-def _users_session(
-    services: Any, who: Principal, session_id: str, *, audit: str | None = None
-) -> PlatformSession:
-    """The session, if `who` opened it (404 otherwise, whoever else's it is); the refusal is
-    audited as `audit` when that is given."""
-    assert who.user_id is not None  # sessions:* are user permissions only
-    try:
-        session: PlatformSession = services.sessions.get(who.tenant_id, session_id,
-                                                         user_id=who.user_id)  # fmt: skip
-    except SessionNotFound as exc:
-        if audit is not None:
-            services.audit(who, audit, session_id, "denied", str(exc))
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    return session
-
-
 @router.get("/sessions/{session_id}", tags=["sessions"],
             openapi_extra=needs("sessions:query"))  # fmt: skip
 def get_session(
@@ -132,7 +107,10 @@ def get_session(
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> SessionView:
-    return _view(_users_session(services, who, session_id))
+    try:
+        return _view(actions.users_session(services, who, session_id))
+    except ActionRefused as exc:
+        raise _refused(exc) from None
 
 
 # The request body is a question of the contract (sealtrace.sandbox.questions): validated
@@ -154,59 +132,12 @@ def ask(
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> dict[str, Any]:
     """Ask the session's sandbox; the answer is the document `sealtrace trace|flows|
-    inspect-stack|replay --json` prints. It passes through this server's memory only."""
+    inspect-stack|replay --json` prints (`source`: a recorded file's text). It passes through
+    this server's memory only."""
     try:
-        question = parse_question(body)
-    except QueryError as exc:
-        # Its kind is unknown, and its text is the user's: the event says neither.
-        services.audit(who, "session.question", session_id, "denied", "the question is invalid")
-        raise HTTPException(UNPROCESSABLE, str(exc)) from None
-    action = f"session.{question.kind}"
-    session = _users_session(services, who, session_id, audit=action)
-    if session.status != "ready":
-        services.audit(who, action, session_id, "failed", f"the session is {session.status}")
-        raise HTTPException(status.HTTP_409_CONFLICT, f"the session is {session.status}")
-    request = question_json(question)
-    try:
-        answer = services.relay.ask(session_id, request, timeout=services.settings.query_timeout)
-    except AgentGone as exc:
-        services.sessions.fail(who.tenant_id, session_id, str(exc))
-        services.audit(who, action, session_id, "failed", str(exc))
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the session failed: {exc}") from None
-    except SessionClosed as exc:
-        services.audit(who, action, session_id, "failed", f"the session ended: {exc}")
-        raise HTTPException(status.HTTP_409_CONFLICT, f"the session ended: {exc}") from None
-    except TimeoutError:
-        services.audit(who, action, session_id, "failed", "no answer in time")
-        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, "no answer in time") from None
-    status_code, detail, document = _judge(question.kind, answer)
-    services.audit(who, action, session_id, "ok" if document is not None else "failed",
-                   "" if document is not None else f"answered {status_code}")  # fmt: skip
-    if document is None:
-        raise HTTPException(status_code, detail)
-    return document
-
-
-# What an agent may say of a question it could not answer: the question was wrong (422) or
-# the replay diverged before the answer (409). The server, not the agent, picks the status.
-_AGENT_STATUSES = frozenset({status.HTTP_409_CONFLICT, UNPROCESSABLE})
-
-
-def _judge(kind: str, answer: Any) -> tuple[int, str, dict[str, Any] | None]:
-    """(status, detail, document) for an agent's answer: its document when that has the
-    contract's shape for `kind`, its error with one of the statuses an agent may choose, and
-    502 for anything else (the agent is not trusted to shape the user's response)."""
-    if not isinstance(answer, dict):
-        return status.HTTP_502_BAD_GATEWAY, "the agent sent no answer", None
-    if "error" in answer:
-        code = answer.get("status")
-        if type(code) is not int or code not in _AGENT_STATUSES:
-            return status.HTTP_502_BAD_GATEWAY, "the agent sent an invalid answer", None
-        return code, str(answer["error"])[:2000], None
-    document: Any = answer.get("document")
-    if check_answer(kind, document):
-        return status.HTTP_502_BAD_GATEWAY, "the agent sent an invalid answer", None
-    return status.HTTP_200_OK, "", dict(document)
+        return actions.ask(services, who, session_id, body)
+    except ActionRefused as exc:
+        raise _refused(exc) from None
 
 
 @router.post("/sessions/{session_id}/close", tags=["sessions"],
@@ -216,14 +147,10 @@ def close_session(
     services: ServicesDep,
     who: Annotated[Principal, Depends(require("sessions:query"))],
 ) -> SessionView:
-    assert who.user_id is not None  # sessions:* are user permissions only
     try:
-        session = services.sessions.close(who.tenant_id, who.user_id, session_id)
-    except SessionNotFound as exc:
-        services.audit(who, "session.close", session_id, "denied", str(exc))
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    services.audit(who, "session.close", session_id, "ok")
-    return _view(session)
+        return _view(actions.close_session(services, who, session_id))
+    except ActionRefused as exc:
+        raise _refused(exc) from None
 
 
 # -- agents ------------------------------------------------------------------------------

@@ -55,6 +55,19 @@ class ServerSettings(BaseSettings):
     # revoked sooner, when the agent is gone).
     enrollment_ttl: float = 600.0
     agent_credential_hours: float = 24.0
+    # The web console's browser sign-ins (sealtrace.server._console): signed out after this
+    # many seconds without a request, and after this many whatever happens.
+    console_idle_timeout: float = 1800.0
+    console_absolute_timeout: float = 43200.0
+    # Whether its cookies are Secure (sent over TLS only). Behind TLS, say so; unset, they
+    # are Secure in production and not in development (plain http on loopback).
+    console_secure_cookies: bool | None = None
+
+    @property
+    def console_cookies_secure(self) -> bool:
+        if self.console_secure_cookies is None:
+            return self.environment == "production"
+        return self.console_secure_cookies
 
     def check(self) -> ServerSettings:
         """Refuse settings that must not reach production; returns self."""
@@ -78,4 +91,8 @@ class ServerSettings(BaseSettings):
             raise ValueError("enrollment_ttl must be more than 0 and at most 86400 seconds")
         if not self.agent_credential_hours > 0:
             raise ValueError("agent_credential_hours must be more than 0")
+        if not 0 < self.console_idle_timeout <= self.console_absolute_timeout:
+            raise ValueError(
+                "console_idle_timeout must be more than 0 and at most console_absolute_timeout"
+            )
         return self

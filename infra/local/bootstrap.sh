@@ -17,6 +17,9 @@ command -v clang-format >/dev/null || missing+=(clang-format)
 # The server's tests start a private PostgreSQL cluster and Redis server of their own.
 compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
+# The console's tests drive a real Chromium through Selenium (no browser can be downloaded).
+have_pkg chromium || missing+=(chromium)
+have_pkg chromium-driver || missing+=(chromium-driver)
 
 # CPython 3.11 with venv and headers (the engine is built against them). A python3.11
 # already on PATH (pyenv, say) is used as it is when it has both.

@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+# Seconds a pool with agents still waiting lets a new session have the machine to itself
+# (its first replay and the user's first clicks) before booting the next agent.
+REFILL_DELAY = 20.0
 APP = REPO / "examples" / "pricing"
 SEALTRACE = str(Path(sys.executable).with_name("sealtrace"))
 
@@ -84,7 +87,9 @@ class RestartableRedis:
 
 class Stack:
     """The platform on loopback. `podman_socket`: a running rootless Podman service (one is
-    started here otherwise). `supervise`: keep one idle agent running at all times."""
+    started here otherwise). `supervise`: keep `pool` idle agents running at all times, each
+    with its sandbox booted and waiting (so that a session starts at loading its recording);
+    a fresh one replaces each that takes a session."""
 
     def __init__(
         self,
@@ -92,11 +97,13 @@ class Stack:
         *,
         podman_socket: str | None = None,
         supervise: bool = True,
+        pool: int = 2,
         server_env: dict[str, str] | None = None,
     ) -> None:
         self.work = work
         self.podman_socket = podman_socket
         self.supervise = supervise
+        self.pool = pool
         self.server_env = server_env or {}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.agents: list[subprocess.Popen[bytes]] = []
@@ -159,20 +166,16 @@ class Stack:
         self.cli("server", "migrate")
         for tenant in ("acme", "globex"):
             self.cli("server", "create-tenant", "--tenant", tenant)
-        for tenant, name, role in (("acme", "ada", "oncall"), ("acme", "aud", "auditor"),
-                                   ("globex", "gil", "oncall")):  # fmt: skip
+        users = (("acme", "ada", "oncall"), ("acme", "aud", "auditor"), ("acme", "adm", "admin"),
+                 ("globex", "gil", "oncall"))  # fmt: skip
+        for tenant, name, role in users:
             made = json.loads(self.cli("server", "create-user", "--tenant", tenant, "--name",
                                        name, "--role", role, "--json"))  # fmt: skip
             self.passwords[name] = (tenant, made["password"])
         for scope in ("record", "launcher"):
             self.tokens[scope] = self.cli("server", "create-token", "--tenant", "acme",
                                           "--scope", scope)  # fmt: skip
-        port = free_port()
-        server = self._spawn([SEALTRACE, "server", "serve", "--port", str(port)], "server.log",
-                             self.env)  # fmt: skip
-        self.procs.append(server)
-        wait_for_port(port, server, "the server")
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = self.serve()
         for name, (tenant, password) in self.passwords.items():
             login = {"tenant": tenant, "user": name, "password": password}
             code, got = self.request("POST", "/v1/auth/login", "", login)
@@ -189,8 +192,19 @@ class Stack:
         self.agent_env = {**os.environ, **self.aws, "SEALTRACE_PODMAN_SOCKET": self.podman_socket,
                           "SEALTRACE_AGENT_BROKER": self.redis.url}  # fmt: skip
         if self.supervise:
-            self._supervisor = threading.Thread(target=self._keep_an_agent, daemon=True)
+            self._supervisor = threading.Thread(target=self._keep_the_pool, daemon=True)
             self._supervisor.start()
+
+    def serve(self, **env: str) -> str:
+        """A server process on the stack's database and settings (`env` on top: another
+        console time-out, say) on a port of its own; its URL."""
+        port = free_port()
+        log = "server.log" if not env else f"server-{len(self.procs)}.log"
+        server = self._spawn([SEALTRACE, "server", "serve", "--port", str(port)], log,
+                             {**self.env, **env})  # fmt: skip
+        self.procs.append(server)
+        wait_for_port(port, server, "the server")
+        return f"http://127.0.0.1:{port}"
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -244,6 +258,8 @@ class Stack:
         else:
             env = {**self.agent_env, "SEALTRACE_AGENT_ENROLLMENT": enrollment}
             argv = [SEALTRACE, "agent", "--server", self.url, *options]
+        if self._stopping.is_set():
+            raise RuntimeError("the stack is stopping")
         log = f"agent-{len(self.agents)}.log"
         agent = self._spawn(argv, log, env)
         self.agents.append(agent)
@@ -252,16 +268,49 @@ class Stack:
         while b"waiting" not in (self.work / log).read_bytes():
             if agent.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the agent did not start: {(self.work / log).read_text()}")
+            if self._stopping.is_set():  # stop() may have been past this one already
+                agent.kill()  # booting: nothing of a session's in it yet
+                agent.wait()
+                raise RuntimeError("the stack is stopping")
             time.sleep(0.1)
         return agent
 
-    def _keep_an_agent(self) -> None:
-        """The supervisor: a fresh agent whenever the last one has exited."""
+    def idle_agents(self) -> int:
+        """Agents enrolled and waiting for a session (their sandbox booted), by the server's
+        database."""
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM agents WHERE status = 'idle'").fetchone()
+        alive = sum(1 for agent in self.agents if agent.poll() is None)
+        return min(int(count), alive)
+
+    def wait_for_pool(self, timeout: float = 300) -> None:
+        """Until the supervisor's pool is full (every agent booted, its sandbox waiting)."""
+        deadline = time.monotonic() + timeout
+        while self.idle_agents() < self.pool:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the pool did not fill: {self.idle_agents()} of {self.pool}")
+            time.sleep(0.2)
+
+    def _keep_the_pool(self) -> None:
+        """The supervisor: `pool` idle agents at all times; a fresh one starts (and boots
+        its sandbox) when one has taken a session or exited. While other agents wait, the
+        fresh one starts REFILL_DELAY seconds later, so that its boot does not compete for
+        a small machine's cores with the session's first replay and first clicks."""
+        before = 0
         while not self._stopping.is_set():
-            if not self.agents or self.agents[-1].poll() is not None:
-                with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError, OSError):
+                idle = self.idle_agents()
+                taken = idle < before  # a session took one (not the pool's first fill)
+                before = idle
+                if idle < self.pool:
+                    if taken and idle and self._stopping.wait(REFILL_DELAY):
+                        return
                     self.start_agent()
-            self._stopping.wait(1.0)
+                    before = self.idle_agents()
+                    continue
+            self._stopping.wait(0.5)
 
     def record(
         self,
@@ -269,14 +318,17 @@ class Stack:
         *,
         server: str | None = None,
         store: str | None = None,
+        app_root: str | None = None,
+        service: str = "checkout",
         **env: str,
     ) -> subprocess.CompletedProcess[bytes]:
         """`sealtrace record --server`: the key leased, the run registered and finished
-        (into the server's choice of store unless `store` is given)."""
+        (into the server's choice of store unless `store` is given); the application's code
+        is under `app_root` (the pricing story's by default)."""
         where = ["--store", store] if store else []
         return subprocess.run(
             [SEALTRACE, "record", "--server", server or self.url, *where,
-             "--service", "checkout", "--app-root", str(APP), "--", *command],
+             "--service", service, "--app-root", app_root or str(APP), "--", *command],
             # A production host holds its store's credentials and the record token, never
             # the server's own settings (its secret key, its KMS and database).
             env={**{k: v for k, v in self.env.items() if not k.startswith("SEALTRACE_SERVER_")},
@@ -330,7 +382,7 @@ class Stack:
     def stop(self) -> None:
         self._stopping.set()
         if self._supervisor is not None:
-            self._supervisor.join(timeout=10)
+            self._supervisor.join(timeout=60)  # it leaves within a tenth of a second
         for proc in [*self.agents, *reversed(self.procs)]:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -365,7 +417,8 @@ def demo() -> int:
     try:
         with Stack(work) as stack:
             _step(f"the platform on loopback: server {stack.url}, Redis, S3 and KMS (moto), "
-                  "an agent")  # fmt: skip
+                  f"{stack.pool} agents with their sandboxes booted")  # fmt: skip
+            _console_lines(stack)
             _step("record the checkout job through the server into S3 (Object Lock)")
             proc, run_id = stack.record_story()
             sys.stdout.write(proc.stdout.decode())
@@ -412,9 +465,25 @@ def demo() -> int:
             _step("session closed: the agent removed its container and exited")
             code, chain = stack.request("GET", "/v1/audit/verify", stack.tokens["aud"])
             print(f"audit log: {chain['rows']} rows, whole: {chain['whole']}")
-            return 0 if chain["whole"] else 1
+            if not chain["whole"]:
+                return 1
+            _step("the web console")
+            _console_lines(stack)
+            if sys.stdin.isatty():
+                print("Open it in a browser and walk the story: the run, a session, three "
+                      "clicks to STAFF100.", flush=True)  # fmt: skip
+                with contextlib.suppress(KeyboardInterrupt, EOFError):
+                    input("Press Enter to stop everything. ")
+            return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _console_lines(stack: Stack) -> None:
+    """Where the console is, and a sign-in for each role to try it with."""
+    print(f"console  {stack.url}/console", flush=True)
+    for name, (tenant, password) in stack.passwords.items():
+        print(f"         sign in: tenant {tenant}, user {name}, password {password}", flush=True)
 
 
 def up() -> int:
@@ -422,15 +491,15 @@ def up() -> int:
     try:
         with Stack(work) as stack:
             print(f"server   {stack.url}  (API docs: {stack.url}/docs)")
+            _console_lines(stack)
             print(f"S3/KMS   {stack.aws['AWS_ENDPOINT_URL']}  bucket {stack.bucket}")
             print(f"Redis    {stack.redis.url}")
-            for name, (tenant, password) in stack.passwords.items():
-                print(f"login    tenant {tenant} user {name} password {password}")
             print(f"record   SEALTRACE_TOKEN={stack.tokens['record']} AWS_ENDPOINT_URL="
                   f"{stack.aws['AWS_ENDPOINT_URL']} sealtrace record --server {stack.url} "
                   f"--store s3://{stack.bucket}/acme -- python3 app.py")  # fmt: skip
-            print(f"agents   one idle agent at all times (sealtrace launch-agent with "
-                  f"SEALTRACE_LAUNCHER_TOKEN={stack.tokens['launcher']})")  # fmt: skip
+            launcher = stack.tokens["launcher"]
+            print(f"agents   {stack.pool} idle agents at all times, sandboxes booted (sealtrace "
+                  f"launch-agent with SEALTRACE_LAUNCHER_TOKEN={launcher})")  # fmt: skip
             print("Ctrl-C stops everything", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()

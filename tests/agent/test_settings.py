@@ -45,6 +45,7 @@ def test_defaults() -> None:
     assert settings.sandbox_address_space == 4 << 30
     assert settings.sandbox_memory == DEFAULT_MEMORY_LIMIT == 3 << 30
     assert settings.sandbox_tmpfs_bytes == 64 << 20
+    assert settings.sandbox_checkpoint_every == 10_000  # a session's seek granularity
     # The limits tests and benchmarks build by hand are the settings' defaults.
     assert SandboxLimits.from_settings(settings) == SandboxLimits()
 
@@ -62,6 +63,7 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "SEALTRACE_SANDBOX_ADDRESS_SPACE": str(2 << 30),
         "SEALTRACE_SANDBOX_MEMORY": "0",
         "SEALTRACE_SANDBOX_TMPFS_BYTES": str(16 << 20),
+        "SEALTRACE_SANDBOX_CHECKPOINT_EVERY": "5000",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -78,13 +80,14 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "sandbox_address_space": 2 << 30,
         "sandbox_memory": 0,
         "sandbox_tmpfs_bytes": 16 << 20,
+        "sandbox_checkpoint_every": 5000,
     }
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [("SEALTRACE_SANDBOX_NPROC", "0"), ("SEALTRACE_SANDBOX_MEMORY", "-1"),
-     ("SEALTRACE_PODMAN_RUNTIME", "")],
+     ("SEALTRACE_PODMAN_RUNTIME", ""), ("SEALTRACE_SANDBOX_CHECKPOINT_EVERY", "0")],
 )  # fmt: skip
 def test_unusable_values_are_refused(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import json
 import os
 import sqlite3
@@ -36,15 +35,7 @@ import pytest
 
 from ..conftest import REPO, _free_port
 from ..sandbox.test_provenance_story import _call, _find
-
-# The local stack (infra/local/stack.py) is the platform `make up` and `make demo` run.
-_spec = importlib.util.spec_from_file_location(
-    "sealtrace_stack", REPO / "infra" / "local" / "stack.py"
-)
-assert _spec is not None and _spec.loader is not None
-stack = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stack)
-Platform = stack.Stack
+from ._stack import Platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.podman]
 

@@ -26,6 +26,7 @@ from sealtrace.sandbox.questions import (
     InspectStack,
     Question,
     Replay,
+    Source,
     Trace,
     ask,
     check_answer,
@@ -49,6 +50,7 @@ def _samples(parsed: Any) -> dict[str, Question]:
         "flows": Flows(source=f"event:{event}"),
         "inspect-stack": InspectStack(at=f"services/pricing.py:{line}"),
         "replay": Replay(),
+        "source": Source(file="services/pricing.py"),
     }
 
 
@@ -90,6 +92,8 @@ def _projection(kind: str, doc: Any) -> Any:
         return (doc["query"], frames)
     if kind == "replay":
         return {k: v for k, v in doc.items() if k != "seconds"}
+    if kind == "source":
+        return doc
     raise AssertionError(f"no projection for {kind}")
 
 
@@ -145,8 +149,14 @@ QUESTIONS = [
     Trace(at="return:services/pricing.py:Order.total#2", var="self.items[0]"),
     InspectStack(at="return:outer.<locals>.inner#3"),
     Flows(source="order@return:routes/orders.py:handle"),
+    Trace(at="output", var="order.total_price"),
+    InspectStack(at="output"),
     Replay(),
+    Source(file="routes/orders.py"),
 ]
+# The kinds the runner answers, each with a request frame; `source` is answered by the agent
+# from the recording it decrypted, and has none.
+FRAMED = [q for q in QUESTIONS if not isinstance(q, Source)]
 
 
 @pytest.mark.parametrize("question", QUESTIONS, ids=repr)
@@ -161,7 +171,7 @@ def test_every_kind_is_in_the_round_trips_and_the_schema() -> None:
     assert kinds == set(KINDS) == set(schema["answers"])
 
 
-@pytest.mark.parametrize("question", QUESTIONS, ids=repr)
+@pytest.mark.parametrize("question", FRAMED, ids=repr)
 def test_a_request_frame_asks_what_the_question_asks(question: Question) -> None:
     """request_for (the agent) and question_of (the runner) are one mapping: the runner
     reads back the question the agent meant, with the file resolved to its recorded path."""
@@ -191,6 +201,44 @@ def test_a_request_frame_asks_what_the_question_asks(question: Question) -> None
 def test_bad_questions_are_refused(doc: dict[str, Any]) -> None:
     with pytest.raises(QueryError):
         parse_question(doc)
+
+
+def test_the_source_question_never_becomes_a_frame() -> None:
+    with pytest.raises(QueryError, match="no request frame"):
+        request_for(Source(file="routes/orders.py"), SOURCES)
+
+
+def test_the_recorded_source_comes_from_the_recording(answerers: tuple[Any, Any, Any]) -> None:
+    """Both answerers read the file from the recording, line by line, whatever is on disk;
+    a library file or an unknown one is a clear refusal, and the session goes on."""
+    plain, boxed, _parsed = answerers
+    pricing = APP / "services" / "pricing.py"
+    for answerer in (plain, boxed):
+        doc = ask(answerer, Source(file="pricing.py"))
+        assert doc == {"file": str(pricing), "lines": pricing.read_text().splitlines()}
+        for missing in ("json/__init__.py", "/usr/lib/python3.11/json/__init__.py"):
+            with pytest.raises(QueryError):
+                ask(answerer, Source(file=missing))
+    assert check_answer("replay", ask(boxed, Replay())) == []
+
+
+def test_output_stops_where_the_last_output_was_written(
+    answerers: tuple[Any, Any, Any],
+) -> None:
+    """`output` stops before the instruction whose call wrote the run's last output: the
+    checkout job's print of the response, in main, its locals there; both answerers alike."""
+    plain, boxed, _parsed = answerers
+    printed = _line(APP / "app.py", "print(json.dumps(")
+    stacks = [ask(a, InspectStack(at="output")) for a in (plain, boxed)]
+    for stack in stacks:
+        top = stack["frames"][0]
+        assert (top["file"], top["line"], top["function"]) == (str(APP / "app.py"), printed, "main")
+        assert {"order", "discount"} <= {local["name"] for local in top["locals"]}
+    assert stacks[0]["query"] == stacks[1]["query"] and stacks[0]["query"]["counter"] > 0
+    traced = ask(boxed, Trace(at="output", var="order.total_price"))
+    assert traced["query"]["value"]["repr"] == "0.0"
+    with pytest.raises(QueryError, match="did not crash"):
+        ask(plain, InspectStack(at="crash"))
 
 
 def test_a_question_for_a_file_not_recorded_never_becomes_a_frame() -> None:

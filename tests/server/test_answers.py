@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sealtrace.sandbox.questions import json_schema
-from sealtrace.server._session_routes import _judge
+from sealtrace.server._session_actions import judge as _judge
 
 STACK = {"query": {"at": "end", "counter": 7}, "frames": []}
 

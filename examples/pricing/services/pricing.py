@@ -12,6 +12,7 @@ class Order:
     items: list = field(default_factory=list)
     currency: str = "GBP"
     total_price: float = 0.0
+    email: str = ""
 
 
 def calculate_total(items, discount):
