@@ -32,6 +32,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "alembic": ("alembic", ("server",)),
     "argon2": ("argon2-cffi", ("server",)),
     "psycopg": ("psycopg", ("server",)),
+    "jinja2": ("jinja2", ("server",)),
 }
 
 

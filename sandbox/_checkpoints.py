@@ -10,7 +10,8 @@ instant, the worker answers over the checkpoint's socket and exits, and the chec
 for the next question. Past `cap` checkpoints, every other one is dropped and the interval
 doubles, so the copies stay spread over the whole run.
 
-The session side (CheckpointedReplay) starts the serve pass, collects the checkpoints, and
+The session side (CheckpointedReplay) starts the serve pass, collects the checkpoints as they
+arrive (a thread reads the control socket while the pass runs), and
 sends each question to the latest checkpoint at or before the counter it starts from.
 
 Messages on every socket are a 4-byte big-endian length and a JSON document.
@@ -29,6 +30,7 @@ import contextlib
 import json
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -235,26 +237,58 @@ class CheckpointedReplay:
         self.checkpoints: dict[int, Socket] = {}
         self.pids: dict[int, int] = {}
         self.first: int | None = None  # the checkpoint before the program's first instruction
+        self._lock = threading.Lock()
+        self._collector: threading.Thread | None = None
+        self._broken: BaseException | None = None
 
-    def collect(self) -> None:
-        """After the serve pass has ended: every checkpoint it left."""
-        self.child_end.close()
-        self.control.setblocking(False)
-        while True:
-            try:
-                message, fds = receive(self.control)
-            except (BlockingIOError, EOFError):
-                break
+    def start_collecting(self) -> None:
+        """Before the serve pass starts: take its messages as they come. A long run sends
+        more of them (checkpoints, then the ones thinning dropped) than the control socket
+        holds; read only after the pass, the pass would block on a full socket while the
+        session waited for it to end."""
+        self._collector = threading.Thread(
+            target=self._collect, name="sealtrace-checkpoints", daemon=True
+        )
+        self._collector.start()
+
+    def _collect(self) -> None:
+        try:
+            while True:
+                try:
+                    message, fds = receive(self.control)
+                except EOFError:
+                    return
+                self._take(message, fds)
+        except BaseException as exc:  # a broken message: the session is told at collect()
+            self._broken = exc
+
+    def _take(self, message: dict[str, Any], fds: list[int]) -> None:
+        with self._lock:
             if "checkpoint" in message:
+                counter = int(message["checkpoint"])
                 if self.first is None:
-                    self.first = int(message["checkpoint"])
-                self.checkpoints[int(message["checkpoint"])] = Socket(fileno=fds[0])
-                self.pids[int(message["checkpoint"])] = int(message["pid"])
+                    self.first = counter
+                self.checkpoints[counter] = Socket(fileno=fds[0])
+                self.pids[counter] = int(message["pid"])
             elif "dropped" in message:
                 self.pids.pop(int(message["dropped"]), None)
                 dropped = self.checkpoints.pop(int(message["dropped"]), None)
                 if dropped is not None:
                     dropped.close()
+
+    def collect(self) -> None:
+        """After the serve pass has ended: every checkpoint it left. Its end of the control
+        socket closed with it; closing ours ends the messages."""
+        self.child_end.close()
+        if self._collector is None:
+            self.start_collecting()
+        assert self._collector is not None
+        self._collector.join(self.timeout)
+        if self._collector.is_alive():
+            raise TimeoutError("the serve pass's checkpoints did not arrive")
+        self._collector = None
+        if self._broken is not None:
+            raise ValueError(f"a checkpoint message broke: {self._broken}")
         self.control.close()
 
     def nearest(self, counter: int) -> int | None:
@@ -292,5 +326,13 @@ class CheckpointedReplay:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, 9)
         self.pids.clear()
-        for sock in (self.control, self.child_end):
-            sock.close()
+        self.child_end.close()
+        if self._collector is not None:  # the serve pass failed: stop taking its messages
+            with contextlib.suppress(OSError):
+                self.control.shutdown(_socket.SHUT_RDWR)
+            self._collector.join(5.0)
+            self._collector = None
+            for sock in self.checkpoints.values():  # any that came in meanwhile
+                sock.close()
+            self.checkpoints.clear()
+        self.control.close()

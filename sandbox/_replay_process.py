@@ -220,14 +220,25 @@ def replay(
     stderr_chunks: list[bytes] = []
     drain = threading.Thread(target=lambda: stderr_chunks.append(child.stderr.read()), daemon=True)  # type: ignore[union-attr]
     drain.start()
-    with os.fdopen(result_read, "rb") as results:
-        raw = results.read()
+    # The receipt is read beside the wait, so a pass that never ends (blocked on a descriptor
+    # it was given, or looping) is killed at the timeout instead of holding the session.
+    received: list[bytes] = []
+    results = os.fdopen(result_read, "rb")
+    reader = threading.Thread(target=lambda: received.append(results.read()), daemon=True)
+    reader.start()
     try:
         code = child.wait(timeout)
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
+        for thread, stream in ((reader, results), (drain, child.stderr)):
+            thread.join(5.0)  # a descendant may still hold the pipe: not for long
+            if not thread.is_alive() and stream is not None:
+                stream.close()
         raise ReplayCrashedError(f"replay did not finish within {timeout:g}s") from None
+    reader.join()
+    results.close()
+    raw = b"".join(received)
     feeder.join()
     drain.join()
     child.stderr.close()  # type: ignore[union-attr]

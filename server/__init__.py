@@ -8,10 +8,12 @@ agent holds (`_enrollment`), the hash-chained audit log, a chain per tenant whos
 key MACs (`_audit`, `_audit_key`), the KMS key service that mints, leases and re-seals run
 keys (`_key_service`), sessions that assign a run to one enrolled, live, disposable agent
 (`_sessions`) and relay their questions and answers in memory (`_relay`), the errors
-(`_errors`), and the v1 API (`_app`, `_deps`, `_routes`, `_session_routes`), run and
-administered by `sealtrace server` (`cli`). It must never store or log a recording key in
-the clear or an answer, nor hand a session to an agent that did not enroll. Not built: the
-web console, the MCP endpoint, and serving from several processes.
+(`_errors`), what a person may do with a session or a sign-in, shared by the API and the
+console (`_session_actions`, `_sign_in`), the v1 API (`_app`, `_deps`, `_routes`,
+`_session_routes`) and the web console (`_console/`), run and administered by `sealtrace
+server` (`cli`). It must never store or log a recording key in the clear or an answer, nor
+hand a session to an agent that did not enroll. Not built: the MCP endpoint, and serving
+from several processes.
 
 Nothing imports this package; it imports the agent's public names, the sandbox's question
 contract and the proxy.
@@ -20,6 +22,7 @@ contract and the proxy.
 from typing import Any
 
 from ._errors import (
+    ActionRefused,
     AgentGone,
     DispatchError,
     EnrollmentRefused,
@@ -32,6 +35,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "ActionRefused",
     "AgentGone",
     "DispatchError",
     "EnrollmentRefused",

@@ -461,3 +461,52 @@ def test_the_commands_answer_from_the_sandbox(
     nowhere = run_cli("trace", *base, "--at", "end", "--var", "main",
                       env={"SEALTRACE_PODMAN_SOCKET": "unix:///nonexistent.sock"})  # fmt: skip
     assert nowhere.returncode == 5 and b"no rootless Podman service" in nowhere.stderr
+
+
+def test_a_serve_pass_that_sends_more_than_the_control_socket_holds(
+    story: tuple[Path, KeyFiles],
+) -> None:
+    """A long run at a short interval sends hundreds of messages (each checkpoint, then the
+    ones thinning drops): the session takes them as they come, or the serve pass blocks on a
+    full control socket while the session waits for it to end (a served Flask request in a
+    session, checkpointed every 10,000 instructions, went silent that way)."""
+    from sealtrace.sandbox import Inquiry
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+    from sealtrace.sandbox._replay_process import load_recording
+
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    plain = Inquiry(data, parsed)
+    doc = plain.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=3))
+    root = doc["root"]["counter"]
+    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(3, 64), timeout=60) as session:
+        survey = session.survey()
+        server = session._checkpointed()
+        assert survey["instructions"] > 3 * 64 * 2**6  # thinned at least six times
+        assert 32 <= len(server.checkpoints) <= 65
+        assert session.capture({root})[root] == plain.capture({root})[root]
+    assert _serving_processes('"interval": 3,') == []
+
+
+def test_a_pass_that_never_ends_is_killed_at_its_timeout(story: tuple[Path, KeyFiles]) -> None:
+    """A serve pass whose control socket nobody reads blocks for good; the pass's timeout
+    kills it (the receipt is read beside the wait, not before it)."""
+    import socket
+    import time
+
+    from sealtrace.sandbox._errors import ReplayCrashedError
+    from sealtrace.sandbox._replay_process import load_recording, replay
+
+    store, keys = story
+    data, parsed = load_recording(str(store), keys.identity)
+    unread, theirs = socket.socketpair()
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)
+    query = {"kind": "serve", "control_fd": theirs.fileno(), "interval": 1, "cap": 64}
+    started = time.monotonic()
+    try:
+        with pytest.raises(ReplayCrashedError, match="did not finish within 5s"):
+            replay(data, parsed.meta, timeout=5, query=query, pass_fds=(theirs.fileno(),))
+    finally:
+        unread.close()
+        theirs.close()
+    assert time.monotonic() - started < 30
