@@ -21,9 +21,7 @@ import importlib.machinery
 import os
 import re
 import secrets
-import site
 import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +38,7 @@ from ._runtime import (
     OWN_DIRECTORIES,
     RecordRuntime,
     _report_stderr,
+    interpreter_trees,
     path_under,
     record_runtime,
 )
@@ -98,17 +97,11 @@ def installed_manifest() -> list[list[str]]:
 
 def passthrough_prefixes() -> list[str]:
     """The interpreter's own trees: files there come with the replay image, not the recording."""
-    paths = sysconfig.get_paths()
-    candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    candidates += [*site.getsitepackages(), site.getusersitepackages()]
-    candidates += OWN_DIRECTORIES
-    seen: list[str] = []
-    for path in candidates:
-        if path:
-            real = os.path.realpath(path)
-            for p in (os.path.abspath(path), real):
-                if p not in seen:
-                    seen.append(p)
+    seen = interpreter_trees()
+    for path in OWN_DIRECTORIES:
+        for p in (os.path.abspath(path), os.path.realpath(path)):
+            if p not in seen:
+                seen.append(p)
     return seen
 
 

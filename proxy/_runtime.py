@@ -29,7 +29,9 @@ import enum
 import hashlib
 import importlib.util
 import os
+import site
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -239,6 +241,46 @@ def caller_location() -> str:
     return "<unknown>"
 
 
+def interpreter_trees() -> list[str]:
+    """The interpreter's own trees: the standard library and the installed distributions,
+    each as given and resolved. Found once, before the boundary is installed (the recorder's
+    and the replay's passthrough prefixes ask first): finding them reads the environment and
+    the file system, which inside the program would be calls of its own."""
+    global _TREES
+    if _TREES is None:
+        paths = sysconfig.get_paths()
+        candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        candidates += [*site.getsitepackages(), site.getusersitepackages()]
+        seen: list[str] = []
+        for path in candidates:
+            if path:
+                for p in (os.path.abspath(path), os.path.realpath(path)):
+                    if p not in seen:
+                        seen.append(p)
+        _TREES = tuple(seen)
+    return list(_TREES)
+
+
+_TREES: tuple[str, ...] | None = None
+
+
+def application_location() -> str:
+    """Where the application is, for a message that stops the recording: file:line of the
+    innermost frame of the program's own code (outside sealtrace, the standard library and
+    installed distributions), followed by the library line the call went through when that
+    is another (multiprocessing forks inside the standard library, not at the user's line)."""
+    inner = caller_location()
+    trees = [t.rstrip(os.sep) + os.sep for t in interpreter_trees()]
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_own_code(filename) and not filename.startswith(("<", *trees)):
+            here = f"{filename}:{frame.f_lineno}"
+            return here if here == inner else f"{here}, through {inner}"
+        frame = frame.f_back
+    return inner
+
+
 class Runtime(Protocol):
     """What an adapter needs; RecordRuntime and sandbox's ReplayRuntime implement it."""
 
@@ -379,7 +421,7 @@ class RecordRuntime:
 
     def unsupported(self, what: str) -> None:
         if self.active and self.thread_index() >= 0:
-            self.stop(what, caller_location())
+            self.stop(what, application_location())
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
         # Recorded as any call: the order of these events across threads is what replay
@@ -513,7 +555,7 @@ class RecordRuntime:
             try:
                 self._enc.encode(body, value)
             except UnencodableError as exc:
-                self.stop(f"the result of {name} cannot be recorded ({exc})", caller_location())
+                self.stop(f"the result of {name} cannot be recorded ({exc})", application_location())
                 return
         except Exception as exc:
             self._failed(exc)

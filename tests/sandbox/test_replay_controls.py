@@ -189,6 +189,14 @@ def test_concurrency_stops_recording_and_replay_says_where(
     assert receipt["events_replayed"] == receipt["events_recorded"] > 0
     assert reason.decode() in receipt["stop"]["reason"]
     assert "stops at event" in proc.stderr.decode()
+    # Where: the application's line that forked, even when the fork is the standard
+    # library's (multiprocessing's Popen); the library's line follows it.
+    line = next(i for i, text in enumerate(lines, 1) if "fork()" in text or "start()" in text)
+    where = f"{app}:{line}"
+    assert receipt["stop"]["where"].split(", through ")[0] == where
+    assert f"at {where}".encode() in rec.proc.stderr
+    if kind == "multiprocessing":
+        assert "multiprocessing" in receipt["stop"]["where"].split(", through ")[1]
 
 
 def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None:
