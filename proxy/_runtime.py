@@ -555,7 +555,8 @@ class RecordRuntime:
             try:
                 self._enc.encode(body, value)
             except UnencodableError as exc:
-                self.stop(f"the result of {name} cannot be recorded ({exc})", application_location())
+                what = f"the result of {name} cannot be recorded ({exc})"
+                self.stop(what, application_location())
                 return
         except Exception as exc:
             self._failed(exc)
