@@ -55,6 +55,15 @@ Workloads:
   every 10 requests). The loop's CPU time on the application's thread is given too: what
   recording adds to a request, without the waiting for the server.
 - **Pure Python**: n-body steps and dict and str work, with no boundary call in the loop.
+- **Threaded server** (issue 23's target, <= 5 % throughput): a ThreadingHTTPServer, a
+  thread per connection, each request a sqlite3 SELECT on a per-thread connection, a file
+  read and a clock read, served to 8 concurrent clients of the bench process (a new
+  connection a request), plain and recorded one after the other in each pair (which goes
+  first changing every pair), with control pairs where neither is recorded. Given as
+  throughput (requests a second over the whole load) and as the server's CPU time a request
+  (every thread, the recorder's own included): the clients, one Python process on the same
+  two CPUs, may be what limits throughput, and the CPU figure is what a server they
+  saturated would lose. `--threaded-only` runs this workload alone.
 
 "Recorder startup" is recorded minus plain wall time of a run of size 0 (median over the
 calls and pure-Python workloads): the `sealtrace record` launcher, the recorder's start in
@@ -72,6 +81,7 @@ Python.
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
 import json
 import os
@@ -83,6 +93,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -252,6 +263,55 @@ server.daemon_threads = True
 print(server.server_address[1], flush=True)
 server.serve_forever()
 """
+
+THREADED_SERVER = r"""
+import json, os, sqlite3, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+data, db = sys.argv[1], sys.argv[2]
+local = threading.local()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        if self.path == "/quit":
+            self.answer(b"bye")
+            threading.Thread(target=server.shutdown).start()
+            return
+        item = int(self.path.rsplit("/", 1)[1])
+        if not hasattr(local, "db"):  # a connection per thread, as a pool would keep
+            local.db = sqlite3.connect(db)
+        price = local.db.execute("SELECT price FROM items WHERE id = ?", (item % 100,)).fetchone()
+        with open(os.path.join(data, f"{item % 10}.txt"), "rb") as f:
+            text = f.read()
+        body = json.dumps({"item": item, "price": price[0], "at": time.time(),
+                           "text": text.decode()}).encode()
+        self.answer(body)
+
+    def answer(self, body):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+ready = time.process_time()
+print(server.server_address[1], flush=True)
+server.serve_forever()
+server.server_close()
+# CPU time of the whole process while it served, every thread (the recorder's own included).
+print(json.dumps({"cpu_s": time.process_time() - ready}), flush=True)
+"""
+THREADED_REQUESTS = 1500  # a pair's load, each server's
+THREADED_CLIENTS = 8  # concurrent connections, one request each, as browsers and proxies do
+TARGET_THREADED = 0.05
 
 CPU_WORKLOAD = r"""
 import json, sys, time
@@ -554,7 +614,7 @@ BOOTSTRAP_SAMPLES = 4000
 SKIPPED_PAIRS = 2  # of each lock-step run: start-up, leaving an even number of pairs
 
 
-def bootstrap_interval(runs: list[tuple[int, int]], level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(runs: list[tuple[float, float]], level: float = 0.95) -> tuple[float, float]:
     """The `level` interval of the overhead sum(recorded) / sum(plain) - 1, by resampling
     whole runs, given as (recorded, plain) totals (a percentile bootstrap, seeded so the
     same runs give the same interval). Runs, not pieces, are resampled: pieces of one pair
@@ -690,6 +750,105 @@ def cpu_workload(bench: Bench) -> dict[str, Any]:
     return overheads(runs, *CPU_SIZES) | {"lockstep": lockstep_figures(lockstep)}
 
 
+def threaded_workload(bench: Bench, pairs: int, control_pairs: int) -> dict[str, Any]:
+    """Throughput of a threaded HTTP server (ThreadingHTTPServer: a thread per connection,
+    each request a sqlite3 SELECT, a file read and a clock read) under THREADED_CLIENTS
+    concurrent clients of this process, plain and recorded. Each pair serves the same load
+    from a plain and a recorded server one after the other, which goes first changing every
+    pair; the overhead is the recorded servers' total time against the plain ones', with a
+    95 % interval over pairs, and its control pairs (neither server recorded) must hold 0."""
+    script = bench.work / "threaded_server.py"
+    script.write_text(THREADED_SERVER)
+    data = bench.work / "threaded-data"
+    data.mkdir()
+    for i in range(10):
+        (data / f"{i}.txt").write_text(f"item text {i} " * 20)
+    db = bench.work / "threaded.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, price REAL)")
+        conn.executemany("INSERT INTO items VALUES (?, ?)", [(i, i * 1.25) for i in range(100)])
+    conn.close()
+
+    def serve(recorded: bool) -> tuple[float, float]:
+        child = bench.start(script, [str(data), str(db)], recorded)
+        assert child.proc.stdout is not None
+        port = int(child.proc.stdout.readline())
+        failed: list[BaseException] = []
+
+        def client(first: int) -> None:
+            try:
+                for i in range(first, THREADED_REQUESTS, THREADED_CLIENTS):
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                    conn.request("GET", f"/item/{i}")
+                    reply = conn.getresponse()
+                    reply.read()
+                    conn.close()
+                    if reply.status != 200:
+                        raise RuntimeError(f"status {reply.status}")
+            except BaseException as exc:
+                failed.append(exc)
+
+        clients = [threading.Thread(target=client, args=(k,)) for k in range(THREADED_CLIENTS)]
+        began = time.perf_counter()
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join()
+        took = time.perf_counter() - began
+        quit_ = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        quit_.request("GET", "/quit")
+        quit_.getresponse().read()
+        quit_.close()
+        result = bench.finish(child, False)
+        if failed:
+            raise RuntimeError(f"a client failed: {failed[0]!r}")
+        return took, float(result["cpu_s"])
+
+    def run_pairs(n: int, control: bool) -> list[dict[str, tuple[float, float]]]:
+        out = []
+        for pair in range(n):
+            order = MODES if pair % 2 == 0 else MODES[::-1]
+            took = {mode: serve(mode == "recorded" and not control) for mode in order}
+            out.append(
+                {
+                    "wall": (took["recorded"][0], took["plain"][0]),
+                    "cpu": (took["recorded"][1], took["plain"][1]),
+                }
+            )
+        return out
+
+    for recorded in (False, True):  # warm the caches: neither counts
+        serve(recorded)
+    measured = run_pairs(pairs, control=False)
+    controls = run_pairs(control_pairs, control=True)
+
+    def figures(pairs_: list[dict[str, tuple[float, float]]]) -> dict[str, Any]:
+        runs, cpu = [p["wall"] for p in pairs_], [p["cpu"] for p in pairs_]
+        recorded, plain = sum(r for r, _ in runs), sum(p for _, p in runs)
+        cpu_recorded, cpu_plain = sum(r for r, _ in cpu), sum(p for _, p in cpu)
+        return {
+            "pairs": len(runs),
+            "plain_requests_per_s": THREADED_REQUESTS * len(runs) / plain,
+            "recorded_requests_per_s": THREADED_REQUESTS * len(runs) / recorded,
+            "overhead": recorded / plain - 1,
+            "interval_95": list(bootstrap_interval(runs)),
+            "pair_overheads": [r / p - 1 for r, p in runs],
+            # The server's CPU time a request: what a server the clients saturate would
+            # lose in throughput (these clients, in one Python process, may not saturate it).
+            "plain_server_cpu_us_per_request": cpu_plain / THREADED_REQUESTS / len(cpu) * 1e6,
+            "recorded_server_cpu_us_per_request": cpu_recorded / THREADED_REQUESTS / len(cpu) * 1e6,
+            "server_cpu_overhead": cpu_recorded / cpu_plain - 1,
+            "server_cpu_interval_95": list(bootstrap_interval(cpu)),
+        }
+
+    return {
+        "requests": THREADED_REQUESTS,
+        "clients": THREADED_CLIENTS,
+        **figures(measured),
+        "control": figures(controls) if controls else None,
+    }
+
+
 def cpu_ticks() -> tuple[int, int]:
     """(all, stolen) CPU ticks so far, from /proc/stat; (0, 0) where there is none."""
     try:
@@ -710,6 +869,51 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def threaded_only(path: Path, pairs: int) -> None:
+    """The threaded server alone, its figures (with the machine, load and time they were
+    taken at) put in place of threaded_server in an existing results file."""
+    began, load_before = time.perf_counter(), load()
+    with tempfile.TemporaryDirectory(prefix="sealtrace-bench-") as tmp:
+        bench = Bench(Path(tmp), 1, 0, 0)
+        threaded = threaded_workload(bench, pairs, max(pairs // 2, 1))
+    threaded |= {
+        "machine": machine(),
+        "seconds": time.perf_counter() - began,
+        "load_average": {"before": load_before, "after": load()},
+    }
+    print_threaded(threaded)
+    doc = json.loads(path.read_text()) if path.exists() else {"bench": "record_overhead"}
+    doc.setdefault("targets", {})["threaded_server_overhead"] = TARGET_THREADED
+    doc["threaded_server"] = threaded
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {path}")
+
+
+def print_threaded(threaded: dict[str, Any]) -> None:
+    t, tc = threaded, threaded["control"]
+    holds = "holds" if tc["interval_95"][0] <= 0 <= tc["interval_95"][1] else "does NOT hold"
+    print(
+        f"{'threaded server':<18} | {t['plain_requests_per_s']:>6.0f}/s plain,"
+        f" {t['recorded_requests_per_s']:.0f}/s recorded ({t['requests']} requests,"
+        f" {t['clients']} clients, {t['pairs']} pairs): {t['overhead']:.1%},"
+        f" 95 % interval {t['interval_95'][0]:.1%} .. {t['interval_95'][1]:.1%}"
+        f" | <= {TARGET_THREADED:.0%} "
+        + target_verdict(tuple(t["interval_95"]), TARGET_THREADED, tuple(tc["interval_95"]))
+    )
+    print(
+        f"{'  server CPU':<18} | {t['plain_server_cpu_us_per_request']:.0f} us a request plain,"
+        f" {t['recorded_server_cpu_us_per_request']:.0f} us recorded:"
+        f" {t['server_cpu_overhead']:.1%}, 95 % interval {t['server_cpu_interval_95'][0]:.1%}"
+        f" .. {t['server_cpu_interval_95'][1]:.1%} (what a saturated server would lose)"
+    )
+    print(
+        f"{'control: both plain':<18} | {tc['overhead']:.1%}, 95 % interval"
+        f" {tc['interval_95'][0]:.1%} .. {tc['interval_95'][1]:.1%} ({tc['pairs']} pairs):"
+        f" the interval {holds} 0"
+    )
+
+
 def main() -> None:
     global CALL_SIZES, IO_SIZES, CPU_SIZES
     parser = argparse.ArgumentParser(
@@ -722,6 +926,17 @@ def main() -> None:
     parser.add_argument(
         "--control", type=int, default=10, help="lock-step runs of the I/O workload unrecorded"
     )
+    parser.add_argument(
+        "--threaded",
+        type=int,
+        default=10,
+        help="pairs of threaded servers (and half as many control pairs)",
+    )
+    parser.add_argument(
+        "--threaded-only",
+        action="store_true",
+        help="only the threaded server; its figures replace threaded_server in the JSON",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (smoke test)")
     parser.add_argument(
         "--json", type=Path, default=Path(__file__).parent / "results" / "record_overhead.json"
@@ -732,13 +947,18 @@ def main() -> None:
         IO_SIZES, CPU_SIZES = (50, 200), (0, 4)  # 4 pieces each: 2 pairs counted
         args.repeats = min(args.repeats, 3)
         args.lockstep, args.control = min(args.lockstep, 3), min(args.control, 2)
+        args.threaded = min(args.threaded, 2)
 
+    if args.threaded_only:
+        threaded_only(args.json, args.threaded)
+        return
     began, load_before, ticks_before = time.perf_counter(), load(), cpu_ticks()
     with tempfile.TemporaryDirectory(prefix="sealtrace-bench-") as tmp:
         bench = Bench(Path(tmp), args.repeats, args.lockstep, args.control)
         calls = call_costs(bench)
         io = io_workload(bench)
         cpu = cpu_workload(bench)
+        threaded = threaded_workload(bench, args.threaded, max(args.threaded // 2, 1))
     elapsed, load_after, ticks_after = time.perf_counter() - began, load(), cpu_ticks()
     ticks = ticks_after[0] - ticks_before[0]
     stolen = (ticks_after[1] - ticks_before[1]) / ticks if ticks else 0.0
@@ -786,6 +1006,7 @@ def main() -> None:
             f" 95 % interval {low:.1%} .. {high:.1%} ({control['runs']} runs): the interval"
             f" {'holds' if low <= 0 <= high else 'does NOT hold'} 0"
         )
+    print_threaded(threaded)
     step = io["lockstep"]
     print(
         f"\nI/O, lock-step ({step['runs']} runs, {step['pairs']} pairs of {IO_PIECE} requests):"
@@ -812,6 +1033,7 @@ def main() -> None:
                     "overhead_ns_per_call": TARGET_CALL_NS,
                     "io_overhead": TARGET_IO,
                     "cpu_overhead": TARGET_CPU,
+                    "threaded_server_overhead": TARGET_THREADED,
                 },
                 "repeats": args.repeats,
                 "lockstep_runs": args.lockstep,
@@ -825,6 +1047,7 @@ def main() -> None:
                 "calls": calls,
                 "io": io,
                 "cpu": cpu,
+                "threaded_server": threaded,
             },
             indent=2,
         )
