@@ -11,6 +11,7 @@ the main thread traces back through the worker to the read the worker made.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -138,6 +139,44 @@ server = make_server("127.0.0.1", 0, app, threaded=True)
 print(server.server_port, flush=True)
 server.serve_forever()
 print("served", sorted(served))
+"""
+
+ASGI = """
+import socket
+import sqlite3
+import sys
+
+import uvicorn
+from fastapi import FastAPI
+
+DB, EXPECTED = sys.argv[1], int(sys.argv[2])
+app = FastAPI()
+served = []
+
+
+def discount_for(code):
+    with sqlite3.connect(DB) as db:
+        row = db.execute("SELECT discount_pct FROM promotions WHERE code = ?", (code,)).fetchone()
+    return row[0] if row else 0.0
+
+
+@app.post("/orders")
+def create_order(order: dict):  # a plain def: Starlette runs it on a worker thread
+    subtotal = sum(item["price"] * item["qty"] for item in order["items"])
+    pct = discount_for(order.get("promo"))
+    total = round(subtotal * (1 - pct / 100), 2)
+    served.append(total)
+    if len(served) == EXPECTED:
+        server.should_exit = True  # as SIGTERM would, but at a recorded point
+    return {"total": total}
+
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(16)  # clients may connect as soon as they know the port
+print(listener.getsockname()[1], flush=True)
+server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+server.run(sockets=[listener])
 """
 
 STREAMS = """
@@ -405,3 +444,68 @@ def test_a_socket_offers_every_method_a_real_one_has(tmp_path: Path, keys: KeyFi
     assert rec.proc.returncode == 0, rec.proc.stderr.decode()
     assert rec.proc.stdout == plain.stdout
     assert_bit_exact(*replay(keys, tmp_path / "rec"))
+
+
+def test_fastapi_under_uvicorn_replays_and_traces_to_the_database_read(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """FastAPI served by uvicorn (asyncio, h11, a plain-def endpoint on Starlette's worker
+    threads) under concurrent clients; the database deleted before replay."""
+    database = tmp_path / "shop.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct REAL)")
+        db.executemany("INSERT INTO promotions VALUES (?, ?)", [("STAFF100", 100.0), ("TEN", 10.0)])
+    db.close()
+    app = write_app(tmp_path / "shop", ASGI)
+    exe = Path(sys.executable).with_name("sealtrace")
+    promos = ["STAFF100", "TEN", "NONE", "TEN"]
+    recorder = subprocess.Popen(
+        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
+         str(tmp_path / "rec"), "--", PYTHON, str(app), str(database), str(len(promos))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert recorder.stdout is not None
+        port = int(recorder.stdout.readline())
+        answers: dict[str, float] = {}
+        failed: list[BaseException] = []
+
+        def order(promo: str) -> None:
+            body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo}).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/orders", data=body,
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
+                    answers[promo] = json.loads(reply.read())["total"]
+            except BaseException as exc:
+                failed.append(exc)
+
+        order(promos[0])  # first, alone: the request the trace asks about
+        clients = [threading.Thread(target=order, args=(p,)) for p in promos[1:]]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        assert not failed, failed  # (the server would wait for the request that failed)
+        _out, err = recorder.communicate(timeout=120)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+    assert recorder.returncode == 0, err.decode()
+    assert answers == {"STAFF100": 0.0, "TEN": 44.99, "NONE": 49.99}
+    database.unlink()
+    rec = tmp_path / "rec"
+    assert len(_threads_of(keys, rec)) >= 2  # the endpoint ran on a worker thread
+    assert_bit_exact(*replay(keys, rec))
+    line = 1 + ASGI.splitlines().index(next(x for x in ASGI.splitlines() if "total = round(" in x))
+    doc = trace_json(rec, keys, f"app.py:{line + 1}", "total")
+    calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
+    # The first request's total (STAFF100's £0.00): its promotion row, read on a worker
+    # thread, and its body, read from the connection by the event loop on the main thread.
+    assert doc["root"]["value"]["repr"] == "0.0"
+    assert "sqlite3.Cursor.fetchone" in calls, calls
+    assert calls & {"socket.recv", "socket.recv_into"}, calls
+    assert doc["query"]["truncated"] is False
