@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -35,6 +37,42 @@ def write_app(directory: Path, source: str, name: str = "app.py") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(source))
     return path
+
+
+def promotions_database(path: Path) -> Path:
+    """The pricing story's promotions table: the staff code STAFF100 (100 %) and TEN."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct REAL)")
+        db.executemany("INSERT INTO promotions VALUES (?, ?)", [("STAFF100", 100.0), ("TEN", 10.0)])
+    db.close()
+    return path
+
+
+@contextlib.contextmanager
+def recorded_server(
+    keys: KeyFiles, location: Path, command: list[str]
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A server recorded while it serves: `command` under `sealtrace record`, whose first
+    line on stdout is its port. Yields the recorder and the port; whoever uses it makes the
+    server stop and waits for the recorder. A recorder still running at the end is killed."""
+    exe = Path(sys.executable).with_name("sealtrace")
+    recorder = subprocess.Popen(
+        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
+         str(location), "--", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert recorder.stdout is not None
+        yield recorder, int(recorder.stdout.readline())
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+
+
+def line_of(source: str, text: str) -> int:
+    """The number of the first line of `source` that holds `text`."""
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
 
 
 def record(

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sqlite3
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ from typing import Any
 import pytest
 
 from ..conftest import KeyFiles, run_cli
-from .replaying import write_app
+from .replaying import line_of, promotions_database, recorded_server, write_app
 
 SHOP = """
 import sys
@@ -90,21 +88,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles, st
 
     work = tmp_path_factory.mktemp("served")
     keys = KeyFiles(*write_keypair(work / "keys", "served"))
-    database = work / "shop.db"
-    with sqlite3.connect(database) as db:
-        db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct REAL)")
-        db.executemany("INSERT INTO promotions VALUES (?, ?)", [("STAFF100", 100.0), ("TEN", 10.0)])
-    db.close()
+    database = promotions_database(work / "shop.db")
     app = write_app(work / "shop", SHOP)
-    exe = Path(sys.executable).with_name("sealtrace")
-    recorder = subprocess.Popen(
-        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
-         str(work / "store"), "--", sys.executable, str(app), str(database)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert recorder.stdout is not None
-        port = int(recorder.stdout.readline())
+    command = [sys.executable, str(app), str(database)]
+    with recorded_server(keys, work / "store", command) as (recorder, port):
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/orders",
             data=json.dumps(ORDER).encode(),
@@ -113,15 +100,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KeyFiles, st
         with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310 - loopback
             assert json.loads(reply.read()) == {"total": 0.0}
         _out, err = recorder.communicate(timeout=120)
-    finally:
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
     assert recorder.returncode == 0, err.decode()
     assert b'"POST /orders HTTP/1.1" 200' in err  # werkzeug's request log
     database.unlink()  # the replay needs neither the database nor the client
-    line = next(i for i, text in enumerate(SHOP.splitlines(), 1) if "return round(total" in text)
-    return work / "store", keys, f"app.py:{line}"
+    return work / "store", keys, f"app.py:{line_of(SHOP, 'return round(total')}"
 
 
 def _shown(node: dict[str, Any], path: tuple[int, ...] = ()) -> Iterator[tuple[tuple, dict]]:

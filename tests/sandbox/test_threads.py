@@ -11,7 +11,6 @@ the main thread traces back through the worker to the read the worker made.
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,7 +23,18 @@ import pytest
 from sealtrace.sandbox._replay_process import load_recording
 
 from ..conftest import KeyFiles
-from .replaying import PYTHON, assert_bit_exact, record, replay, trace_json, walk, write_app
+from .replaying import (
+    PYTHON,
+    assert_bit_exact,
+    line_of,
+    promotions_database,
+    record,
+    recorded_server,
+    replay,
+    trace_json,
+    walk,
+    write_app,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -305,15 +315,7 @@ def test_a_threaded_flask_server_under_concurrent_clients_replays_and_traces(
     tmp_path: Path, keys: KeyFiles
 ) -> None:
     app = write_app(tmp_path / "shop", SERVER)
-    exe = Path(sys.executable).with_name("sealtrace")
-    recorder = subprocess.Popen(
-        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
-         str(tmp_path / "rec"), "--", PYTHON, str(app)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert recorder.stdout is not None
-        port = int(recorder.stdout.readline())
+    with recorded_server(keys, tmp_path / "rec", [PYTHON, str(app)]) as (recorder, port):
         answers: list[float] = []
 
         def order(qty: int) -> None:
@@ -332,19 +334,12 @@ def test_a_threaded_flask_server_under_concurrent_clients_replays_and_traces(
             client.join()
         urllib.request.urlopen(f"http://127.0.0.1:{port}/stop", timeout=60).read()
         _out, err = recorder.communicate(timeout=120)
-    finally:
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
     assert recorder.returncode == 0, err.decode()
     assert len(answers) == 8
     rec = tmp_path / "rec"
     assert len(_threads_of(keys, rec)) >= 4  # request handlers on threads of their own
     assert_bit_exact(*replay(keys, rec))
-    line = 1 + SERVER.splitlines().index(
-        next(x for x in SERVER.splitlines() if "total = round(" in x)
-    )
-    doc = trace_json(rec, keys, f"app.py:{line + 1}", "total")
+    doc = trace_json(rec, keys, f"app.py:{line_of(SERVER, 'total = round(') + 1}", "total")
     calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
     # The total of a request handled on a server thread reaches that request's body, read
     # from its socket.
@@ -383,9 +378,7 @@ def test_asyncio_streams_by_host_name_replay_and_trace_across_await(
     resolved = [e for e in parsed.events if e.callee.endswith("getaddrinfo")]
     assert resolved and {e.thread for e in resolved} - {0}  # in the loop's executor
     assert_bit_exact(*replay(keys, rec))
-    line = 1 + STREAMS.splitlines().index(
-        next(x for x in STREAMS.splitlines() if x.strip().startswith("print("))
-    )
+    line = next(i for i, x in enumerate(STREAMS.splitlines(), 1) if x.strip().startswith("print("))
     doc = trace_json(rec, keys, f"app.py:{line}", "value")
     calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
     assert calls & {"socket.recv", "socket.recv_into"}, calls
@@ -451,22 +444,11 @@ def test_fastapi_under_uvicorn_replays_and_traces_to_the_database_read(
 ) -> None:
     """FastAPI served by uvicorn (asyncio, h11, a plain-def endpoint on Starlette's worker
     threads) under concurrent clients; the database deleted before replay."""
-    database = tmp_path / "shop.db"
-    with sqlite3.connect(database) as db:
-        db.execute("CREATE TABLE promotions (code TEXT PRIMARY KEY, discount_pct REAL)")
-        db.executemany("INSERT INTO promotions VALUES (?, ?)", [("STAFF100", 100.0), ("TEN", 10.0)])
-    db.close()
+    database = promotions_database(tmp_path / "shop.db")
     app = write_app(tmp_path / "shop", ASGI)
-    exe = Path(sys.executable).with_name("sealtrace")
     promos = ["STAFF100", "TEN", "NONE", "TEN"]
-    recorder = subprocess.Popen(
-        [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
-         str(tmp_path / "rec"), "--", PYTHON, str(app), str(database), str(len(promos))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert recorder.stdout is not None
-        port = int(recorder.stdout.readline())
+    command = [PYTHON, str(app), str(database), str(len(promos))]
+    with recorded_server(keys, tmp_path / "rec", command) as (recorder, port):
         answers: dict[str, float] = {}
         failed: list[BaseException] = []
 
@@ -490,18 +472,13 @@ def test_fastapi_under_uvicorn_replays_and_traces_to_the_database_read(
             client.join()
         assert not failed, failed  # (the server would wait for the request that failed)
         _out, err = recorder.communicate(timeout=120)
-    finally:
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
     assert recorder.returncode == 0, err.decode()
     assert answers == {"STAFF100": 0.0, "TEN": 44.99, "NONE": 49.99}
     database.unlink()
     rec = tmp_path / "rec"
     assert len(_threads_of(keys, rec)) >= 2  # the endpoint ran on a worker thread
     assert_bit_exact(*replay(keys, rec))
-    line = 1 + ASGI.splitlines().index(next(x for x in ASGI.splitlines() if "total = round(" in x))
-    doc = trace_json(rec, keys, f"app.py:{line + 1}", "total")
+    doc = trace_json(rec, keys, f"app.py:{line_of(ASGI, 'total = round(') + 1}", "total")
     calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
     # The first request's total (STAFF100's £0.00): its promotion row, read on a worker
     # thread, and its body, read from the connection by the event loop on the main thread.
