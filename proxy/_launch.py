@@ -9,6 +9,8 @@ replaying), never from run_target itself.
 from __future__ import annotations
 
 import atexit
+import builtins
+import importlib.machinery
 import itertools
 import os
 import sys
@@ -41,6 +43,10 @@ class Target:
     # Embedded: the recording began inside the running program (start_recording), after the
     # interpreter had set sys.path itself; replay then keeps the recorded sys.path as it is.
     embedded: bool = False
+    # A script as the interpreter names it in __file__ and its code: absolute, the working
+    # directory joined to a relative path and not normalised ("./app.py" is "/srv/./app.py").
+    # None in recordings made before it was kept: the path as given.
+    file: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +55,7 @@ class Target:
             "args": list(self.args),
             "python_options": list(self.python_options),
             "embedded": self.embedded,
+            **({"file": self.file} if self.file is not None else {}),
         }
 
     @classmethod
@@ -59,6 +66,7 @@ class Target:
             list(data["args"]),
             list(data["python_options"]),
             bool(data.get("embedded", False)),
+            data.get("file"),
         )
 
 
@@ -103,7 +111,9 @@ def parse_command(command: list[str]) -> tuple[str, Target]:
         i += 1
     if i >= len(rest):
         raise UsageError("no program to record: give a script, -m module or -c code")
-    return python, Target("script", rest[i], rest[i + 1 :], options)
+    script = rest[i]
+    file = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+    return python, Target("script", script, rest[i + 1 :], options, file=file)
 
 
 def exit_status(code: Any) -> tuple[int, str | None]:
@@ -150,8 +160,15 @@ def run_target(
 
     on_start runs once sys.argv is the program's, just before its first instruction;
     on_uncaught with the exception (SystemExit too) that ended it, before it is printed."""
+    # __main__ as the interpreter makes it (Python/pylifecycle.c, add_main_module): empty
+    # annotations, the builtins module, and a loader: the built-in importer for -c, a source
+    # file loader for a script.
     main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = __builtins__
+    main.__dict__.update(
+        __annotations__={},
+        __builtins__=builtins,
+        __loader__=importlib.machinery.BuiltinImporter,
+    )
     sys.modules["__main__"] = main
     keep_path = bool(getattr(sys.flags, "safe_path", False)) or target.embedded
     uncaught: str | None = None
@@ -163,9 +180,11 @@ def run_target(
                 if not keep_path:
                     sys.path[0] = os.path.dirname(os.path.realpath(target.value))
                 source = script_source(target.value)
-                main.__file__ = target.value
+                filename = target.file or target.value
+                main.__file__ = filename
                 main.__cached__ = None  # type: ignore[attr-defined]
-                code = compile(source, target.value, "exec", dont_inherit=True)
+                main.__loader__ = importlib.machinery.SourceFileLoader("__main__", filename)
+                code = compile(source, filename, "exec", dont_inherit=True)
                 if on_start is not None:
                     on_start()
                 exec(code, main.__dict__)  # noqa: S102 - running the program is the point

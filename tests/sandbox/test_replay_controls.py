@@ -334,13 +334,28 @@ def test_embedding_api_records_and_replays(tmp_path: Path, keys: KeyFiles) -> No
     assert Recipient.load(keys.recipient_path)
 
 
-@pytest.mark.parametrize("form", ["script", "module", "code"])
+# What the program sees of its own __main__: the recorder makes it as the interpreter does
+# (an absolute __file__ for a relative script, its loader, the builtins module, annotations).
+MAIN_MODULE = """\
+import sys, time
+main = sys.modules["__main__"]
+loader = main.__loader__
+print(sys.argv, sys.flags.optimize, __name__, time.time() > 0)
+print(globals().get("__file__"), sys.path[0] == "" or sys.path[0].startswith("/"))
+if main.__spec__ is None:  # a script or -c (a module's loader is the import system's)
+    print(getattr(loader, "__name__", type(loader).__name__), getattr(loader, "path", None))
+print(type(__builtins__).__name__, sorted(k for k in vars(main) if k.startswith("__")))
+"""
+
+
+@pytest.mark.parametrize("form", ["script", "relative script", "module", "code"])
 def test_every_target_form_records_and_replays(tmp_path: Path, keys: KeyFiles, form: str) -> None:
     tree = tmp_path / "app"
-    source = "import sys, time\nprint(sys.argv, sys.flags.optimize, __name__, time.time() > 0)\n"
+    source = MAIN_MODULE
     write_app(tree, source, "tool.py")
     command = {
         "script": [PYTHON, "-O", str(tree / "tool.py"), "a", "-x"],
+        "relative script": [PYTHON, "./tool.py", "a"],
         "module": [PYTHON, "-B", "-m", "tool", "a", "-x"],
         "code": [PYTHON, "-X", "utf8", "-c", source, "a", "-x"],
     }[form]
