@@ -320,7 +320,9 @@ class Recording:
             if self.target.kind == "script":
                 with open(self.target.value, "rb") as f:
                     self.main_source = f.read()
-                self.record_source("__main__", self.target.value, False, self.main_source)
+                # Under the name its code has (absolute), as every other source.
+                name = self.target.file or self.target.value
+                self.record_source("__main__", name, False, self.main_source)
             for name, module in list(sys.modules.items()):
                 origin = getattr(module, "__file__", None)
                 if (

@@ -186,7 +186,7 @@ class Inquiry:
         files = {s.path for s in self.parsed.sources.values() if not s.path.endswith(os.sep)}
         target = self.meta.get("target") or {}
         if target.get("kind") == "script":
-            files.add(target["value"])
+            files.add(target.get("file") or target["value"])
         return sorted(files)
 
     def resolve_file(self, name: str) -> str:

@@ -581,7 +581,7 @@ def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_so
         rt.observer = prov.on_event
         rt.on_thread = prov.on_thread
         attach_to_environ(prov)
-        main_file = target.value if target.kind == "script" else None
+        main_file = (target.file or target.value) if target.kind == "script" else None
         if target.kind == "module" and main_source is not None:
             main_file = main_source.path
         prov.attach(main_file)

@@ -25,7 +25,7 @@ from sealtrace.proxy._codec import Decoder, _write_varint, decode_value, encode_
 from sealtrace.proxy._stream import EXIT, META, stream_prefix
 
 from ..conftest import KeyFiles, run_cli, seal_cli
-from .replaying import PYTHON, assert_bit_exact, record, replay, write_app
+from .replaying import PYTHON, assert_bit_exact, record, replay, trace_json, walk, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -363,6 +363,25 @@ def test_every_target_form_records_and_replays(tmp_path: Path, keys: KeyFiles, f
     rec = record(keys, tmp_path / "rec", command, cwd=tree)
     assert (rec.proc.returncode, rec.proc.stdout) == (0, plain.stdout), rec.proc.stderr
     assert_bit_exact(*replay(keys, tmp_path / "rec"))
+
+
+def test_a_script_run_by_a_relative_path_is_traced_by_its_name(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """`python calc.py` in its directory: the code is named absolutely, as the interpreter
+    names it, and `--at calc.py:N` finds it (its recorded source has the same name)."""
+    tree = tmp_path / "app"
+    write_app(
+        tree,
+        "import time\nx = int(time.time()) % 7 + 3\ny = x * 2\nprint(y > 0)\n",
+        "calc.py",
+    )
+    rec = record(keys, tmp_path / "rec", [PYTHON, "calc.py"], cwd=tree)
+    assert rec.proc.returncode == 0, rec.proc.stderr
+    doc = trace_json(tmp_path / "rec", keys, "calc.py:4", "y")
+    calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
+    assert "time.time" in calls, calls
+    assert {n["file"] for n in walk(doc["root"]) if n.get("file")} == {str(tree / "calc.py")}
 
 
 def test_sigterm_reaches_the_program(tmp_path: Path, keys: KeyFiles) -> None:
