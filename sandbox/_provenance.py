@@ -339,6 +339,7 @@ class Provenance:
         # already; these are the replay runtime's hooks).
         self.quiet = quiet
         self.checkpoints: Any = None
+        self.stop: dict[str, Any] | None = None  # where the recording stopped, if it did
         self._reset(query)
 
     def _reset(self, query: dict[str, Any]) -> None:
@@ -461,7 +462,13 @@ class Provenance:
         with self.quiet():
             self.uncaught = describe_exception(exc)
 
-    def finish(self) -> None:
+    def stopped(self, stop: dict[str, Any]) -> NoReturn:
+        """The replay reached the recording's stop point: the run ends there for this pass,
+        whose answer says so (survey's "stop": the reason, where, and the events before)."""
+        self.stop = stop
+        self.finish()
+
+    def finish(self) -> NoReturn:
         """The program ended (or stopped): answer with what this pass found."""
         engine = self.engine
         engine.detach()
@@ -476,6 +483,7 @@ class Provenance:
                 crash=engine.crash_counter,
                 output=self.last_output,
                 exception=self.uncaught,
+                stop=self.stop,
             )
         elif self.kind == "locate":
             result["found"] = False

@@ -99,6 +99,9 @@ class ReplayRuntime:
         # Told in a thread of the program's when it starts (True) and when its function has
         # returned (False): the provenance engine traces it in between.
         self.on_thread: Callable[[bool], None] | None = None
+        # A query pass's answer when the replay reaches the recording's stop point: for its
+        # questions the run ends there (what was recorded up to the stop is exact).
+        self.on_stop: Callable[[dict[str, Any]], NoReturn] | None = None
 
     def intercepting(self) -> bool:
         return self.scheduler.current() is not None  # a thread of the program's
@@ -225,7 +228,7 @@ class ReplayRuntime:
 
     def unsupported(self, what: str) -> None:
         if self.position == len(self.events) and self.parsed.stop is not None:
-            self.finish("stopped", None)
+            self._reached_stop()
         self.diverge(None, what, None)
 
     def _value(self, event: Event) -> Any:
@@ -246,7 +249,7 @@ class ReplayRuntime:
                 self._waiting(functools.partial(scheduler.wait_turn, state))
         if self.position >= len(self.events):
             if self.parsed.stop is not None:
-                self.finish("stopped", None)
+                self._reached_stop()
             self.diverge(None, name, key)
         event = self.events[self.position]
         if event.callee != name or event.args_digest != args_digest(key):
@@ -320,6 +323,14 @@ class ReplayRuntime:
                 actual_length=len(output),
             )
         self.finish("diverged", detail)
+
+    def _reached_stop(self) -> NoReturn:
+        """Every recorded event matched, up to where the recording stopped (a fork): a query
+        pass answers with what it found up to here; a replay says it stopped."""
+        assert self.parsed.stop is not None
+        if self.on_stop is not None:
+            self.on_stop(self.parsed.stop)
+        self.finish("stopped", None)
 
     def finish(
         self, status: str, divergence: dict[str, Any] | None, exit_status: int | None = None
@@ -579,6 +590,7 @@ def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_so
             query = {**query, "release": [rt.result_fd]}
         prov = Provenance(query, rt._emit, redirect)
         rt.observer = prov.on_event
+        rt.on_stop = prov.stopped
         rt.on_thread = prov.on_thread
         attach_to_environ(prov)
         main_file = (target.file or target.value) if target.kind == "script" else None

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -197,6 +198,20 @@ def test_concurrency_stops_recording_and_replay_says_where(
     assert f"at {where}".encode() in rec.proc.stderr
     if kind == "multiprocessing":
         assert "multiprocessing" in receipt["stop"]["where"].split(", through ")[1]
+    # Questions about the run up to the stop are answered: for them the run ends there (with
+    # checkpoints too, as a session takes them).
+    for at, want in (
+        ("output", lines.index("print('before', time.time() > 0)") + 1),
+        ("end", line),
+    ):
+        for checkpoints in ((), ("--checkpoint-every", "50")):
+            proc = run_cli(
+                "inspect-stack", str(tmp_path / "rec"), "--identity", str(keys.identity_path),
+                "--in-process", "--at", at, "--json", *checkpoints,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr.decode()
+            frame = json.loads(proc.stdout)["frames"][0]
+            assert (frame["file"], frame["line"]) == (str(app), want), (at, checkpoints)
 
 
 def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None:
