@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,7 +160,39 @@ def install_process_guard(rt: Runtime, patcher: Patcher) -> None:
         base = getattr(os, name, None)
         if base is not None:
             patcher.replace(os, name, _forking(rt, name, base))
+    patcher.replace(signal, "raise_signal", _raising(rt, signal.raise_signal))
     _guard_ctypes(rt, patcher)
+
+
+# Signals whose default action ends the process (signal(7): Term and Core).
+_ENDS_BY_DEFAULT = frozenset(
+    getattr(signal, name)
+    for name in (
+        "SIGABRT", "SIGALRM", "SIGBUS", "SIGFPE", "SIGHUP", "SIGILL", "SIGINT", "SIGIO",
+        "SIGKILL", "SIGPIPE", "SIGPOLL", "SIGPROF", "SIGPWR", "SIGQUIT", "SIGSEGV", "SIGSTKFLT",
+        "SIGSYS", "SIGTERM", "SIGTRAP", "SIGUSR1", "SIGUSR2", "SIGVTALRM", "SIGXCPU", "SIGXFSZ",
+    )
+    if hasattr(signal, name)
+)  # fmt: skip
+
+
+def ends_the_process(signalnum: int) -> bool:
+    """Whether raising this signal now ends the process: its default action is to, and the
+    program left it at the default (SIGKILL cannot be handled)."""
+    if signalnum not in _ENDS_BY_DEFAULT:
+        return False
+    return signalnum == signal.SIGKILL or signal.getsignal(signalnum) == signal.SIG_DFL
+
+
+def _raising(rt: Runtime, base: Any) -> Any:
+    def raise_signal(signalnum: int) -> None:
+        # A program that ends itself with a signal (uvicorn raises the SIGTERM it caught once
+        # it has shut down) never reaches its exit: the recording ends here, and replay too.
+        if rt.intercepting() and ends_the_process(int(signalnum)):
+            rt.ended_by_signal(int(signalnum))
+        base(signalnum)
+
+    return raise_signal
 
 
 def _forking(rt: Runtime, name: str, base: Any) -> Any:

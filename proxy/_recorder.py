@@ -308,6 +308,7 @@ class Recording:
                 )
             )
             rt = self.runtime = record_runtime(pipeline)
+            rt.finish_recording = self.finish
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]

@@ -301,6 +301,12 @@ class Runtime(Protocol):
 
     def unsupported(self, what: str) -> None: ...
 
+    def ended_by_signal(self, signalnum: int) -> None:
+        """The program raises a signal that ends it (its default action): the recording is
+        finished here with the exit status a shell gives (128 + N); on replay, the run ends
+        here as at its exit."""
+        ...
+
     def note(self, what: str, detail: str) -> None: ...
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
@@ -422,6 +428,18 @@ class RecordRuntime:
     def unsupported(self, what: str) -> None:
         if self.active and self.thread_index() >= 0:
             self.stop(what, application_location())
+
+    # What finishes the whole recording (the recorder's, sealtrace.proxy._recorder): set when
+    # it starts; None where only the runtime records (tests of the runtime alone).
+    finish_recording: Callable[[int | None, str | None], object] | None = None
+
+    def ended_by_signal(self, signalnum: int) -> None:
+        self.call("signal.raise_signal", (signalnum,), lambda: None)
+        status = 128 + signalnum
+        if self.finish_recording is not None:
+            self.finish_recording(status, None)
+        else:
+            self.finish(status, None)
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
         # Recorded as any call: the order of these events across threads is what replay

@@ -102,6 +102,9 @@ class ReplayRuntime:
         # A query pass's answer when the replay reaches the recording's stop point: for its
         # questions the run ends there (what was recorded up to the stop is exact).
         self.on_stop: Callable[[dict[str, Any]], NoReturn] | None = None
+        # A query pass's answer at the run's end, where the program does not return to the
+        # replay's main (it ended itself with a signal).
+        self.on_end: Callable[[], NoReturn] | None = None
 
     def intercepting(self) -> bool:
         return self.scheduler.current() is not None  # a thread of the program's
@@ -324,6 +327,35 @@ class ReplayRuntime:
             )
         self.finish("diverged", detail)
 
+    def ended_by_signal(self, signalnum: int) -> NoReturn:
+        """The recorded run ended here, by a signal it raised: the recording's last event.
+        A query pass answers as at the program's exit; a replay compares the exit status."""
+        self.call("signal.raise_signal", (signalnum,), None)
+        if self.on_end is not None:
+            self.on_end()
+        self.end(128 + signalnum)
+
+    def end(self, status: int) -> NoReturn:
+        """The program's exit: every recorded event replayed, and the recorded exit status."""
+        if self.parsed.stop is not None:
+            self.finish("stopped", None, status)
+        if self.position < len(self.events):
+            self.diverge(self.events[self.position], "the program's exit", ...)
+        recorded = self.parsed.exit.get("status") if self.parsed.exit else None
+        if recorded is not None and recorded != status:
+            self.finish(
+                "diverged",
+                {
+                    "event": self.position,
+                    "expected": f"exit status {recorded}",
+                    "actual": f"exit status {status}",
+                    "location": "<exit>",
+                    "app_location": None,
+                },
+                status,
+            )
+        self.finish("bit-exact", None, status)
+
     def _reached_stop(self) -> NoReturn:
         """Every recorded event matched, up to where the recording stopped (a fork): a query
         pass answers with what it found up to here; a replay says it stopped."""
@@ -545,24 +577,7 @@ def main() -> None:
     )
     if provenance is not None:
         provenance.finish()
-    if parsed.stop is not None:
-        rt.finish("stopped", None, status)
-    if rt.position < len(rt.events):
-        rt.diverge(rt.events[rt.position], "the program's exit", ...)
-    recorded = parsed.exit.get("status") if parsed.exit else None
-    if recorded is not None and recorded != status:
-        rt.finish(
-            "diverged",
-            {
-                "event": rt.position,
-                "expected": f"exit status {recorded}",
-                "actual": f"exit status {status}",
-                "location": "<exit>",
-                "app_location": None,
-            },
-            status,
-        )
-    rt.finish("bit-exact", None, status)
+    rt.end(status)
 
 
 def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_source: Any) -> Any:
@@ -591,6 +606,7 @@ def _provenance(query_fd: int | None, rt: ReplayRuntime, target: Target, main_so
         prov = Provenance(query, rt._emit, redirect)
         rt.observer = prov.on_event
         rt.on_stop = prov.stopped
+        rt.on_end = prov.finish
         rt.on_thread = prov.on_thread
         attach_to_environ(prov)
         main_file = (target.file or target.value) if target.kind == "script" else None

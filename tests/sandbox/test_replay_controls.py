@@ -399,6 +399,37 @@ def test_a_script_run_by_a_relative_path_is_traced_by_its_name(
     assert {n["file"] for n in walk(doc["root"]) if n.get("file")} == {str(tree / "calc.py")}
 
 
+def test_a_program_that_ends_itself_with_a_signal_is_recorded_whole(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """As uvicorn does after a graceful shutdown: the handler it had is put back, and the
+    signal it caught is raised again, at its default action. The recording ends there,
+    complete, with the exit status a shell gives (128 + 15); replay ends there too, and
+    questions are answered as at an exit."""
+    source = """\
+import signal, time
+previous = signal.signal(signal.SIGTERM, lambda *a: None)
+total = int(time.time()) % 5 + 10
+print("total", total > 0, flush=True)
+signal.signal(signal.SIGTERM, previous)
+signal.raise_signal(signal.SIGTERM)
+print("never")
+"""
+    app = write_app(tmp_path / "app", source)
+    plain = subprocess.run([PYTHON, str(app)], capture_output=True, check=False)
+    assert plain.returncode == -15 and plain.stdout == b"total True\n"
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert (rec.proc.returncode, rec.proc.stdout) == (143, plain.stdout), rec.proc.stderr
+    receipt = assert_bit_exact(*replay(keys, tmp_path / "rec"))
+    assert receipt["exit_status"] == {"recorded": 143, "replayed": 143}
+    for checkpoints in ((), ("--checkpoint-every", "50")):
+        doc = trace_json(tmp_path / "rec", keys, "end", "total", *checkpoints)
+        assert doc["root"]["line"] == 3  # total = ...
+        assert doc["query"]["stopped_at"]["line"] == 6  # the end: the signal raised
+        calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
+        assert "time.time" in calls, calls
+
+
 def test_sigterm_reaches_the_program(tmp_path: Path, keys: KeyFiles) -> None:
     app = write_app(
         tmp_path / "app",
