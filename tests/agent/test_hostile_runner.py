@@ -162,8 +162,10 @@ def test_a_hostile_runner_is_killed_at_its_first_bad_frame(
     with pytest.raises(SandboxError, match=why) as failure:
         session.stats()
     assert failure.value.exit_code == 5
-    # Killed at once: a container's PID 1 ignores SIGTERM, so a polite stop would take 10 s.
-    assert time.monotonic() - started < TIMEOUT + 3
+    # Killed at once: a container's PID 1 ignores SIGTERM, so a polite stop would take 10 s
+    # more. The bound stays under that with room for a loaded machine (a CI run took 6.04 s
+    # against a bound of TIMEOUT + 3 while other tests ran beside it).
+    assert time.monotonic() - started < TIMEOUT + 7
     assert place.running(transport) == []  # killed (a container: removed)
     assert not transport.directory.exists()  # its pipes are gone
     with pytest.raises(SandboxError, match="closed"):
