@@ -38,6 +38,7 @@ from ._runtime import (
     OWN_DIRECTORIES,
     RecordRuntime,
     _report_stderr,
+    given_and_resolved,
     interpreter_trees,
     path_under,
     record_runtime,
@@ -97,12 +98,7 @@ def installed_manifest() -> list[list[str]]:
 
 def passthrough_prefixes() -> list[str]:
     """The interpreter's own trees: files there come with the replay image, not the recording."""
-    seen = interpreter_trees()
-    for path in OWN_DIRECTORIES:
-        for p in (os.path.abspath(path), os.path.realpath(path)):
-            if p not in seen:
-                seen.append(p)
-    return seen
+    return given_and_resolved(OWN_DIRECTORIES, interpreter_trees())
 
 
 def forget_distribution_lookups() -> None:

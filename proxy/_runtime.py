@@ -251,14 +251,20 @@ def interpreter_trees() -> list[str]:
         paths = sysconfig.get_paths()
         candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
         candidates += [*site.getsitepackages(), site.getusersitepackages()]
-        seen: list[str] = []
-        for path in candidates:
-            if path:
-                for p in (os.path.abspath(path), os.path.realpath(path)):
-                    if p not in seen:
-                        seen.append(p)
-        _TREES = tuple(seen)
+        _TREES = tuple(given_and_resolved(candidates))
     return list(_TREES)
+
+
+def given_and_resolved(paths: Iterable[str | None], seen: list[str] | None = None) -> list[str]:
+    """Each path absolute as given and with its links resolved, once each, in order, after
+    `seen` (extended in place); empty ones skipped."""
+    seen = [] if seen is None else seen
+    for path in paths:
+        if path:
+            for p in (os.path.abspath(path), os.path.realpath(path)):
+                if p not in seen:
+                    seen.append(p)
+    return seen
 
 
 _TREES: tuple[str, ...] | None = None

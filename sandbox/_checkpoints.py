@@ -11,7 +11,7 @@ for the next question. Past `cap` checkpoints, every other one is dropped and th
 doubles, so the copies stay spread over the whole run.
 
 The session side (CheckpointedReplay) starts the serve pass, collects the checkpoints as they
-arrive (a thread reads the control socket while the pass runs), and
+arrive (a thread reads the control socket from the start), and
 sends each question to the latest checkpoint at or before the counter it starts from.
 
 Messages on every socket are a 4-byte big-endian length and a JSON document.
@@ -237,15 +237,11 @@ class CheckpointedReplay:
         self.checkpoints: dict[int, Socket] = {}
         self.pids: dict[int, int] = {}
         self.first: int | None = None  # the checkpoint before the program's first instruction
-        self._lock = threading.Lock()
-        self._collector: threading.Thread | None = None
         self._broken: BaseException | None = None
-
-    def start_collecting(self) -> None:
-        """Before the serve pass starts: take its messages as they come. A long run sends
-        more of them (checkpoints, then the ones thinning dropped) than the control socket
-        holds; read only after the pass, the pass would block on a full socket while the
-        session waited for it to end."""
+        # A long run sends more messages (checkpoints, then the ones thinning dropped) than
+        # the control socket holds: they are taken as they come, from the start. Read only
+        # after the serve pass, the pass would block on a full socket while the session
+        # waited for it to end.
         self._collector = threading.Thread(
             target=self._collect, name="sealtrace-checkpoints", daemon=True
         )
@@ -263,30 +259,25 @@ class CheckpointedReplay:
             self._broken = exc
 
     def _take(self, message: dict[str, Any], fds: list[int]) -> None:
-        with self._lock:
-            if "checkpoint" in message:
-                counter = int(message["checkpoint"])
-                if self.first is None:
-                    self.first = counter
-                self.checkpoints[counter] = Socket(fileno=fds[0])
-                self.pids[counter] = int(message["pid"])
-            elif "dropped" in message:
-                self.pids.pop(int(message["dropped"]), None)
-                dropped = self.checkpoints.pop(int(message["dropped"]), None)
-                if dropped is not None:
-                    dropped.close()
+        if "checkpoint" in message:
+            counter = int(message["checkpoint"])
+            if self.first is None:
+                self.first = counter
+            self.checkpoints[counter] = Socket(fileno=fds[0])
+            self.pids[counter] = int(message["pid"])
+        elif "dropped" in message:
+            self.pids.pop(int(message["dropped"]), None)
+            dropped = self.checkpoints.pop(int(message["dropped"]), None)
+            if dropped is not None:
+                dropped.close()
 
     def collect(self) -> None:
         """After the serve pass has ended: every checkpoint it left. Its end of the control
         socket closed with it; closing ours ends the messages."""
         self.child_end.close()
-        if self._collector is None:
-            self.start_collecting()
-        assert self._collector is not None
         self._collector.join(self.timeout)
         if self._collector.is_alive():
             raise TimeoutError("the serve pass's checkpoints did not arrive")
-        self._collector = None
         if self._broken is not None:
             raise ValueError(f"a checkpoint message broke: {self._broken}")
         self.control.close()
@@ -314,7 +305,11 @@ class CheckpointedReplay:
 
     def close(self) -> None:
         """End every checkpoint: each leaves when its socket closes; any still there after a
-        grace period is killed."""
+        grace period is killed. Messages still coming (the serve pass failed) stop first."""
+        self.child_end.close()
+        with contextlib.suppress(OSError):  # (already closed once collected)
+            self.control.shutdown(_socket.SHUT_RDWR)
+        self._collector.join(5.0)
         for sock in self.checkpoints.values():
             sock.close()
         self.checkpoints.clear()
@@ -326,13 +321,4 @@ class CheckpointedReplay:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, 9)
         self.pids.clear()
-        self.child_end.close()
-        if self._collector is not None:  # the serve pass failed: stop taking its messages
-            with contextlib.suppress(OSError):
-                self.control.shutdown(_socket.SHUT_RDWR)
-            self._collector.join(5.0)
-            self._collector = None
-            for sock in self.checkpoints.values():  # any that came in meanwhile
-                sock.close()
-            self.checkpoints.clear()
         self.control.close()

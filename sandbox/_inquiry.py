@@ -154,7 +154,6 @@ class Inquiry:
             if self.digest_key is not None:
                 query["digest_key"] = self.digest_key.hex()
             try:
-                server.start_collecting()
                 receipt = replay(
                     self.data, self.meta, timeout=self.timeout, query=query, pass_fds=(fd,)
                 )
