@@ -97,6 +97,7 @@ class Socket:
 
     _rt: Runtime
     _plain: Any  # the installed socket.socket proxy class, for accepted and dup'ed sockets
+    _served: Any  # the class of accepted sockets: _plain, or its subclass that indexes requests
 
     def __init__(
         self,
@@ -226,7 +227,7 @@ class Socket:
             return _info(conn), address
 
         info, address = self._call("accept", (), accept)
-        conn = self._plain._adopt(info, holder[0] if holder else None)
+        conn = self._served._adopt(info, holder[0] if holder else None)
         if self._timeout is None and socket_module.getdefaulttimeout() is None:
             conn._timeout = None
         return conn, address
@@ -543,6 +544,7 @@ def install_socket(rt: Runtime, patcher: Patcher) -> None:
     namespace = {"_rt": rt, "__module__": "socket", **native_methods(rt, Socket, _HOT)}
     proxy: Any = type("socket", proxy_bases(rt, Socket, "SocketState"), namespace)
     proxy._plain = proxy
+    proxy._served = _served_class(rt, proxy)
 
     def socketpair(*args: Any) -> tuple[Socket, Socket]:
         holder: list[Any] = []
@@ -565,6 +567,84 @@ def install_socket(rt: Runtime, patcher: Patcher) -> None:
     )
 
 
+def _served_class(rt: Runtime, proxy: Any) -> Any:
+    """The class of the sockets accept() returns: when the runtime keeps a request index (it
+    records), a subclass of the socket proxy whose reads, sends and close also feed that
+    connection's Exchange (_requests.py); the proxy itself otherwise (replay, where the index
+    is read from the recording). Its methods call the proxy's own, so every event is recorded
+    exactly as on any socket."""
+    index = getattr(rt, "requests", None)
+    if index is None:
+        return proxy
+    base_recv, base_recv_into, base_send, base_sendall = (
+        proxy.recv,
+        proxy.recv_into,
+        proxy.send,
+        proxy.sendall,
+    )
+    base_close, base_shutdown, base_detach = proxy.close, proxy.shutdown, proxy.detach
+
+    def _adopt(cls: Any, info: tuple[int, int, int, int], real: Any) -> Any:
+        sock = proxy._adopt.__func__(cls, info, real)
+        sock._exchange = index.exchange()
+        return sock
+
+    def recv(self: Any, bufsize: int, flags: int = 0) -> bytes:
+        first = index.events()
+        data: bytes = base_recv(self, bufsize, flags)
+        self._exchange.received(data, first)
+        return data
+
+    def recv_into(self: Any, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        first = index.events()
+        n: int = base_recv_into(self, buffer, nbytes, flags)
+        if n:
+            self._exchange.received(memoryview(buffer).cast("B")[:n], first)
+        return n
+
+    def send(self: Any, data: Any, flags: int = 0) -> int:
+        sent: int = base_send(self, data, flags)
+        self._exchange.sent(data, index.events())
+        return sent
+
+    def sendall(self: Any, data: Any, flags: int = 0) -> None:
+        base_sendall(self, data, flags)
+        self._exchange.sent(data, index.events())
+
+    def close(self: Any) -> None:
+        base_close(self)
+        if self._fd < 0:
+            self._exchange.closed()
+
+    def shutdown(self: Any, how: int) -> None:
+        base_shutdown(self, how)
+        if how != socket_module.SHUT_RD:
+            self._exchange.closed()
+
+    def detach(self: Any) -> int:
+        fd: int = base_detach(self)
+        self._exchange.closed()
+        return fd
+
+    methods = {
+        "recv": recv,
+        "recv_into": recv_into,
+        "send": send,
+        "sendall": sendall,
+        "close": close,
+        "shutdown": shutdown,
+        "detach": detach,
+    }
+    for name, method in methods.items():
+        method.__qualname__ = f"socket.{name}"
+        method.__doc__ = getattr(_BaseSocket, name).__doc__
+    served: Any = type(
+        "socket", (proxy,), {"__module__": "socket", "_adopt": classmethod(_adopt), **methods}
+    )
+    served._served = served
+    return served
+
+
 def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
     def wrapper(*args: Any) -> Any:
         return rt.call(name, args, lambda: fn(*args))
@@ -574,7 +654,11 @@ def _wrap(rt: Runtime, name: str, fn: Any) -> Any:
 
 def install_ssl(rt: Runtime, patcher: Patcher) -> None:
     plain = socket_module.socket if issubclass(socket_module.socket, Socket) else None
-    proxy: Any = type("SSLSocket", (SSLSocket,), {"_rt": rt, "_plain": plain, "__module__": "ssl"})
+    proxy: Any = type(
+        "SSLSocket",
+        (SSLSocket,),
+        {"_rt": rt, "_plain": plain, "_served": plain, "__module__": "ssl"},
+    )
     base_wrap = ssl.SSLContext.wrap_socket
 
     def wrap_socket(

@@ -44,6 +44,7 @@ from ._codec import (
     has_extension,
     varint,
 )
+from ._requests import RequestIndex
 from ._store import BytesLike
 from ._stream import (
     ARGS_DIGEST_SIZE,
@@ -53,6 +54,7 @@ from ._stream import (
     NAME,
     NOTE,
     OUTPUT,
+    REQUEST,
     STATUS_RAISED,
     STATUS_RETURNED,
     STOP,
@@ -397,6 +399,8 @@ class RecordRuntime:
         self.active = True
         self.outcome: str | None = None  # None while recording; why it ended otherwise
         self._oids = 0  # object ids handed out, all threads together (for reports)
+        self.requests = RequestIndex(self)  # fed by the sockets accept() returns
+        self.requests_recorded = 0
         # A call is recorded when made on a recorded thread outside another boundary call:
         # the thread that installed the recorder is thread 0.
         self.enter_thread(0)
@@ -493,6 +497,11 @@ class RecordRuntime:
     def note(self, what: str, detail: str) -> None:
         if self.active:
             self.record_value(NOTE, {"what": what, "detail": detail})
+
+    def record_request(self, fields: dict[str, Any]) -> None:
+        """One REQUEST record (see _requests.py); nothing once the recording has ended."""
+        if self.active and self.record_value(REQUEST, fields):
+            self.requests_recorded += 1
 
     # -- records ------------------------------------------------------------------------------
 
@@ -617,6 +626,7 @@ class RecordRuntime:
         """End the recording early but cleanly: what was recorded stays replayable."""
         if not self.active:
             return
+        self.requests.close()
         if not self.record_value(STOP, {"reason": reason, "where": where, "events": self.events}):
             return
         self._end()
@@ -637,6 +647,7 @@ class RecordRuntime:
     def finish(self, status: int | None, exception: str | None = None) -> None:
         if not self.active:
             return
+        self.requests.close()
         summary = {"status": status, "exception": exception, "events": self.events}
 
         def exit_record(digest: bytes) -> bytes:

@@ -15,6 +15,9 @@
     EXIT    encoded dict: the application's exit status, event count, stream digest
     THREAD  varint: the recorded thread (0 the main one, then in the order they were started)
             that made the CALL/OUTPUT records after it, until the next THREAD
+    REQUEST encoded dict: one HTTP/1.x request the program served, written when it ended
+            (method, path, status, first and last event, start, duration, thread,
+            complete; see _requests.py). Replay does not serve it: it is the request index
 
 Invariants:
 1. META is the first record; EXIT, when present, is the last.
@@ -26,6 +29,8 @@ Invariants:
    index is given by the `thread.spawn` event its starter made (an index never used before),
    and a thread's CALL/OUTPUT records all follow that event.
 5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes).
+   REQUEST records are inside it like any other: the index cannot be changed apart from
+   the recording.
 6. Values are decoded only when served, so exception classes resolve against the modules the
    replaying application has loaded by then.
 
@@ -49,6 +54,7 @@ __all__ = [
     "STREAM_VERSION",
     "Event",
     "ParsedStream",
+    "Request",
     "SourceFile",
     "parse_stream",
     "read_meta",
@@ -56,11 +62,11 @@ __all__ = [
 ]
 
 MAGIC = b"STRACEv\x00"
-STREAM_VERSION = 2  # 2: THREAD records (a version 1 stream is one thread's, and still read)
-READ_VERSIONS = (1, 2)
+STREAM_VERSION = 3  # 2: THREAD records (a version 1 stream is one thread's); 3: REQUEST
+READ_VERSIONS = (1, 2, 3)
 ARGS_DIGEST_SIZE = 16
 
-META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD, REQUEST = range(1, 12)
 MAX_THREADS = 1 << 20  # a THREAD index beyond this is malformed
 KIND_NAMES = {
     META: "META",
@@ -73,6 +79,7 @@ KIND_NAMES = {
     STOP: "STOP",
     EXIT: "EXIT",
     THREAD: "THREAD",
+    REQUEST: "REQUEST",
 }
 
 STATUS_RETURNED, STATUS_RAISED = 0, 1
@@ -107,6 +114,51 @@ class Event:
     thread: int = 0  # the recorded thread that made the call
 
 
+@dataclass(frozen=True)
+class Request:
+    """One entry of the request index (a REQUEST record, checked)."""
+
+    method: str
+    path: str
+    status: int | None
+    first: int  # event indices: the request's events lie within first..last
+    last: int
+    started: float  # Unix seconds
+    duration: float  # seconds
+    thread: int
+    complete: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _request(fields: dict[str, Any], events: int, start: int) -> Request:
+    """A REQUEST record's fields, checked: right types, and events already recorded."""
+    types: dict[str, type | tuple[type, ...]] = {
+        "method": str,
+        "path": str,
+        "status": (int, type(None)),
+        "first": int,
+        "last": int,
+        "started": float,
+        "duration": float,
+        "thread": int,
+        "complete": bool,
+    }
+    if set(fields) != set(types) or not all(
+        isinstance(fields[k], t) and not (t is int and isinstance(fields[k], bool))
+        for k, t in types.items()
+    ):
+        raise CodecError(f"malformed REQUEST record at byte {start}")
+    if not 0 <= fields["first"] <= fields["last"] or fields["last"] > max(events - 1, 0):
+        raise CodecError(f"REQUEST record at byte {start} names events not recorded before it")
+    if not 0 <= fields["thread"] < MAX_THREADS or len(fields["method"]) > 32:
+        raise CodecError(f"malformed REQUEST record at byte {start}")
+    if len(fields["path"]) > 2048 or fields["duration"] < 0:
+        raise CodecError(f"malformed REQUEST record at byte {start}")
+    return Request(**fields)
+
+
 @dataclass
 class ParsedStream:
     meta: dict[str, Any]
@@ -114,12 +166,23 @@ class ParsedStream:
     sources: dict[str, SourceFile] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)  # in the order they ended
     stop: dict[str, Any] | None = None
     exit: dict[str, Any] | None = None
     digest: bytes = b""
     texts: dict[bytes, str] = field(default_factory=dict, repr=False)  # blob -> its one str
     threads: int = 1  # how many threads the stream names (the highest index, plus one)
     thread: int = field(default=0, repr=False)  # while parsing: the last THREAD's index
+    version: int = STREAM_VERSION
+
+    @property
+    def indexes_requests(self) -> bool:
+        """Whether the recorder kept a request index (stream version 3 on)."""
+        return self.version >= 3
+
+    def request_index(self) -> list[Request]:
+        """The requests in the order they began; request N is the Nth (from 1)."""
+        return sorted(self.requests, key=lambda r: (r.first, r.started, r.last))
 
     def decode(self, event: Event) -> Any:
         return decode_value(event.value, self.blobs, texts=self.texts)
@@ -139,6 +202,10 @@ def _records(data: bytes) -> Decoder:
     reader = Decoder(memoryview(data))
     reader.pos = len(prefix)
     return reader
+
+
+def _version(data: bytes) -> int:
+    return int.from_bytes(data[len(MAGIC) : len(MAGIC) + 2], "little")
 
 
 def _next_record(reader: Decoder, view: memoryview) -> tuple[int, int, memoryview]:
@@ -193,7 +260,7 @@ def _parse_stream(data: bytes) -> ParsedStream:
     while reader.pos < len(view):
         start, kind, body = _next_record(reader, view)
         if parsed is None:
-            parsed = ParsedStream(meta=_meta(kind, body))
+            parsed = ParsedStream(meta=_meta(kind, body), version=_version(data))
         elif parsed.exit is not None:
             raise CodecError("records follow EXIT")
         elif kind == EXIT:
@@ -248,6 +315,8 @@ def _parse_record(
         parsed.notes.append(_mapping(body, "NOTE"))
     elif kind == STOP:
         parsed.stop = _mapping(body, "STOP")
+    elif kind == REQUEST:
+        parsed.requests.append(_request(_mapping(body, "REQUEST"), len(parsed.events), start))
     elif kind == THREAD:
         dec = Decoder(body)
         index = dec.varint()

@@ -32,6 +32,8 @@ import os
 import struct
 import threading
 import time
+from _thread import _count as _thread_count
+from _thread import get_ident as _thread_ident
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -110,6 +112,22 @@ def receive(sock: Socket) -> tuple[dict[str, Any], list[int]]:
 # -- inside the replaying process -----------------------------------------------------------
 
 
+# A checkpoint is a fork, and a fork keeps only the thread that made it: one taken while the
+# program has other threads would lose them, and a question forked from it would wait for
+# them forever. A checkpoint falls due only while the program runs on one thread; one that
+# falls due while others live is taken at the first check (every _RETRY instructions) that
+# finds them gone. A program that always has several threads (a worker pool) gets no
+# checkpoint past the first, and its questions replay from the start.
+_RETRY = 1024
+_main_ident = threading.main_thread().ident
+
+
+def _alone() -> bool:
+    """Whether the calling thread is the program's only one (the replay runs no thread of
+    its own beside the program's)."""
+    return _thread_count() == 0 and _thread_ident() == _main_ident
+
+
 class Checkpoints:
     """The runner's side: takes checkpoints; a checkpoint serves questions by forking."""
 
@@ -141,7 +159,16 @@ class Checkpoints:
             self.engine.every(self.interval, self._tick)
 
     def _tick(self, frame: Any, counter: int) -> None:
-        if counter % self.interval == 0:
+        if counter % self.interval:
+            return
+        if _alone():
+            self._take(counter)
+        else:  # take it as soon as the program's other threads have ended
+            self.engine.every(_RETRY, self._retry)
+
+    def _retry(self, frame: Any, counter: int) -> None:
+        if _alone():
+            self.engine.every(self.interval, self._tick)
             self._take(counter)
 
     def _take(self, counter: int) -> bool:

@@ -23,7 +23,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sealtrace.proxy.format import ParsedStream
+from sealtrace.proxy.format import ParsedStream, Request
 
 from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
@@ -150,6 +150,7 @@ class Inquiry:
                 "control_fd": fd,
                 "interval": self.policy.interval,
                 "cap": self.policy.cap,
+                "marks": self._marks(),
             }
             if self.digest_key is not None:
                 query["digest_key"] = self.digest_key.hex()
@@ -175,9 +176,48 @@ class Inquiry:
             if self.policy is not None:
                 self._checkpointed()
             else:
-                self._survey = self.run({"kind": "survey"})
+                self._survey = self.run({"kind": "survey", "marks": self._marks()})
         assert self._survey is not None
         return self._survey
+
+    def _marks(self) -> list[int]:
+        """The events whose instruction a survey notes: where each indexed request begins
+        and ends."""
+        return sorted({e for r in self.parsed.requests for e in self._ends(r)})
+
+    def _ends(self, request: Request) -> tuple[int, int]:
+        """The request's own first and last events: its thread's first read and last send
+        within the span the index gives (which other threads' events may open or close)."""
+        span = self.parsed.events[request.first : request.last + 1]
+        mine = [e for e in span if e.thread == request.thread]
+        reads = [e.index for e in mine if e.callee.startswith("socket.recv")]
+        sends = [e.index for e in mine if e.data is not None and e.callee.startswith("socket.send")]
+        return (reads[0] if reads else request.first), (sends[-1] if sends else request.last)
+
+    def _request(self, number: int) -> tuple[list[int], list[int]]:
+        """Where request `number` (from 1, in the order `sealtrace requests` lists them)
+        begins and ends: [instructions run so far, the instruction making the call] at its
+        first and at its last event."""
+        index = self.parsed.request_index()
+        if not self.parsed.indexes_requests:
+            raise QueryError("this recording keeps no request index (an older recorder made it)")
+        if not 1 <= number <= len(index):
+            raise QueryError(
+                f"request:{number}: the run served {len(index)} indexed request"
+                + ("" if len(index) == 1 else "s")
+            )
+        begins, ends = self._ends(index[number - 1])
+        marks = {int(e): [int(c), int(i)] for e, c, i in self.survey().get("marks") or ()}
+        first, last = marks.get(begins), marks.get(ends)
+        if first is None or last is None or not last[1]:
+            raise QueryError(f"request:{number} was not reached by the replay")
+        return first, last
+
+    def request_counters(self, number: int) -> tuple[int, int]:
+        """The instructions request `number` spans: the counter at its first event and at
+        its last."""
+        first, last = self._request(number)
+        return first[0], last[0]
 
     # -- locations ------------------------------------------------------------------------
 
@@ -198,6 +238,8 @@ class Inquiry:
             if not counter:
                 raise QueryError(_NO_STOP[at.special])
             return {"counter": counter}
+        if at.request is not None:
+            return {"counter": self._request(at.request)[1][1]}
         if at.counter is not None:
             return {"counter": at.counter}
         if at.function is not None:

@@ -349,6 +349,8 @@ class Provenance:
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
         self.last_output = 0  # the counter of the instruction whose call wrote the last output
+        self.marks = {int(e) for e in query.get("marks", ())}  # events whose counter to note
+        self.marked: dict[int, tuple[int, int]] = {}
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
         self._last: tuple[Any, str, Any] | None = None
@@ -383,6 +385,10 @@ class Provenance:
             current = engine.current()
             if output and self.kind in ("survey", "serve"):
                 self.last_output = current
+            if index in self.marks and self.kind in ("survey", "serve"):
+                # The instructions run so far, and the one whose call this is (0 for a
+                # thread's event before its first traced instruction).
+                self.marked.setdefault(index, (engine.counter, current))
             if self.kind == "capture" and current in self.wanted:
                 self.events_by_counter.setdefault(current, []).append((index, callee, brought))
             elif self.kind == "flows":
@@ -482,6 +488,7 @@ class Provenance:
                 end=engine.end_counter,
                 crash=engine.crash_counter,
                 output=self.last_output,
+                marks=[[e, *m] for e, m in sorted(self.marked.items())],
                 exception=self.uncaught,
                 stop=self.stop,
             )

@@ -107,6 +107,45 @@ def replay(
     raise_for(receipt)
 
 
+@guarded
+def requests(
+    location: LocationArg,
+    identity: IdentityOpt,
+    run_id: RunIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the HTTP requests the recorded run served (its request index), in the order they
+    began: method, path, status, duration and the events each spans. Reads the recording and
+    replays nothing; `--at request:N` then asks about request N.
+
+    Exit 4 if the recording cannot be trusted (or is incomplete).
+    """
+    _data, parsed = load_recording(location, Identity.load(identity), run_id)
+    index = parsed.request_index()
+    if as_json:
+        doc = {
+            "indexed": parsed.indexes_requests,
+            "count": len(index),
+            "requests": [{"number": n, **r.as_dict()} for n, r in enumerate(index, 1)],
+        }
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    if not parsed.indexes_requests:
+        typer.echo("this recording keeps no request index (it was made by an older recorder)")
+        return
+    if not index:
+        typer.echo("the run served no HTTP requests")
+        return
+    typer.echo(f"{'#':>5}  {'method':<7} {'status':>6} {'duration':>10}  {'events':<15} path")
+    for n, r in enumerate(index, 1):
+        status = "-" if r.status is None else str(r.status)
+        duration = f"{r.duration * 1000:.1f} ms"
+        flag = "" if r.complete else "  (still open when the recording ended)"
+        events = f"{r.first}-{r.last}"
+        line = f"{n:>5}  {r.method:<7} {status:>6} {duration:>10}  {events:<15} {r.path!r}"
+        typer.echo(line + flag)
+
+
 def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
     """The answerer in the sandbox, from the installed sandbox client (sealtrace.agent, found
     through the `sealtrace.sandbox_client` entry point: this package never imports it). The
@@ -217,6 +256,7 @@ def inspect_stack(
 
 def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
+    app.command("requests")(requests)
     app.command("trace")(trace)
     app.command("flows")(flows)
     app.command("inspect-stack")(inspect_stack)

@@ -85,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -155,6 +155,7 @@ class Stop(enum.IntEnum):
     EVENT = 5
     RETURN = 6  # a function's return (before its RETURN_VALUE), named in the request's text
     OUTPUT = 7  # before the instruction whose call wrote the run's last output
+    REQUEST = 8  # before the call that sent the last bytes of request `ival` of the index
 
 
 class ReplayStatus(enum.IntEnum):
@@ -527,6 +528,8 @@ def _stop(request: Frame, at: At, sources: list[str]) -> Frame:
         return replace(request, e=Stop.END)
     if at.special == "output":
         return replace(request, e=Stop.OUTPUT)
+    if at.request is not None:
+        return replace(request, e=Stop.REQUEST, ival=at.request)
     if at.counter is not None:
         return replace(request, e=Stop.COUNTER, a=at.counter)
     source = NO_SOURCE  # a return stop without a file: the runner finds the one that has it
@@ -555,6 +558,8 @@ def _at_text(request: Frame, sources: list[str], function: str = "") -> str:
     if kind is Stop.OUTPUT:
         return "output"
     hit = max(1, request.ival)
+    if kind is Stop.REQUEST:
+        return f"request:{hit}"
     if kind is Stop.RETURN and request.c == NO_SOURCE:
         return f"return:{function}#{hit}"
     if kind is Stop.EVENT or request.c >= len(sources):

@@ -86,7 +86,10 @@ def _text(limit: int, help: str, json_name: str | None = None) -> dict[str, Any]
 
 def _at() -> Any:
     """Where a question stops the run (a trace's or a stack's `at`)."""
-    help = "FILE:LINE[#HIT], return:[FILE:]FUNC[#N], an instruction counter, crash, output or end"
+    help = (
+        "FILE:LINE[#HIT], return:[FILE:]FUNC[#N], an instruction counter, request:N, crash, "
+        "output or end"
+    )
     return field(default="crash", metadata=_text(MAX_LOCATION, help))
 
 
@@ -349,8 +352,10 @@ _RETURN = re.compile(r"^return:(?:(?P<file>.+):)?(?P<function>[^:#]*)(?:#(?P<hit
 # FILE:FUNC without `return:`: a form people try, refused with the one that works.
 _FILE_FUNCTION = re.compile(r"^(?P<file>.+):(?P<function>[^\W\d][\w.<>]*)(?:#\d+)?$")
 _AT_FORMS = (
-    "FILE:LINE[#HIT], return:FUNC[#N], return:FILE:FUNC[#N], a counter, crash, output or end"
+    "FILE:LINE[#HIT], return:FUNC[#N], return:FILE:FUNC[#N], a counter, request:N, crash, "
+    "output or end"
 )
+_REQUEST = re.compile(r"^request:(?P<number>\d+)$")
 # Where a run stops that its survey names: its crash, where it wrote its last output (before
 # the instruction whose call wrote it), its main module's last instruction.
 SPECIAL_STOPS = ("crash", "output", "end")
@@ -359,8 +364,9 @@ SPECIAL_STOPS = ("crash", "output", "end")
 @dataclass(frozen=True)
 class At:
     """Where a query stops: before a counter, a line's Nth execution, a function's Nth
-    return (`function`: before its RETURN_VALUE, with its frame whole), the crash, the last
-    output or the end."""
+    return (`function`: before its RETURN_VALUE, with its frame whole), the call that sent
+    the last bytes of the Nth request of the run's request index (`request`), the crash, the
+    last output or the end."""
 
     text: str
     counter: int | None = None
@@ -369,6 +375,7 @@ class At:
     hit: int = 1
     special: str | None = None
     function: str | None = None
+    request: int | None = None
 
 
 def parse_at(text: str) -> At:
@@ -379,6 +386,14 @@ def parse_at(text: str) -> At:
         if int(text) < 1:
             raise QueryError("instruction counters start at 1")
         return At(text, counter=int(text))
+    if text.startswith("request:"):
+        q = _REQUEST.match(text)
+        if q is None or int(q["number"]) < 1:
+            raise QueryError(
+                f"--at {text!r}: expected request:N, N a request's number from `sealtrace "
+                "requests` (from 1)"
+            )
+        return At(text, request=int(q["number"]))
     if text.startswith("return:"):
         r = _RETURN.match(text)
         if r is None or not _FUNCTION.match(r["function"]):

@@ -43,7 +43,7 @@ from .._store import (
     StoredObject,
     open_store,
 )
-from .._stream import Event, ParsedStream, SourceFile, parse_stream, read_meta
+from .._stream import Event, ParsedStream, Request, SourceFile, parse_stream, read_meta
 from .._writer import SealedWriter
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "RecordingSink",
     "RecordingSource",
     "RecordingStatus",
+    "Request",
     "SealedReader",
     "SealedWriter",
     "Secret",

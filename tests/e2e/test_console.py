@@ -178,7 +178,7 @@ def test_the_story_in_the_console(
     assert run_id in browser.text() and crashed_run not in browser.text()
     browser.find(f'a[href="/console/runs/{run_id}"]').click()
     browser.at(f"/console/runs/{run_id}")
-    assert "The request index is not recorded for this run" in browser.text()
+    assert "The console does not show this run's request index yet" in browser.text()
     browser.shot("run")
 
     # Open a session: the page follows the boot, then lands where the run wrote its response.

@@ -84,6 +84,7 @@ FORMAT_EXPORTED = [
     "ParsedStream",
     "RECORDING_KEY_SIZE",
     "Recipient",
+    "Request",
     "RecordingSink",
     "RecordingSource",
     "RecordingStatus",

@@ -200,7 +200,9 @@ def test_an_event_stream_is_unchanged(implementation: str) -> None:
     rt.finish(0)
     assert pipeline.close(10) is None
     stream = bytearray(writer.data)
-    assert stream[VERSION_AT] == STREAM_VERSION.to_bytes(2, "little") == b"\x02\x00"
+    assert (
+        stream[VERSION_AT] == STREAM_VERSION.to_bytes(2, "little") == b"\x03\x00"
+    )  # 3: REQUEST records (none here)
     stream[VERSION_AT] = (1).to_bytes(2, "little")
     assert (hashlib.sha256(stream).hexdigest(), len(stream)) == EXPECTED_STREAM
     parsed = parse_stream(stream)

@@ -1,0 +1,305 @@
+"""A recorded server keeps a request index as it serves (issue 23, item 5): each HTTP/1.x
+request's method, path, status, duration and the events it spans, for any framework, with no
+configuration; `sealtrace requests` lists it and `--at request:N` asks about one request."""
+
+from __future__ import annotations
+
+import ast
+import http.client
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace.sandbox._checkpoints import CheckpointPolicy
+from sealtrace.sandbox._errors import QueryError
+from sealtrace.sandbox._inquiry import Inquiry
+from sealtrace.sandbox._replay_process import load_recording
+from sealtrace.sandbox.questions import Trace
+
+from ..conftest import KeyFiles, run_cli
+from .replaying import (
+    PYTHON,
+    assert_bit_exact,
+    promotions_database,
+    recorded_server,
+    replay,
+    trace_json,
+    walk,
+    write_app,
+)
+from .test_threads import ASGI
+
+pytestmark = pytest.mark.integration
+
+SHOP = """
+import threading
+
+from flask import Flask, jsonify, request
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+app = Flask(__name__)
+
+
+@app.post("/price")
+def price():
+    body = request.get_json()
+    total = round(body["qty"] * body["unit"] * (1 - body.get("discount", 0)), 2)
+    return jsonify({"total": total})
+
+
+@app.get("/item/<int:number>")
+def item(number):
+    return jsonify({"item": number, "token": request.args.get("token", "")[:0]})
+
+
+@app.get("/stop")
+def stop():
+    threading.Thread(target=server.shutdown).start()
+    return "bye"
+
+
+WSGIRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive: several requests a connection
+server = make_server("127.0.0.1", 0, app, threaded=True)
+print(server.server_port, flush=True)
+server.serve_forever()
+"""
+
+
+def requests_json(store: Path, keys: KeyFiles) -> dict[str, Any]:
+    proc = run_cli("requests", str(store), "--identity", str(keys.identity_path), "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def _post(port: int, qty: int) -> float:
+    body = json.dumps({"qty": qty, "unit": 9.99, "discount": 0.1 * (qty % 3)}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/price", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310 - loopback
+        return float(json.loads(reply.read())["total"])
+
+
+@dataclass
+class Shop:
+    store: Path
+    began: float
+    ended: float
+    statuses: list[int]
+    totals: list[float]
+
+
+def record_shop(tmp_path: Path, keys: KeyFiles) -> Shop:
+    """The Flask shop recorded on werkzeug's threaded server: six concurrent orders, then
+    three requests one after another (one a 404), then /stop."""
+    app = write_app(tmp_path / "shop", SHOP)
+    store = tmp_path / "rec"
+    began = time.time()
+    totals: list[float] = []
+    with recorded_server(keys, store, [PYTHON, str(app)]) as (recorder, port):
+        clients = [
+            threading.Thread(target=lambda q=q: totals.append(_post(port, q))) for q in range(1, 7)
+        ]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        statuses = []
+        for target in ("/item/1?token=s3cret", "/item/2", "/missing"):  # one after another
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            connection.request("GET", target)
+            reply = connection.getresponse()
+            reply.read()
+            statuses.append(reply.status)
+            connection.close()
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/stop", timeout=60).read()
+        _out, err = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, err.decode()
+    return Shop(store, began, time.time(), statuses, totals)
+
+
+def test_a_threaded_flask_server_indexes_every_request_it_served(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    shop = record_shop(tmp_path, keys)
+    store, began, ended = shop.store, shop.began, shop.ended
+    assert shop.statuses == [200, 200, 404]
+
+    doc = requests_json(store, keys)
+    index = doc["requests"]
+    assert doc["indexed"] is True and doc["count"] == len(index) == 10
+    seen = sorted((r["method"], r["path"], r["status"]) for r in index if r["path"] != "/stop")
+    assert seen == sorted(
+        [("POST", "/price", 200)] * 6
+        + [("GET", "/item/1", 200), ("GET", "/item/2", 200), ("GET", "/missing", 404)]
+    )
+    # /stop's handler thread (a daemon) may answer after the main thread has ended the
+    # recording: then the index says the request was still open, with no status.
+    (stop,) = (r for r in index if r["path"] == "/stop")
+    assert (stop["status"], stop["complete"]) in ((200, True), (None, False))
+    assert "s3cret" not in json.dumps(doc)  # the query string is never kept
+    assert [r["number"] for r in index] == list(range(1, 11))
+    assert [r["first"] for r in index] == sorted(r["first"] for r in index)
+
+    _data, parsed = load_recording(str(store), keys.identity)
+    events = parsed.events
+    for r in index:
+        if r is stop:
+            continue
+        assert r["complete"] is True
+        assert began <= r["started"] <= r["started"] + r["duration"] <= ended
+        span = events[r["first"] : r["last"] + 1]
+        # The read that brought its request line, and the send of its status line, lie in
+        # the span it names (other threads' events may lie there too).
+        line = f"{r['method']} {r['path']}".encode()
+        assert any(
+            e.callee.startswith("socket.recv") and line in (parsed.decode(e) or b"") for e in span
+        ), r
+        status = f"HTTP/1.1 {r['status']} ".encode()
+        assert any(e.data is not None and e.data.startswith(status) for e in span), r
+    # Requests made one after another are indexed in that order, their spans apart.
+    one_by_one = [r for r in index if r["path"] in ("/item/1", "/item/2", "/missing")]
+    assert [r["path"] for r in one_by_one] == ["/item/1", "/item/2", "/missing"]
+    assert all(a["last"] < b["first"] for a, b in itertools.pairwise(one_by_one))
+
+    text = run_cli("requests", str(store), "--identity", str(keys.identity_path))
+    assert text.returncode == 0
+    assert text.stdout.decode().count("'/price'") == 6
+    assert "404" in text.stdout.decode()
+    open_ = "still open when the recording ended" in text.stdout.decode()
+    assert open_ is (stop["status"] is None)
+    # The index is recorded beside the events: replay is as exact as without it.
+    assert_bit_exact(*replay(keys, store))
+
+
+_SEQ = ("/item/", "/missing")  # the requests made one after another
+
+
+def _response(doc: dict[str, Any]) -> str:
+    return str(doc["root"]["value"]["repr"])
+
+
+def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_checkpoints(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """`--at request:N` stops before the call that sent request N's last bytes (its body,
+    here), in a session that takes checkpoints as the console's does. Checkpoints are forks,
+    which keep one thread: one taken while a request's thread lived left the question that
+    started from it waiting for that thread forever (the session's 120 s silence)."""
+    shop = record_shop(tmp_path, keys)
+    data, parsed = load_recording(str(shop.store), keys.identity)
+    index = parsed.request_index()
+    orders = [n for n, r in enumerate(index, 1) if r.path == "/price"]
+    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64)) as session:
+        answered = []
+        for number in orders:
+            doc = session.trace(Trace(at=f"request:{number}", var="b", depth=4))
+            answered.append(json.loads(ast.literal_eval(_response(doc)))["total"])
+            assert doc["query"]["stopped_at"]["file"].endswith("socketserver.py")  # the send
+        assert sorted(answered) == sorted(shop.totals)
+        # The instructions each request spans, in the order the requests began.
+        spans = [session.request_counters(n) for n in range(1, len(index) + 1)]
+        assert all(0 < first <= last for first, last in spans)
+        assert all(first < last for (first, last), r in zip(spans, index, strict=True) if r.status)
+        one_by_one = [s for s, r in zip(spans, index, strict=True) if r.path.startswith(_SEQ)]
+        assert len(one_by_one) == 3
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(one_by_one))
+        assert session._replay is not None and len(session._replay.checkpoints) > 2
+        with pytest.raises(QueryError, match="served 10 indexed requests"):
+            session.trace(Trace(at="request:11", var="b", depth=4))
+
+
+@pytest.mark.podman
+def test_the_sandbox_answers_about_a_request_as_in_process(
+    tmp_path: Path, keys: KeyFiles, podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    shop = record_shop(tmp_path, keys)
+
+    def trace(*where: str, env: Any = None) -> dict[str, Any]:
+        proc = run_cli(
+            "trace", str(shop.store), "--identity", str(keys.identity_path), *where,
+            "--at", "request:2", "--var", "b", "--json", env=env, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()
+        doc: dict[str, Any] = json.loads(proc.stdout)
+        return doc
+
+    plain = trace("--in-process")
+    boxed = trace(env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]})
+
+    def origins(doc: dict[str, Any]) -> set[tuple[str, Any]]:
+        return {
+            (n["origin"]["call"], n["origin"]["event"])
+            for n in walk(doc["root"])
+            if (n["origin"] or {}).get("call")
+        }
+
+    assert plain["root"]["value"]["type"] == boxed["root"]["value"]["type"] == "bytes"
+    assert plain["query"]["stopped_at"]["line"] == boxed["query"]["stopped_at"]["line"]
+    assert origins(boxed) == origins(plain)
+    assert any(call.startswith("socket.recv") for call, _ in origins(plain))
+
+
+def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """One thread reads every connection (asyncio): requests are told apart by connection,
+    and a kept-alive connection's requests one from the next."""
+    database = promotions_database(tmp_path / "shop.db")
+    app = write_app(tmp_path / "shop", ASGI)
+    promos = ["STAFF100", "TEN", "NONE", "TEN", "NONE", "TEN"]
+    command = [PYTHON, str(app), str(database), str(len(promos))]
+    store = tmp_path / "rec"
+    with recorded_server(keys, store, command) as (recorder, port):
+
+        def order(promo: str) -> None:
+            body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo}).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/orders", data=body,
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
+                reply.read()
+
+        def kept_alive(promos: list[str]) -> None:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for promo in promos:
+                body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo})
+                connection.request(
+                    "POST", "/orders", body, headers={"Content-Type": "application/json"}
+                )
+                reply = connection.getresponse()
+                reply.read()
+                sockets.add(id(connection.sock))
+            connection.close()
+
+        sockets: set[int] = set()
+        order(promos[0])
+        clients = [threading.Thread(target=order, args=(p,)) for p in promos[1:3]]
+        clients.append(threading.Thread(target=kept_alive, args=(promos[3:],)))
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        _out, err = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, err.decode()
+    assert len(sockets) == 1  # the three went over one connection
+    index = requests_json(store, keys)["requests"]
+    assert [(r["method"], r["path"], r["status"]) for r in index] == [("POST", "/orders", 200)] * 6
+    assert {r["thread"] for r in index} == {0}  # the event loop read them all
+    assert all(r["complete"] for r in index)
+    # Request 1 is the STAFF100 order: `--at request:1` stops before the call that sent
+    # the last bytes of its response, and the bytes trace to the promotions read.
+    database.unlink()
+    doc = trace_json(store, keys, "request:1", "data")
+    calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
+    assert doc["root"]["value"]["repr"] == """b'{"total":0.0}'"""
+    assert "sqlite3.Cursor.fetchone" in calls, calls
