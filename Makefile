@@ -62,6 +62,7 @@ bench: setup
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/session.py
+	$(BIN)/python bench/request_trace.py
 
 clean:
 	rm -rf build $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -70,11 +70,14 @@ from sealtrace.sandbox.questions import (
     Question,
     ReceiptAnswer,
     Replay,
+    Requests,
+    RequestsAnswer,
     Source,
     SourceAnswer,
     StackAnswer,
     Trace,
     TraceAnswer,
+    requests_answer,
     resolve_function,
     source_answer,
 )
@@ -627,6 +630,13 @@ class SandboxClient:
         if self.closed:
             raise SandboxError("the sandbox session is closed")
         return source_answer(question, source_texts(self.parsed))
+
+    def requests(self, question: Requests) -> RequestsAnswer:
+        """The request index, from the recording this agent decrypted (the runner is not
+        asked: a frame could not carry a path)."""
+        if self.closed:
+            raise SandboxError("the sandbox session is closed")
+        return requests_answer(self.parsed.indexes_requests, self.parsed.request_index())
 
     def replay(self, question: Replay) -> ReceiptAnswer:
         """Replay once in the sandbox: the same receipt `sealtrace replay` prints, with what

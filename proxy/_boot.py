@@ -8,7 +8,10 @@ with the application's own status whether or not recording succeeded.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+from typing import Any
 
 from ._keys import Recipient
 from ._launch import Target, run_target
@@ -30,8 +33,36 @@ BOOT_CODE = (
 )
 
 
+class Summary:
+    """What the recorder tells the `sealtrace record` that started it when the run ends (the
+    request index's size, for the server): written to a FIFO that parent made in a directory
+    of its own and holds open for reading. The FIFO is opened only then, so the program never
+    inherits a descriptor of it; its path is in the recorder's command line, where the program
+    could find it and write too (the count is for orientation: docs/platform.md)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def write(self, fields: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        try:
+            # Non-blocking: with no reader (the parent gone) this fails instead of waiting.
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, json.dumps(fields).encode()[:4096])
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
+    summary = Summary(config.get("summary_fifo"))
     target = Target.from_dict(config["target"])
     recording: Recording | None = None
     try:
@@ -57,5 +88,7 @@ def main() -> None:
 
     status, uncaught = run_target(target, script_source)
     if recording is not None:
-        recording.finish(status, uncaught)
+        outcome = recording.finish(status, uncaught)
+        if outcome != "not recording" and recording.runtime is not None:  # (not a fork)
+            summary.write({"requests": recording.runtime.requests_recorded})
     raise SystemExit(status)

@@ -174,9 +174,11 @@ class PlatformClient:
         })  # fmt: skip
 
     def finish(self, run_id: str, status: str, *, exit_status: int | None = None,
-               detail: str = "") -> None:  # fmt: skip
+               detail: str = "", requests: int | None = None) -> None:  # fmt: skip
+        """The run ended; `requests`: how many requests its request index holds."""
         self._call("POST", f"/v1/runs/{run_id}/finish",
-                   {"status": status, "exit_status": exit_status, "detail": detail})  # fmt: skip
+                   {"status": status, "exit_status": exit_status, "detail": detail,
+                    "requests": requests})  # fmt: skip
 
 
 def _recipient(public_key: str) -> Recipient:

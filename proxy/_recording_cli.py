@@ -19,9 +19,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._boot import BOOT_CODE
 from ._errors import IntegrityError, UsageError
@@ -87,9 +89,12 @@ def run_through_platform(
     # A freshly leased run's location is new: no need to look first, and a store that cannot
     # be reached must not keep the program from running (the recorder reports it once). The
     # watcher starts once the program has: no thread of ours runs while it is forked.
+    summary: dict[str, Any] = {}
     code = run_recorded(lease.recipient, output, command, app_roots=app_roots,
                         env_allow=env_allow, run_id=lease.run_id, look_first=False,
-                        on_start=watcher.start)  # fmt: skip
+                        on_start=watcher.start, summary=summary)  # fmt: skip
+    requests = summary.get("requests")
+    requests = requests if isinstance(requests, int) and not isinstance(requests, bool) else None
     done.set()
     watcher.join()
     if not registered.is_set():
@@ -101,7 +106,7 @@ def run_through_platform(
         else:
             claims = describe_recording(store).completeness.startswith("claims complete")
             platform.finish(lease.run_id, "complete" if claims else "incomplete",
-                            exit_status=code)  # fmt: skip
+                            exit_status=code, requests=requests)  # fmt: skip
     except (PlatformError, IntegrityError, OSError) as exc:
         print(f"sealtrace: could not tell the server how run {lease.run_id} ended: {exc}",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -118,7 +123,10 @@ def run_recorded(
     run_id: str | None = None,
     look_first: bool = True,
     on_start: Callable[[], None] | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> int:
+    """Run `command` recorded into `output`; the program's exit status. With `summary`, the
+    recorder's account of the run (its request count) is put there when the run ends."""
     python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")
@@ -135,7 +143,7 @@ def run_recorded(
     seed = env.get("PYTHONHASHSEED")
     if seed is None or seed == "random":
         env["PYTHONHASHSEED"] = str(1 + secrets.randbelow(4294967295))
-    config = {
+    config: dict[str, Any] = {
         "recipient": recipient.to_text(),
         "store": output,
         "run_id": run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}",
@@ -143,8 +151,34 @@ def run_recorded(
         "env_allow": list(env_allow),
         "target": target.as_dict(),
     }
-    argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
-    return _run_child(argv, env, on_start=on_start)
+    if summary is None:
+        argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+        return _run_child(argv, env, on_start=on_start)
+    with tempfile.TemporaryDirectory(prefix="sealtrace-summary-") as private:
+        fifo = os.path.join(private, "summary")
+        os.mkfifo(fifo, 0o600)
+        # Held open for reading from the start, so the recorder's non-blocking open for
+        # writing at the end finds a reader; never inherited by the child.
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            config["summary_fifo"] = fifo
+            argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+            code = _run_child(argv, env, on_start=on_start)
+            summary.update(_read_summary(reader))
+        finally:
+            os.close(reader)
+    return code
+
+
+def _read_summary(fd: int) -> dict[str, Any]:
+    """What the recorder wrote before the program exited (nothing, if it wrote nothing).
+    Never waits (the descriptor is non-blocking)."""
+    try:
+        data = os.read(fd, 4096)
+        fields = json.loads(data) if data else {}
+    except (OSError, ValueError):
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 def _run_child(

@@ -2,17 +2,19 @@
 went, so that a user can pick "the request that returned £0.00" out of a worker's thousands.
 
 Requests are seen where every server meets them, whatever framework runs above it (Flask,
-Django, FastAPI/Starlette; werkzeug, gunicorn, uvicorn, wsgiref): on the sockets `accept()`
-returns. A connection's bytes are read as HTTP/1.x: a request line (method, target, version)
-begins a request, the first final status line the server sends (`HTTP/1.1 200 OK`; a `100
-Continue` is interim) is its status, and the request ends with the last bytes sent before the
-connection's next request line, its close, or the end of the recording. Each request becomes
-one REQUEST record when it ends (so a worker that is killed keeps the index of every request
-it finished), holding:
+Django, FastAPI/Starlette; werkzeug, Django's server, uvicorn, wsgiref): on the sockets
+`accept()` returns. A connection's bytes are read as HTTP/1.x: a request line (method,
+target, version) begins a request, the first final status line the server sends (`HTTP/1.1
+200 OK`; a `100 Continue` is interim) is its status, and the request ends with the last bytes
+sent before the connection's next request line, its close, or the end of the recording. Each
+request becomes one REQUEST record when it ends (so a worker that is killed keeps the index of
+every request it finished), holding:
 
     method, path        from the request line; the path without its query string, which
                         often carries tokens, and at most 2,048 characters
     status              the final status code sent, or None (no response line was seen)
+    accepted            the event index of the accept() that made its connection (about: the
+                        count after it, less one; a window opened there holds the request)
     first, last         the event indices (0-based, over all threads) the request spans: the
                         read that brought its request line is at or after `first`, its last
                         send at or before `last`
@@ -59,6 +61,7 @@ def request_fields() -> tuple[str, ...]:
         "method",
         "path",
         "status",
+        "accepted",
         "first",
         "last",
         "started",
@@ -84,6 +87,7 @@ class Exchange:
         "_index",
         "_line",
         "_state",
+        "accepted",
         "ended",
         "first",
         "last",
@@ -94,8 +98,9 @@ class Exchange:
         "thread",
     )
 
-    def __init__(self, index: RequestIndex) -> None:
+    def __init__(self, index: RequestIndex, accepted: int) -> None:
         self._index = index
+        self.accepted = accepted
         self._state = _IDLE
         self._line = bytearray()
         self.method = self.path = ""
@@ -175,6 +180,7 @@ class Exchange:
             "method": self.method,
             "path": self.path,
             "status": self.status,
+            "accepted": self.accepted,
             "first": self.first,
             "last": self.last,
             "started": self.started,
@@ -194,7 +200,8 @@ class RequestIndex:
         self.count = 0
 
     def exchange(self) -> Exchange:
-        return Exchange(self)
+        """A connection accept() has just returned (its event the last one recorded)."""
+        return Exchange(self, max(self._recorder.events - 1, 0))
 
     def events(self) -> int:
         return self._recorder.events

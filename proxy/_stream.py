@@ -121,6 +121,7 @@ class Request:
     method: str
     path: str
     status: int | None
+    accepted: int  # the event of the accept() that made its connection (about)
     first: int  # event indices: the request's events lie within first..last
     last: int
     started: float  # Unix seconds
@@ -138,6 +139,7 @@ def _request(fields: dict[str, Any], events: int, start: int) -> Request:
         "method": str,
         "path": str,
         "status": (int, type(None)),
+        "accepted": int,
         "first": int,
         "last": int,
         "started": float,
@@ -150,7 +152,8 @@ def _request(fields: dict[str, Any], events: int, start: int) -> Request:
         for k, t in types.items()
     ):
         raise CodecError(f"malformed REQUEST record at byte {start}")
-    if not 0 <= fields["first"] <= fields["last"] or fields["last"] > max(events - 1, 0):
+    ordered = 0 <= fields["accepted"] <= fields["first"] <= fields["last"]
+    if not ordered or fields["last"] > max(events - 1, 0):
         raise CodecError(f"REQUEST record at byte {start} names events not recorded before it")
     if not 0 <= fields["thread"] < MAX_THREADS or len(fields["method"]) > 32:
         raise CodecError(f"malformed REQUEST record at byte {start}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from sealtrace.proxy.format import ParsedStream
 
-from ._provenance import CUT_TAG, MARKER_OPS, UNKNOWN_TAG, origin_tag_kind
+from ._provenance import BEFORE_TAG, CUT_TAG, MARKER_OPS, UNKNOWN_TAG, origin_tag_kind
 
 __all__ = ["SourceLines", "render_flows", "render_stack", "render_trace"]
 
@@ -73,6 +73,7 @@ _CUT_TEXT = {
     "depth": "the --depth bound ({depth} computations back)",
     "limit": "the slice's node or edge limit",
     "items": "more container items than one pass reads",
+    "window": "made before the traced window opened (ask with --whole-run to follow them)",
 }
 
 
@@ -84,6 +85,8 @@ def _key(node: Mapping[str, Any]) -> int:
         return CUT_TAG
     if node.get("op") == MARKER_OPS["unknown"]:
         return UNKNOWN_TAG
+    if node.get("op") == MARKER_OPS["window"]:
+        return BEFORE_TAG
     return 0
 
 
@@ -118,6 +121,15 @@ def render_trace(
         f"{q['var']} = {_value(q['value'])}",
         f"  at {src.short(stop['file'] or '?')}:{stop['line']} in {stop['function']}, "
         f"step {stop['counter']:,}",
+        *(
+            [
+                f"  traced in a window, from event {q['window']} (the request's connection) on: "
+                "steps count from there, and what was made before is marked (--whole-run "
+                "traces from the start)"
+            ]
+            if q.get("window") is not None
+            else []
+        ),
         "",
     ]
 
@@ -126,15 +138,13 @@ def render_trace(
         inner = prefix + ("   " if last else "│  ")
         if not node.get("counter") and node.get("op") in MARKER_OPS.values():
             # Items of a container that C code read: their producers are not known, or not read.
-            unknown = node["op"] == MARKER_OPS["unknown"]
-            out.append(
-                f"{prefix}{branch}"
-                + (
-                    "◉ Origin unknown: items put there by code the engine does not trace"
-                    if unknown
-                    else f"⋯ not followed: {_CUT_TEXT['items']}"
-                )
-            )
+            text = {
+                MARKER_OPS["unknown"]: "◉ Origin unknown: items put there by code the engine "
+                "does not trace",
+                MARKER_OPS["window"]: "◌ Made before the traced window: not followed (ask with "
+                "--whole-run to follow it)",
+            }.get(node["op"], f"⋯ not followed: {_CUT_TEXT['items']}")
+            out.append(f"{prefix}{branch}{text}")
             return
         if not node.get("file") and node.get("op") == "?":
             # A step of the slice with no description: where it is, and why it stops here.

@@ -44,6 +44,8 @@ from .questions import (
     InspectStack,
     ReceiptAnswer,
     Replay,
+    Requests,
+    RequestsAnswer,
     Source,
     SourceAnswer,
     StackAnswer,
@@ -51,12 +53,27 @@ from .questions import (
     TraceAnswer,
     parse_at,
     parse_from,
+    requests_answer,
     resolve_function,
     resolve_source,
     source_answer,
 )
 
-__all__ = ["Inquiry"]
+__all__ = ["Inquiry", "request_window"]
+
+
+def request_window(parsed: ParsedStream, number: int) -> int:
+    """Where a windowed inquiry into request `number` (from 1) opens: the event of the
+    accept() that made its connection, so that the request (and any before it on that
+    connection) lies inside."""
+    index = parsed.request_index()
+    if not parsed.indexes_requests:
+        raise QueryError("this recording keeps no request index (an older recorder made it)")
+    if not 1 <= number <= len(index):
+        plural = "" if len(index) == 1 else "s"
+        raise QueryError(f"request:{number}: the run served {len(index)} indexed request{plural}")
+    return index[number - 1].accepted
+
 
 # What a special stop the run never reached says (its survey holds no counter for it).
 _NO_STOP = {
@@ -78,9 +95,15 @@ class Inquiry:
         timeout: float | None = None,
         checkpoints: CheckpointPolicy | None = None,
         digest_key: bytes | None = None,
+        window: int | None = None,
     ) -> None:
         """With a checkpoint policy, the first pass replays the whole run once taking
-        checkpoints, and every later pass forks from the nearest one (close() ends them)."""
+        checkpoints, and every later pass forks from the nearest one (close() ends them).
+
+        With a window (an event index), every pass replays without the engine up to that
+        event and traces from there on (`request_window`): counters count from the window,
+        and an input made before it is a "made before the traced window" marker."""
+        self.window = window
         self.data = Plaintext(data)  # what every pass replays
         # What this process asks of the stream itself (sources, callees): not the recorded
         # data, which every pass decodes for itself from `data` (a second copy here would
@@ -124,6 +147,8 @@ class Inquiry:
         self.passes += 1
         if self.digest_key is not None:
             query = {**query, "digest_key": self.digest_key.hex()}
+        if self.window is not None:
+            query = {**query, "window": self.window}
         server = self._checkpointed() if self.policy is not None else None
         if server is not None and server.nearest(start) is not None:
             data, _code = server.ask(query, start)
@@ -152,6 +177,8 @@ class Inquiry:
                 "cap": self.policy.cap,
                 "marks": self._marks(),
             }
+            if self.window is not None:
+                query["window"] = self.window
             if self.digest_key is not None:
                 query["digest_key"] = self.digest_key.hex()
             try:
@@ -295,6 +322,11 @@ class Inquiry:
             "line": top.get("line"),
             "function": top.get("function"),
         }
+        if root_tag == 0 and self.window is not None:
+            raise QueryError(
+                f"{expr} at {at.text} was made before the traced window opened (event "
+                f"{self.window}): ask again tracing the whole run"
+            )
         if root_tag == 0:
             raise QueryError(
                 f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
@@ -327,6 +359,8 @@ class Inquiry:
             # Any branch cut (the depth bound, a slice limit, items not read) makes it
             # truncated.
             query["truncated"] = truncated or bool(self.last_cuts)
+            if self.window is not None:
+                query["window"] = self.window
             # The documents are built as plain dicts; their shapes are the contract's.
             answers[depth] = cast(TraceAnswer, {"query": query, "root": root})
         return answers
@@ -374,9 +408,11 @@ class Inquiry:
         branch: only inputs that are themselves outside inputs (the cursor a fetchone read)
         are followed from it. Where a branch is cut, last_cuts says why."""
         seeded = origin_tag_kind(tag)
-        if seeded is not None and seeded[0] in ("unknown", "cut"):
+        if seeded is not None and seeded[0] in ("unknown", "cut", "window"):
             if seeded[0] == "cut":
                 self.last_cuts[tag] = "items"
+            elif seeded[0] == "window":  # a windowed answer stops here: it is not whole
+                self.last_cuts[tag] = "window"
             return marker_node(seeded[0])
         if seeded is not None:
             kind, index = seeded
@@ -489,6 +525,10 @@ class Inquiry:
     def source(self, question: Source) -> SourceAnswer:
         """A recorded source file's text, from the recording (nothing is replayed)."""
         return source_answer(question, source_texts(self.parsed))
+
+    def requests(self, question: Requests) -> RequestsAnswer:
+        """The request index, from the recording (nothing is replayed)."""
+        return requests_answer(self.parsed.indexes_requests, self.parsed.request_index())
 
 
 _OUTSIDE = ("external", "env", "argv")

@@ -40,6 +40,7 @@ from ._replay import CONTENT, EMPTY
 
 __all__ = [
     "ARGV_TAG",
+    "BEFORE_TAG",
     "CUT_TAG",
     "ENV_TAG",
     "MARKER_OPS",
@@ -63,6 +64,9 @@ ENV_TAG = (1 << 62) | (1 << 40)
 FLOW_TAG = (1 << 62) | (1 << 41)
 UNKNOWN_TAG = (1 << 62) | (1 << 42)
 CUT_TAG = (1 << 62) | (1 << 43)
+# A windowed pass (the engine attached partway through the run, at a request's connection):
+# an input made before the window opened, or by code the engine does not trace.
+BEFORE_TAG = (1 << 62) | (1 << 44)
 # A slice pass keeps the input tags of every instruction up to the root: bounded here.
 EDGE_LIMIT = 50_000_000
 SLICE_NODES = 4_000
@@ -78,7 +82,11 @@ _DEOPT: dict[str, str] = getattr(dis, "deoptmap", {})
 _DATABASE_WRITES = ("sqlite3.Cursor.execute", "sqlite3.Connection.execute")
 
 # The node standing for an UNKNOWN_TAG or CUT_TAG input (a trace's NODE, with no counter).
-MARKER_OPS = {"unknown": "items written by untraced code", "cut": "more items, not read"}
+MARKER_OPS = {
+    "unknown": "items written by untraced code",
+    "cut": "more items, not read",
+    "window": "made before the traced window",
+}
 
 
 def marker_node(kind: str) -> dict[str, Any]:
@@ -91,7 +99,7 @@ def marker_node(kind: str) -> dict[str, Any]:
         "function": "",
         "op": MARKER_OPS[kind],
         "value": {"type": "?", "repr": None, "digest": ""},
-        "origin": {"kind": "unknown", "call": None, "event": None} if kind == "unknown" else None,
+        "origin": {"kind": kind, "call": None, "event": None} if kind != "cut" else None,
         "inputs": [],
     }
 
@@ -99,6 +107,8 @@ def marker_node(kind: str) -> dict[str, Any]:
 def origin_tag_kind(tag: int) -> tuple[str, int] | None:
     """("argv", index), ("env", index), ("unknown", 0) or ("cut", 0) for an origin tag, else
     None."""
+    if tag >= BEFORE_TAG:
+        return "window", tag - BEFORE_TAG
     if tag >= CUT_TAG:
         return "cut", tag - CUT_TAG
     if tag >= UNKNOWN_TAG:
@@ -350,6 +360,8 @@ class Provenance:
         self.outputs: list[dict[str, Any]] = []
         self.last_output = 0  # the counter of the instruction whose call wrote the last output
         self.marks = {int(e) for e in query.get("marks", ())}  # events whose counter to note
+        # A windowed pass: the engine attaches as the replay serves this event, not at start.
+        self.window = int(query["window"]) if query.get("window") is not None else None
         self.marked: dict[int, tuple[int, int]] = {}
         self.nodes: dict[int, dict[str, Any]] = {}
         self.wanted: set[int] = set()
@@ -375,6 +387,10 @@ class Provenance:
     def on_event(self, index: int, callee: str, output: bool, brought: int) -> None:
         with self.quiet():
             engine = self.engine
+            if self.window is not None and not engine.attached:
+                if index < self.window:
+                    return  # fast-forward: nothing is traced before the window
+                self._open_window()
             # In every pass: what fills an object is the same in all. An empty read (the end
             # of a file) brings nothing into the object that asked, and a result that is no
             # content (seekable(), tell()) only makes its instruction an origin.
@@ -419,6 +435,20 @@ class Provenance:
             else:
                 self.engine.detach_thread()
 
+    def _open_window(self) -> None:
+        """Attach now, partway through the run: the calling thread's frames are traced from
+        their next instruction, what they hold counts as made before the window, and every
+        thread started from now on is traced. Threads already running are not."""
+        engine = self.engine
+        engine.open_window()
+        engine.attach()
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            if not is_own_code(frame.f_code.co_filename):
+                frame.f_trace_lines = False
+                frame.f_trace_opcodes = True
+            frame = frame.f_back
+
     def attach(self, main_file: str | None) -> None:
         engine = self.engine
         if main_file:
@@ -435,7 +465,8 @@ class Provenance:
                 release=tuple(int(fd) for fd in self.query.get("release", ())),
             )
         self._arm()
-        engine.attach()
+        if self.window is None:
+            engine.attach()
 
     def _arm(self) -> None:
         """Set the engine up for this pass's question."""

@@ -67,6 +67,15 @@ SandboxOpt = Annotated[
         "its source.",
     ),
 ]
+WholeRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--whole-run/--window",
+        help="With --at request:N in-process: trace the whole run (--whole-run), or replay "
+        "without the engine up to the request's connection and trace from there (--window, "
+        "the default: an input made before shows as made before the traced window).",
+    ),
+]
 FromOpt = Annotated[
     str, typer.Option("--from", help="EXPR@LOCATION, or event:N for a recorded input.")
 ]
@@ -160,14 +169,17 @@ def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
 
 
 def _answerer(
-    location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool
-) -> tuple[Answerer, SourceLines]:
+    location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool,
+    at: str | None = None, whole_run: bool = True,
+) -> tuple[Answerer, SourceLines]:  # fmt: skip
     """The recording's answerer: in-process (Inquiry) or, with --sandbox, the sandbox
     client. Both answer every question of sealtrace.sandbox.questions with the same
-    documents."""
+    documents. In-process, a question about one request (`at` request:N) traces only a
+    window from that request's connection on, unless `whole_run`."""
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
-    from ._inquiry import Inquiry
+    from ._inquiry import Inquiry, request_window
+    from .questions import parse_at
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
@@ -178,7 +190,11 @@ def _answerer(
         answerer = _sandboxed(data, parsed)
     else:
         policy = CheckpointPolicy(every, cap) if every else None
-        answerer = Inquiry(data, parsed, checkpoints=policy)
+        stop = parse_at(at) if at is not None else None
+        window = None
+        if stop is not None and stop.request is not None and not whole_run:
+            window = request_window(parsed, stop.request)
+        answerer = Inquiry(data, parsed, checkpoints=policy, window=window)
     del data, parsed
     give_back_freed_memory()  # what decrypting and parsing took, while the passes run
     return answerer, lines
@@ -199,6 +215,7 @@ def trace(
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
+    whole_run: WholeRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -208,7 +225,7 @@ def trace(
     """
     from ._explain import render_trace
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, at, whole_run)
     with answerer:
         doc = answerer.trace(Trace(at=at, var=var, depth=depth))
     _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src, answerer.last_cuts))
@@ -243,12 +260,13 @@ def inspect_stack(
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
+    whole_run: WholeRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, at, whole_run)
     with answerer:
         doc = answerer.inspect_stack(InspectStack(at=at))
     _answer(doc, as_json, lambda: render_stack(doc, src))

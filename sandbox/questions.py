@@ -50,6 +50,9 @@ __all__ = [
     "Raised",
     "ReceiptAnswer",
     "Replay",
+    "RequestEntry",
+    "Requests",
+    "RequestsAnswer",
     "Source",
     "SourceAnswer",
     "StackAnswer",
@@ -66,6 +69,7 @@ __all__ = [
     "parse_from",
     "parse_question",
     "question_json",
+    "requests_answer",
     "resolve_function",
     "resolve_source",
     "source_answer",
@@ -147,8 +151,19 @@ class Source:
     file: str = field(default="", metadata=_text(MAX_LOCATION, "a recorded source file"))
 
 
-Question = Trace | Flows | InspectStack | Replay | Source
-KINDS: dict[str, type[Question]] = {q.kind: q for q in (Trace, Flows, InspectStack, Replay, Source)}
+@dataclass(frozen=True)
+class Requests:
+    """The run's request index: every HTTP request a server in the run served, in the order
+    they began (request N is `--at request:N`). Nothing is replayed: the answer is read from
+    the recording itself."""
+
+    kind: ClassVar[str] = "requests"
+
+
+Question = Trace | Flows | InspectStack | Replay | Source | Requests
+KINDS: dict[str, type[Question]] = {
+    q.kind: q for q in (Trace, Flows, InspectStack, Replay, Source, Requests)
+}
 # A source file longer than this is not shown (the answer would carry all of it).
 MAX_SOURCE_BYTES = 2 << 20
 
@@ -197,6 +212,9 @@ class TraceQuery(TypedDict):
     slot: str
     passes: int
     truncated: bool
+    # A windowed answer (in-process, `--at request:N`): the event at which the engine began
+    # to trace; inputs made before it are "made before the traced window" markers.
+    window: NotRequired[int]
 
 
 class TraceAnswer(TypedDict):
@@ -302,8 +320,27 @@ class SourceAnswer(TypedDict):
     lines: list[str]  # its text, line by line (line N is lines[N - 1]), without line ends
 
 
-Answer = TraceAnswer | FlowsAnswer | StackAnswer | ReceiptAnswer | SourceAnswer
+class RequestEntry(TypedDict):
+    number: int  # from 1: `--at request:N`
+    method: str
+    path: str  # without the query string
+    status: int | None  # None: no response line was seen
+    started: float  # Unix seconds
+    duration: float  # seconds
+    first_event: int  # the events it spans (other threads' may lie between)
+    last_event: int
+    thread: int  # the recorded thread that read its request line
+    complete: bool  # False: still open when the recording ended
+
+
+class RequestsAnswer(TypedDict):
+    indexed: bool  # False: an older recorder kept no index
+    requests: list[RequestEntry]
+
+
+Answer = TraceAnswer | FlowsAnswer | StackAnswer | ReceiptAnswer | SourceAnswer | RequestsAnswer
 ANSWERS: dict[str, Any] = {
+    Requests.kind: RequestsAnswer,
     Trace.kind: TraceAnswer,
     Flows.kind: FlowsAnswer,
     InspectStack.kind: StackAnswer,
@@ -332,6 +369,7 @@ class Answerer(Protocol):
     def inspect_stack(self, question: InspectStack) -> StackAnswer: ...
     def replay(self, question: Replay) -> ReceiptAnswer: ...
     def source(self, question: Source) -> SourceAnswer: ...
+    def requests(self, question: Requests) -> RequestsAnswer: ...
     def close(self) -> None: ...
 
 
@@ -496,6 +534,29 @@ def source_answer(question: Source, sources: Mapping[str, bytes]) -> SourceAnswe
     if len(text) > MAX_SOURCE_BYTES:
         raise QueryError(f"{path} is longer than {MAX_SOURCE_BYTES >> 20} MiB: not shown")
     return {"file": path, "lines": text.decode("utf-8", "replace").splitlines()}
+
+
+def requests_answer(indexed: bool, index: list[Any]) -> RequestsAnswer:
+    """What both answerers answer to `Requests`, from the recording's request index
+    (`ParsedStream.request_index()`, entries with the REQUEST record's fields)."""
+    return {
+        "indexed": indexed,
+        "requests": [
+            {
+                "number": n,
+                "method": r.method,
+                "path": r.path,
+                "status": r.status,
+                "started": r.started,
+                "duration": r.duration,
+                "first_event": r.first,
+                "last_event": r.last,
+                "thread": r.thread,
+                "complete": r.complete,
+            }
+            for n, r in enumerate(index, 1)
+        ],
+    }
 
 
 def parse_from(source: str) -> tuple[int | None, str, str]:

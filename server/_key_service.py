@@ -189,6 +189,7 @@ class KeyService:
         token_id: str,
         exit_status: int | None = None,
         detail: str = "",
+        requests: int | None = None,
     ) -> Run:
         """The run ended; only the token its key was leased to (and so the one that
         registered it) finishes it."""
@@ -201,6 +202,7 @@ class KeyService:
             run.status = status
             run.ended = _now()
             run.exit_status = exit_status
+            run.requests = requests
             run.detail = detail[:2000]
             db.commit()
             return run

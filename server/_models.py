@@ -186,6 +186,9 @@ class Run(Base):
     started: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     ended: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # How many HTTP requests the run's request index holds, as its recorder reported when the
+    # run ended (None: not reported; the index itself stays inside the sealed recording).
+    requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 

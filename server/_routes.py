@@ -146,12 +146,13 @@ class RunView(BaseModel):
     started: dt.datetime | None
     ended: dt.datetime | None
     exit_status: int | None
+    requests: int | None = None  # the request index's size, as the recorder reported it
 
 
 def _view(run: Run) -> RunView:
     return RunView(run_id=run.id, status=run.status.value, service=run.service, host=run.host,
                    store=run.store, started=run.started, ended=run.ended,
-                   exit_status=run.exit_status)  # fmt: skip
+                   exit_status=run.exit_status, requests=run.requests)  # fmt: skip
 
 
 def _not_found(exc: RunNotFound) -> HTTPException:
@@ -184,6 +185,7 @@ class Finish(BaseModel):
     status: Literal["complete", "incomplete", "failed"]
     exit_status: int | None = None
     detail: str = Field(default="", max_length=2000)
+    requests: int | None = Field(default=None, ge=0, le=1_000_000_000)
 
 
 @router.post("/runs/{run_id}/finish", tags=["recorders"], openapi_extra=needs("runs:register"))
@@ -197,7 +199,8 @@ def finish_run(
     """The run ended: complete, incomplete (the recording stopped early) or failed."""
     try:
         run = keys.finish(who.tenant_id, run_id, RunStatus(body.status), token_id=who.token_id,
-                          exit_status=body.exit_status, detail=body.detail)  # fmt: skip
+                          exit_status=body.exit_status, detail=body.detail,
+                          requests=body.requests)  # fmt: skip
     except RunNotFound as exc:
         raise _not_found(exc) from None
     except KeyServiceError as exc:

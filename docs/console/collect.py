@@ -22,6 +22,10 @@ OTHERS = {
     "test_time_outs_sign_out": ["idle-time-out"],
     "test_a_crashed_run_lands_on_its_crash": ["crash-landing"],
     "test_an_admin_manages_users_and_tokens": ["users-and-tokens"],
+    "test_a_served_run_lists_its_requests_and_goes_to_one": [
+        "requests-in-a-session",
+        "at-request-2",
+    ],
 }
 
 

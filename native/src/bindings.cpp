@@ -96,6 +96,9 @@ PYBIND11_MODULE(_engine, m) {
            "Trace the calling thread too (a thread of the program's, before it runs).")
       .def("detach_thread", &Tracer::detach_thread, "Stop tracing the calling thread.")
       .def_property_readonly("attached", &Tracer::attached)
+      .def("open_window", &Tracer::open_window,
+           "Attached partway through the run: an input with no tag counts as made before.")
+      .def_property_readonly("windowed", &Tracer::windowed)
       .def_property_readonly("counter", &Tracer::counter)
       .def_property_readonly("end_counter", &Tracer::end_counter)
       .def_property_readonly("crash_counter", &Tracer::crash_counter)

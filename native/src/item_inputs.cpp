@@ -294,6 +294,7 @@ void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
     first = (!p.in_objs.empty() && p.in_objs[0] != nullptr) ? 1 : 2;
   }
   auto push = [&](Tag t) {
+    if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
     if (t != 0 && t != p.counter && std::find(out.begin(), out.end(), t) == out.end()) {
       out.push_back(t);
     }

@@ -26,6 +26,9 @@ constexpr std::size_t kMaxCallbacks = 64;
 // items that were not all read.
 constexpr Tag kUnknownTag = (Tag{1} << 62) | (Tag{1} << 42);
 constexpr Tag kCutTag = (Tag{1} << 62) | (Tag{1} << 43);
+// A windowed pass (attached partway through the run): an input the engine holds no tag for
+// was made before the window opened (or by code it does not trace).
+constexpr Tag kBeforeWindowTag = (Tag{1} << 62) | (Tag{1} << 44);
 constexpr std::uint8_t kBinaryOp = 122;
 constexpr std::int32_t kInplaceAdd = 13;  // BINARY_OP's oparg for +=
 constexpr std::int32_t kRemainder = 6;    // BINARY_OP's oparg for %

@@ -179,6 +179,9 @@ class Tracer {
   void attach_thread();
   void detach_thread();
   [[nodiscard]] bool attached() const noexcept { return attached_; }
+  // Attached partway through the run: inputs with no tag become kBeforeWindowTag.
+  void open_window() noexcept { window_ = true; }
+  [[nodiscard]] bool windowed() const noexcept { return window_; }
   [[nodiscard]] std::uint64_t counter() const noexcept { return counter_.value(); }
 
   // Stops call callback(frame, counter) before the instruction runs; one-shot.
@@ -417,6 +420,7 @@ class Tracer {
 
   PyObject* own_code_;
   bool attached_ = false;
+  bool window_ = false;
   InstructionCounter counter_;
   SlotTable slots_;
   FillTable fills_;

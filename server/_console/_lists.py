@@ -33,6 +33,7 @@ class RunRow:
     started: dt.datetime | None
     ended: dt.datetime | None
     store: str
+    requests: int | None = None
 
     @property
     def crashed(self) -> bool:
@@ -48,7 +49,7 @@ class RunRow:
 
 def row_of(run: Run) -> RunRow:
     return RunRow(run.id, run.service or "", run.host or "", run.status.value, run.exit_status,
-                  run.started, run.ended, run.store or "")  # fmt: skip
+                  run.started, run.ended, run.store or "", run.requests)  # fmt: skip
 
 
 def find_runs(

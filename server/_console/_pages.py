@@ -36,6 +36,7 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 SEE_OTHER, FORBIDDEN = 303, 403
+MAX_LISTED_REQUESTS = 500  # the side card lists these; later ones are reached by request:N
 _WHY = {
     "idle": "You were signed out after a while without activity.",
     "expired": "Your sign-in reached its time limit. Sign in again.",
@@ -250,6 +251,7 @@ def _move(
     try:
         index = move(ask, trail, after)
         _fetch_sources(ask, trail, trail.views[index])
+        _walk.requests(ask, trail)
     except ActionRefused as exc:
         if exc.status == 404:
             return _refused(request, visitor, exc.status, exc.detail)
@@ -369,6 +371,8 @@ def view(
         "visitor": visitor, "session": session, "index": index, "notice": _notice(trail),
         "crumbs": [(i, v.label) for i, v in enumerate(trail.views)],
         "run": _lists.find_run(db, visitor.principal.tenant_id, session.run_id),
+        "requests": (trail.requests or [])[:MAX_LISTED_REQUESTS],
+        "more_requests": max(0, len(trail.requests or []) - MAX_LISTED_REQUESTS),
     }  # fmt: skip
     if isinstance(shown, Flow):
         return page(request, "flows.html", {**context, "flow": describe_flow(shown)})

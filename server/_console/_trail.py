@@ -54,6 +54,7 @@ class Trail:
     views: list[Step | Flow] = field(default_factory=list)
     traces: list[dict[str, Any]] = field(default_factory=list)
     sources: dict[str, list[str] | None] = field(default_factory=dict)  # None: not recorded
+    requests: list[dict[str, Any]] | None = None  # the run's request index, once asked
     notice: str = ""  # the last refusal, shown once on the next page
 
     def add(self, view: Step | Flow, after: int | None) -> int:

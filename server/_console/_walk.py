@@ -19,7 +19,7 @@ from typing import Any
 from .._errors import ActionRefused
 from ._trail import Flow, Step, Trail
 
-__all__ = ["DEPTH", "Ask", "flows", "follow", "goto", "land", "source", "trace"]
+__all__ = ["DEPTH", "Ask", "flows", "follow", "goto", "land", "requests", "source", "trace"]
 
 Ask = Callable[[dict[str, Any]], dict[str, Any]]
 DEPTH = 64  # the contract's most: every branch followed to its inputs
@@ -102,10 +102,24 @@ def flows(ask: Ask, trail: Trail, after: int, counter: int, source: str) -> int:
 
 
 def goto(ask: Ask, trail: Trail, after: int | None, at: str) -> int:
-    """The step at `at` (a counter, FILE:LINE, return:FUNC, crash, output or end)."""
+    """The step at `at` (a counter, FILE:LINE, return:FUNC, request:N, crash, output or
+    end)."""
     stack = ask({"kind": "inspect-stack", "at": at})
     counter = int(stack["query"]["counter"])
     return trail.add(Step(counter, stack, f"step at {at}", "goto"), after)
+
+
+def requests(ask: Ask, trail: Trail) -> list[dict[str, Any]]:
+    """The run's request index (asked once a walk): each request a server in the run served,
+    to go to with `request:N`. An agent that cannot answer it (an older one) shows none."""
+    if trail.requests is None:
+        try:
+            trail.requests = list(ask({"kind": "requests"})["requests"])
+        except ActionRefused as exc:
+            if exc.status != UNPROCESSABLE:
+                raise
+            trail.requests = []
+    return trail.requests
 
 
 def source(ask: Ask, trail: Trail, path: str) -> list[str] | None:

@@ -178,7 +178,7 @@ def test_the_story_in_the_console(
     assert run_id in browser.text() and crashed_run not in browser.text()
     browser.find(f'a[href="/console/runs/{run_id}"]').click()
     browser.at(f"/console/runs/{run_id}")
-    assert "The console does not show this run's request index yet" in browser.text()
+    assert "The run served no HTTP requests" in browser.text()
     browser.shot("run")
 
     # Open a session: the page follows the boot, then lands where the run wrote its response.
@@ -259,6 +259,79 @@ def test_a_crashed_run_lands_on_its_crash(
     browser.shot("crash-landing")
     browser.find("#close-session").click()
     browser.at(f"/console/runs/{crashed_run}")
+
+
+# A service that serves three priced requests (its own client makes them): its run's request
+# index holds three, which the runs list counts and a session lists to go to.
+SELF_SERVED = """
+import json
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Prices(BaseHTTPRequestHandler):
+    def do_GET(self):
+        qty = int(self.path.rsplit("/", 1)[1])
+        body = json.dumps({"total": round(qty * 9.99, 2)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Prices)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+for qty in (1, 2, 3):
+    url = f"http://127.0.0.1:{server.server_address[1]}/price/{qty}"
+    with urllib.request.urlopen(url) as reply:
+        print(reply.read().decode())
+server.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def served_run(platform: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    work = tmp_path_factory.mktemp("prices")
+    (work / "app").mkdir()
+    (work / "app" / "prices.py").write_text(SELF_SERVED)
+    proc = platform.record([sys.executable, str(work / "app" / "prices.py")],
+                           app_root=str(work / "app"), service="prices")  # fmt: skip
+    assert proc.returncode == 0 and b'{"total": 29.97}' in proc.stdout, proc.stderr
+    code, runs = platform.request("GET", "/v1/runs", platform.tokens["ada"])
+    assert code == 200 and runs[0]["service"] == "prices", runs
+    assert runs[0]["requests"] == 3  # the recorder's count, reported as the run ended
+    return str(runs[0]["run_id"])
+
+
+def test_a_served_run_lists_its_requests_and_goes_to_one(
+    browser: Browser, platform: Any, served_run: str
+) -> None:
+    _sign_in(browser, platform, "ada")
+    row = browser.find(f'a[href="/console/runs/{served_run}"]').find_element("xpath", "../..")
+    assert _words(row.text).endswith(" 3")  # the runs list's request count
+    browser.get(f"/console/runs/{served_run}")
+    assert browser.find("#request-count").text == "The run served 3 requests."
+    browser.find("#open-session").click()
+    browser.at("/views/0")
+    listed = _words(browser.find("#requests").text)
+    assert all(f"GET /price/{qty} 200" in listed for qty in (1, 2, 3)), listed
+    browser.driver.execute_script("arguments[0].scrollIntoView()", browser.find("#requests"))
+    browser.shot("requests-in-a-session")
+    browser.find("#request-2").click()  # the second request: where its body was sent
+    browser.at("/views/1")
+    assert browser.find("#step-title").text == "step at request:2"
+    # socketserver's writer: a library file, which the agent cannot name from the recording
+    assert "library code" in browser.find(".where").text
+    # The bytes being sent: the agent shows them, as they match what the recording holds
+    # of the response.
+    assert """b'{"total": 19.98}'""" in browser.find("#locals").text
+    browser.shot("at-request-2")
+    browser.find("#close-session").click()
+    browser.at(f"/console/runs/{served_run}")
 
 
 def test_keyboard_only(browser: Browser, platform: Any, story_run: str) -> None:

@@ -4,6 +4,9 @@ REQUEST record the stream does not vouch for is refused."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,6 +163,7 @@ GOOD = {
     "method": "GET",
     "path": "/",
     "status": 200,
+    "accepted": 0,
     "first": 0,
     "last": 1,
     "started": 1.0,
@@ -201,3 +205,104 @@ def test_a_request_record_without_a_field_is_refused() -> None:
     del fields["thread"]
     with pytest.raises(CodecError):
         parse_stream(_stream([fields]))
+
+
+# -- the count the recorder reports to `sealtrace record --server` ----------------------------
+
+SERVES = """
+import os
+import socket
+import sys
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(4)
+print(os.open(os.devnull, os.O_RDONLY), listener.getsockname()[1], flush=True)
+for _ in range(int(sys.argv[1])):
+    conn, _ = listener.accept()
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nok")
+    conn.close()
+"""
+
+# Puts a file of its own where the summary's FIFO was (its path is in the recorder's command
+# line): the recorder must not write there.
+HIJACKS = """
+import json
+import os
+import sys
+
+argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+fifo = json.loads(next(a for a in argv if a.startswith(b"{")))["summary_fifo"]
+os.unlink(fifo)
+os.link(sys.argv[1], fifo)
+print("replaced", flush=True)
+"""
+
+
+# Runs `run_recorded` with a summary, as `sealtrace record --server` does (in a process of its
+# own: it handles signals, which only a main thread may), and prints the summary last.
+DRIVER = """
+import json
+import pathlib
+import sys
+
+from sealtrace.proxy import Recipient
+from sealtrace.proxy._recording_cli import run_recorded
+
+summary = {} if sys.argv[1] == "summary" else None
+code = run_recorded(Recipient.load(pathlib.Path(sys.argv[2])), sys.argv[3], sys.argv[4:],
+                    summary=summary)
+print(json.dumps({"code": code, "summary": summary}), flush=True)
+"""
+
+
+def _summary_of(
+    tmp_path: Path, keys: Any, source: str, *args: str, clients: int = 0, summary: bool = True
+) -> tuple[Any, list[str]]:
+    """(the summary run_recorded gave, the program's stdout lines before it)."""
+    import socket
+    import subprocess
+
+    app = tmp_path / "app.py"
+    app.write_text(source)
+    store = tmp_path / ("rec" if summary else "rec-plain")
+    command = [sys.executable, "-c", DRIVER, "summary" if summary else "none",
+               str(keys.recipient_path), str(store), sys.executable, str(app), *args]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    lines = []
+    if clients:
+        lines.append(proc.stdout.readline().decode())
+        port = int(lines[0].split()[1])
+        for _ in range(clients):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+                client.sendall(b"GET /ping HTTP/1.0\r\n\r\n")
+                while client.recv(4096):
+                    pass
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    *rest, last = out.decode().splitlines()
+    doc = json.loads(last)
+    assert doc["code"] == 0
+    return doc["summary"], lines + rest
+
+
+def test_the_recorder_reports_how_many_requests_it_indexed(tmp_path: Path, keys: Any) -> None:
+    summary, lines = _summary_of(tmp_path, keys, SERVES, "3", clients=3)
+    assert summary == {"requests": 3}
+    # The program's first descriptor is the one it gets without a summary: the summary's
+    # pipe is out of its way.
+    _none, plain = _summary_of(tmp_path, keys, SERVES, "0", summary=False)
+    assert lines[0].split()[0] == plain[0].split()[0]
+
+
+def test_a_program_that_replaced_the_summary_fifo_gets_nothing_written(
+    tmp_path: Path, keys: Any
+) -> None:
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"")
+    summary, lines = _summary_of(tmp_path, keys, HIJACKS, str(mine))
+    assert lines == ["replaced"]
+    assert summary == {}
+    assert mine.read_bytes() == b""

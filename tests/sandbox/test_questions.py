@@ -26,6 +26,7 @@ from sealtrace.sandbox.questions import (
     InspectStack,
     Question,
     Replay,
+    Requests,
     Source,
     Trace,
     ask,
@@ -51,6 +52,7 @@ def _samples(parsed: Any) -> dict[str, Question]:
         "inspect-stack": InspectStack(at=f"services/pricing.py:{line}"),
         "replay": Replay(),
         "source": Source(file="services/pricing.py"),
+        "requests": Requests(),
     }
 
 
@@ -92,7 +94,7 @@ def _projection(kind: str, doc: Any) -> Any:
         return (doc["query"], frames)
     if kind == "replay":
         return {k: v for k, v in doc.items() if k != "seconds"}
-    if kind == "source":
+    if kind in ("source", "requests"):
         return doc
     raise AssertionError(f"no projection for {kind}")
 
@@ -151,12 +153,15 @@ QUESTIONS = [
     Flows(source="order@return:routes/orders.py:handle"),
     Trace(at="output", var="order.total_price"),
     InspectStack(at="output"),
+    Trace(at="request:3", var="b"),
+    InspectStack(at="request:12"),
     Replay(),
     Source(file="routes/orders.py"),
+    Requests(),
 ]
-# The kinds the runner answers, each with a request frame; `source` is answered by the agent
-# from the recording it decrypted, and has none.
-FRAMED = [q for q in QUESTIONS if not isinstance(q, Source)]
+# The kinds the runner answers, each with a request frame; `source` and `requests` are
+# answered by the agent from the recording it decrypted, and have none.
+FRAMED = [q for q in QUESTIONS if not isinstance(q, (Source, Requests))]
 
 
 @pytest.mark.parametrize("question", QUESTIONS, ids=repr)

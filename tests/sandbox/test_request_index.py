@@ -19,7 +19,7 @@ import pytest
 
 from sealtrace.sandbox._checkpoints import CheckpointPolicy
 from sealtrace.sandbox._errors import QueryError
-from sealtrace.sandbox._inquiry import Inquiry
+from sealtrace.sandbox._inquiry import Inquiry, request_window
 from sealtrace.sandbox._replay_process import load_recording
 from sealtrace.sandbox.questions import Trace
 
@@ -34,7 +34,7 @@ from .replaying import (
     walk,
     write_app,
 )
-from .test_threads import ASGI
+from .test_threads import ASGI, _orders
 
 pytestmark = pytest.mark.integration
 
@@ -217,6 +217,49 @@ def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_chec
             session.trace(Trace(at="request:11", var="b", depth=4))
 
 
+def _origins(doc: dict[str, Any], kind: str) -> set[tuple[Any, Any]]:
+    return {
+        (n["origin"]["call"], n["origin"]["event"])
+        for n in walk(doc["root"])
+        if (n["origin"] or {}).get("kind") == kind
+    }
+
+
+def test_a_question_about_one_request_traces_only_its_window(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """In-process, `--at request:N` replays without the engine up to the accept() of the
+    request's connection and traces from there: the same value and the same external
+    origins as tracing the whole run, in a fraction of the steps, and whatever was made
+    before the window is marked as such (the answer says it is not whole), never dropped."""
+    shop = record_shop(tmp_path, keys)
+    data, parsed = load_recording(str(shop.store), keys.identity)
+    index = parsed.request_index()
+    number = next(n for n, r in enumerate(index, 1) if r.path == "/price")
+    window = request_window(parsed, number)
+    question = Trace(at=f"request:{number}", var="b", depth=64)
+    with Inquiry(data, parsed) as whole_run:
+        whole = whole_run.trace(question)
+    with Inquiry(data, parsed, window=window) as windowed:
+        part = windowed.trace(question)
+    assert part["root"]["value"]["repr"] == whole["root"]["value"]["repr"]
+    assert '"total":' in part["root"]["value"]["repr"]
+    assert part["query"]["window"] == window and "window" not in whole["query"]
+    assert part["query"]["stopped_at"]["counter"] * 10 < whole["query"]["stopped_at"]["counter"]
+    # The request's own reads are reached, and every external origin the window names the
+    # whole run names too, at the same event.
+    reads = {o for o in _origins(part, "external") if str(o[0]).startswith("socket.recv")}
+    assert reads and reads <= _origins(whole, "external")
+    assert _origins(part, "external") <= _origins(whole, "external")
+    # What came from before the window is marked, and the answer is not whole.
+    assert _origins(part, "window") and part["query"]["truncated"] is True
+    assert not _origins(whole, "window")
+    # Negative control: a request whose connection was accepted after the window, asked
+    # about in a window opened later, is not reached.
+    with Inquiry(data, parsed, window=index[-1].accepted) as late, pytest.raises(QueryError):
+        late.trace(question)
+
+
 @pytest.mark.podman
 def test_the_sandbox_answers_about_a_request_as_in_process(
     tmp_path: Path, keys: KeyFiles, podman_service: tuple[Any, Any, str], replay_image: str
@@ -232,7 +275,7 @@ def test_the_sandbox_answers_about_a_request_as_in_process(
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
 
-    plain = trace("--in-process")
+    plain = trace("--in-process", "--whole-run")  # the sandbox traces the whole run
     boxed = trace(env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]})
 
     def origins(doc: dict[str, Any]) -> set[tuple[str, Any]]:
@@ -260,15 +303,6 @@ def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
     store = tmp_path / "rec"
     with recorded_server(keys, store, command) as (recorder, port):
 
-        def order(promo: str) -> None:
-            body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo}).encode()
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/orders", data=body,
-                headers={"Content-Type": "application/json"},
-            )  # fmt: skip
-            with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
-                reply.read()
-
         def kept_alive(promos: list[str]) -> None:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             for promo in promos:
@@ -282,13 +316,8 @@ def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
             connection.close()
 
         sockets: set[int] = set()
-        order(promos[0])
-        clients = [threading.Thread(target=order, args=(p,)) for p in promos[1:3]]
-        clients.append(threading.Thread(target=kept_alive, args=(promos[3:],)))
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join()
+        _orders(port, promos[:3])  # STAFF100 alone first (request 1), then two at once
+        kept_alive(promos[3:])  # then three over one connection
         _out, err = recorder.communicate(timeout=120)
     assert recorder.returncode == 0, err.decode()
     assert len(sockets) == 1  # the three went over one connection

@@ -189,6 +189,63 @@ server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")
 server.run(sockets=[listener])
 """
 
+DJANGO = """
+import json
+import socketserver
+import sqlite3
+import sys
+import threading
+
+from django.conf import settings
+
+settings.configure(
+    DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["127.0.0.1"], SECRET_KEY="k" * 50,
+    MIDDLEWARE=[], INSTALLED_APPS=[], USE_TZ=True,
+)
+import django
+
+django.setup()
+from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
+from django.core.wsgi import get_wsgi_application
+from django.http import JsonResponse
+from django.urls import path
+
+DB, EXPECTED = sys.argv[1], int(sys.argv[2])
+served = []
+lock = threading.Lock()
+
+
+def discount_for(code):
+    with sqlite3.connect(DB) as db:
+        row = db.execute("SELECT discount_pct FROM promotions WHERE code = ?", (code,)).fetchone()
+    return row[0] if row else 0.0
+
+
+def create_order(request):
+    order = json.loads(request.body)
+    subtotal = sum(item["price"] * item["qty"] for item in order["items"])
+    pct = discount_for(order.get("promo"))
+    total = round(subtotal * (1 - pct / 100), 2)
+    with lock:
+        served.append(total)
+        if len(served) == EXPECTED:
+            threading.Thread(target=server.shutdown).start()
+    return JsonResponse({"total": total})
+
+
+urlpatterns = [path("orders", create_order)]
+
+
+class ThreadedServer(socketserver.ThreadingMixIn, WSGIServer):  # as runserver makes it
+    daemon_threads = True
+
+
+server = ThreadedServer(("127.0.0.1", 0), WSGIRequestHandler)
+server.set_app(get_wsgi_application())
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
 STREAMS = """
 import asyncio
 
@@ -439,50 +496,79 @@ def test_a_socket_offers_every_method_a_real_one_has(tmp_path: Path, keys: KeyFi
     assert_bit_exact(*replay(keys, tmp_path / "rec"))
 
 
-def test_fastapi_under_uvicorn_replays_and_traces_to_the_database_read(
-    tmp_path: Path, keys: KeyFiles
-) -> None:
-    """FastAPI served by uvicorn (asyncio, h11, a plain-def endpoint on Starlette's worker
-    threads) under concurrent clients; the database deleted before replay."""
+def _orders(port: int, promos: list[str], path: str = "/orders") -> dict[str, float]:
+    """The first order alone, then the others concurrently; each promo's total."""
+    answers: dict[str, float] = {}
+    failed: list[BaseException] = []
+
+    def order(promo: str) -> None:
+        body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", data=body,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
+                answers[promo] = json.loads(reply.read())["total"]
+        except BaseException as exc:
+            failed.append(exc)
+
+    order(promos[0])  # first, alone: the request the traces ask about
+    clients = [threading.Thread(target=order, args=(p,)) for p in promos[1:]]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    assert not failed, failed  # (the server would wait for the request that failed)
+    return answers
+
+
+def _serve_orders_and_trace(
+    tmp_path: Path, keys: KeyFiles, source: str
+) -> tuple[Path, dict[str, Any]]:
+    """The shop `source` recorded while serving four orders (STAFF100 first, alone), its
+    database deleted, replayed bit-exact; the first order's total traced (the recording and
+    the trace). The total is £0.00 and reaches its promotions row and its request's body."""
     database = promotions_database(tmp_path / "shop.db")
-    app = write_app(tmp_path / "shop", ASGI)
+    app = write_app(tmp_path / "shop", source)
     promos = ["STAFF100", "TEN", "NONE", "TEN"]
     command = [PYTHON, str(app), str(database), str(len(promos))]
     with recorded_server(keys, tmp_path / "rec", command) as (recorder, port):
-        answers: dict[str, float] = {}
-        failed: list[BaseException] = []
-
-        def order(promo: str) -> None:
-            body = json.dumps({"items": [{"price": 49.99, "qty": 1}], "promo": promo}).encode()
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/orders", data=body,
-                headers={"Content-Type": "application/json"},
-            )  # fmt: skip
-            try:
-                with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310
-                    answers[promo] = json.loads(reply.read())["total"]
-            except BaseException as exc:
-                failed.append(exc)
-
-        order(promos[0])  # first, alone: the request the trace asks about
-        clients = [threading.Thread(target=order, args=(p,)) for p in promos[1:]]
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join()
-        assert not failed, failed  # (the server would wait for the request that failed)
+        answers = _orders(port, promos)
         _out, err = recorder.communicate(timeout=120)
     assert recorder.returncode == 0, err.decode()
     assert answers == {"STAFF100": 0.0, "TEN": 44.99, "NONE": 49.99}
     database.unlink()
     rec = tmp_path / "rec"
-    assert len(_threads_of(keys, rec)) >= 2  # the endpoint ran on a worker thread
     assert_bit_exact(*replay(keys, rec))
-    doc = trace_json(rec, keys, f"app.py:{line_of(ASGI, 'total = round(') + 1}", "total")
+    doc = trace_json(rec, keys, f"app.py:{line_of(source, 'total = round(') + 1}", "total")
     calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
-    # The first request's total (STAFF100's £0.00): its promotion row, read on a worker
-    # thread, and its body, read from the connection by the event loop on the main thread.
-    assert doc["root"]["value"]["repr"] == "0.0"
+    assert doc["root"]["value"]["repr"] == "0.0"  # the first request's: STAFF100
     assert "sqlite3.Cursor.fetchone" in calls, calls
     assert calls & {"socket.recv", "socket.recv_into"}, calls
+    return rec, doc
+
+
+def test_a_django_view_on_its_threaded_server_replays_and_traces_to_the_database_read(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """Django served by its own WSGI server (runserver's: threaded) under concurrent
+    clients; the database deleted before replay."""
+    rec, _doc = _serve_orders_and_trace(tmp_path, keys, DJANGO)
+    assert len(_threads_of(keys, rec)) >= 4  # a thread per request
+    # Its request index, with no configuration.
+    _data, parsed = load_recording(str(rec), keys.identity)
+    index = parsed.request_index()
+    assert [(r.method, r.path, r.status) for r in index] == [("POST", "/orders", 200)] * 4
+
+
+def test_fastapi_under_uvicorn_replays_and_traces_to_the_database_read(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """FastAPI served by uvicorn (asyncio, h11, a plain-def endpoint on Starlette's worker
+    threads) under concurrent clients; the database deleted before replay. The first
+    request's total (STAFF100's £0.00) reaches its promotion row, read on a worker thread,
+    and its body, read from the connection by the event loop on the main thread."""
+    rec, doc = _serve_orders_and_trace(tmp_path, keys, ASGI)
+    assert len(_threads_of(keys, rec)) >= 2  # the endpoint ran on a worker thread
     assert doc["query"]["truncated"] is False

@@ -100,9 +100,15 @@ def test_a_run_is_registered_and_finished_under_its_lease_only(
                      headers=auth(tokens["record"])).status_code == 200  # fmt: skip
     assert http.post(f"/v1/runs/{run_id}/finish", json=finish,
                      headers=auth(other)).status_code == 404  # fmt: skip
-    done = http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete"},
+    # A request count that is no count is refused; the recorder's count is kept.
+    assert http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete", "requests": -1},
+                     headers=auth(tokens["record"])).status_code == 422  # fmt: skip
+    done = http.post(f"/v1/runs/{run_id}/finish", json={"status": "complete", "requests": 7},
                      headers=auth(tokens["record"]))  # fmt: skip
     assert done.status_code == 200 and done.json()["service"] == "checkout"
+    assert done.json()["requests"] == 7
+    seen = http.get(f"/v1/runs/{run_id}", headers=auth(tokens["ada"])).json()
+    assert seen["requests"] == 7
 
 
 def test_another_tenant_gets_404(api: tuple[TestClient, dict[str, str]]) -> None:
