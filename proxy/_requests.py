@@ -34,7 +34,7 @@ import re
 import time
 from typing import Any, Protocol
 
-__all__ = ["MAX_LINE", "MAX_PATH", "Exchange", "RequestIndex", "request_fields"]
+__all__ = ["MAX_LINE", "MAX_PATH", "Exchange", "RequestIndex"]
 
 MAX_LINE = 8192  # a request line longer than this is not HTTP we index
 MAX_PATH = 2048
@@ -53,22 +53,6 @@ class _Recorder(Protocol):
     def record_request(self, fields: dict[str, Any]) -> None: ...
 
     def thread_index(self) -> int: ...
-
-
-def request_fields() -> tuple[str, ...]:
-    """The keys of every REQUEST record, in the order docs/format.md lists them."""
-    return (
-        "method",
-        "path",
-        "status",
-        "accepted",
-        "first",
-        "last",
-        "started",
-        "duration",
-        "thread",
-        "complete",
-    )
 
 
 def _path(target: bytes) -> str:

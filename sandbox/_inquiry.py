@@ -66,13 +66,18 @@ def request_window(parsed: ParsedStream, number: int) -> int:
     """Where a windowed inquiry into request `number` (from 1) opens: the event of the
     accept() that made its connection, so that the request (and any before it on that
     connection) lies inside."""
+    return _indexed_request(parsed, number).accepted
+
+
+def _indexed_request(parsed: ParsedStream, number: int) -> Request:
+    """Request `number` (from 1) of the recording's index; a QueryError if there is none."""
     index = parsed.request_index()
     if not parsed.indexes_requests:
         raise QueryError("this recording keeps no request index (an older recorder made it)")
     if not 1 <= number <= len(index):
         plural = "" if len(index) == 1 else "s"
         raise QueryError(f"request:{number}: the run served {len(index)} indexed request{plural}")
-    return index[number - 1].accepted
+    return index[number - 1]
 
 
 # What a special stop the run never reached says (its survey holds no counter for it).
@@ -225,15 +230,7 @@ class Inquiry:
         """Where request `number` (from 1, in the order `sealtrace requests` lists them)
         begins and ends: [instructions run so far, the instruction making the call] at its
         first and at its last event."""
-        index = self.parsed.request_index()
-        if not self.parsed.indexes_requests:
-            raise QueryError("this recording keeps no request index (an older recorder made it)")
-        if not 1 <= number <= len(index):
-            raise QueryError(
-                f"request:{number}: the run served {len(index)} indexed request"
-                + ("" if len(index) == 1 else "s")
-            )
-        begins, ends = self._ends(index[number - 1])
+        begins, ends = self._ends(_indexed_request(self.parsed, number))
         marks = {int(e): [int(c), int(i)] for e, c, i in self.survey().get("marks") or ()}
         first, last = marks.get(begins), marks.get(ends)
         if first is None or last is None or not last[1]:
