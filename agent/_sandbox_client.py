@@ -107,7 +107,7 @@ MAX_SESSION_FRAMES = 2_000_000
 
 _KINDS: dict[int, str] = {
     Origin.EXTERNAL: "external", Origin.CONSTANT: "constant", Origin.ARGV: "argv",
-    Origin.ENV: "env", Origin.UNKNOWN: "unknown",
+    Origin.ENV: "env", Origin.UNKNOWN: "unknown", Origin.WINDOW: "window",
 }  # fmt: skip
 _CUT_NAMES: dict[int, str] = {int(value): name for name, value in CUTS.items()}
 
@@ -510,6 +510,8 @@ class SandboxClient:
             "passes": stop.b,
             "truncated": bool(stop.e),
         }
+        if stop.ival:
+            query["window"] = stop.ival - 1
         return cast(TraceAnswer, {"query": query, "root": tree(order[0], True)})
 
     def _value(self, fr: Frame | None) -> dict[str, Any]:

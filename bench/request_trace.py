@@ -12,6 +12,12 @@ in the short worker, N = 1,900 in the long one, each a fresh command (decrypt, s
 as a user asks it. It also times a plain replay of each recording (no engine), the floor a
 windowed question (fast-forward without the engine, trace inside the request) could reach.
 
+A session (the sandbox's way, and the console's) asks many questions of one replay: it is
+opened once (one pass under the engine, taking checkpoints), then each question at request:N
+starts from a checkpoint at or before that request's connection. For that way it times the
+opening, the first question and a further one, in one process (the runner's Inquiry, with
+the runner's checkpoint policy).
+
 Prints a table and writes bench/results/request_trace.json with the machine.
 """
 
@@ -138,14 +144,58 @@ def measure(work: Path, store: Path, number: int, rounds: int) -> dict[str, Any]
     return row
 
 
+def session(store: str, key: str, number: int) -> None:
+    """(In a child process.) A session's timings: open, first question, a further one."""
+    from sealtrace.proxy.format import Identity
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+    from sealtrace.sandbox._inquiry import Inquiry
+    from sealtrace.sandbox._replay_process import load_recording
+    from sealtrace.sandbox.questions import Trace
+
+    data, parsed = load_recording(store, Identity.load(Path(key)))
+    question = Trace(at=f"request:{number}", var="b", depth=64)
+    timings: dict[str, Any] = {}
+    started = time.perf_counter()
+    with Inquiry(data, parsed, timeout=3600, checkpoints=CheckpointPolicy(250_000, 64)) as asked:
+        asked.survey()
+        timings["open_s"] = time.perf_counter() - started
+        for name in ("first_question_s", "further_question_s"):
+            started = time.perf_counter()
+            answer = asked.trace(question)
+            timings[name] = time.perf_counter() - started
+        timings["answer"] = answer["root"]["value"]["repr"]
+        timings["window"] = answer["query"].get("window")
+    print(json.dumps(timings))
+
+
+def measure_session(work: Path, store: Path, number: int, rounds: int) -> dict[str, Any]:
+    key = str(work / "keys" / "bench.key")
+    argv = [sys.executable, __file__, "--session", str(store), key, str(number)]
+    runs = [timed(argv)[1] for _ in range(rounds)]
+    row: dict[str, Any] = {
+        name: round(statistics.median(r[name] for r in runs), 3)
+        for name in ("open_s", "first_question_s", "further_question_s")
+    }
+    row["answer"], row["window"] = runs[0]["answer"], runs[0]["window"]
+    return row
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--session"]:
+        session(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     quick = "--quick" in sys.argv
     rounds = 1 if quick else 3
     with tempfile.TemporaryDirectory(prefix="sealtrace-bench-") as tmp:
         work = Path(tmp)
         load_before = os.getloadavg()[0]
-        short = measure(work, record(work, 10), 10, rounds)
-        long = measure(work, record(work, 2000), 1900, rounds)
+        short_store, long_store = record(work, 10), record(work, 2000)
+        short = measure(work, short_store, 10, rounds)
+        long = measure(work, long_store, 1900, rounds)
+        sessions = {
+            "worker_10": measure_session(work, short_store, 10, rounds),
+            "worker_2000": measure_session(work, long_store, 1900, rounds),
+        }
         load_after = os.getloadavg()[0]
     # The target compares the same question asked the same way of both workers; the best
     # way for the long worker is set against the short worker asked that way too.
@@ -153,8 +203,13 @@ def main() -> None:
         way: round(long[f"{way}_s"] / short[f"{way}_s"], 2)
         for way in ("windowed", "windowed_checkpoints", "whole_run")
     }
+    for way in ("first_question", "further_question"):
+        ratios[f"session_{way}"] = round(
+            sessions["worker_2000"][f"{way}_s"] / sessions["worker_10"][f"{way}_s"], 2
+        )
     doc = {
         "machine": machine(),
+        "session": sessions,
         "load": [round(load_before, 2), round(load_after, 2)],
         "rounds": rounds,
         "worker_10": short,
@@ -169,6 +224,13 @@ def main() -> None:
     for name, row in (("10 requests", short), ("2,000 requests", long)):
         cells = "".join(f"{row[f'{w}_s']:>21}s" for w in ways)
         print(f"{name:<16}{row['request']:>8}{cells}")
+    print(f"{'session':<16}{'request':>8}{'open':>22}{'first question':>22}{'further':>22}")
+    for name, number in (("worker_10", 10), ("worker_2000", 1900)):
+        row = sessions[name]
+        cells = "".join(
+            f"{row[k]:>21}s" for k in ("open_s", "first_question_s", "further_question_s")
+        )
+        print(f"{name:<16}{number:>8}{cells}")
     print("ratio (2,000 / 10): " + ", ".join(f"{w} {r}" for w, r in ratios.items()))
     print(f"wrote {RESULTS}")
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 import _socket
 import array
 import contextlib
+import ctypes
 import json
 import os
 import struct
+import sys
 import threading
 import time
 from _thread import _count as _thread_count
@@ -41,6 +43,7 @@ from typing import Any, NoReturn
 from sealtrace.proxy.boundary import outside_the_program
 
 __all__ = [
+    "KEEP_GAP",
     "CheckpointPolicy",
     "CheckpointedReplay",
     "Checkpoints",
@@ -51,7 +54,15 @@ __all__ = [
 
 _LENGTH = struct.Struct(">I")
 _MAX_MESSAGE = 256 * 1024 * 1024
-_fork = os.fork
+# libc's fork(), called with the GIL held (PyDLL). os.fork() would also run the interpreter's
+# at-fork handlers, which are the program's: logging's takes its module lock in the parent
+# and resets it in the child (a checkpoint taken while the program held that lock released
+# it under the program: uvicorn's replay then diverged), random's reseeds the child's
+# generator. A checkpoint is a pause the program must not see, and it is taken only while
+# the program runs on one thread (_alone), so there is nothing those handlers would mend.
+_libc_fork = ctypes.PyDLL(None, use_errno=True).fork
+_libc_fork.argtypes = []
+_libc_fork.restype = ctypes.c_int
 _kill = os.kill
 _waitpid = os.waitpid
 _open = os.open
@@ -112,6 +123,23 @@ def receive(sock: Socket) -> tuple[dict[str, Any], list[int]]:
 # -- inside the replaying process -----------------------------------------------------------
 
 
+def _fork() -> int:
+    """fork() with none of the interpreter's at-fork handlers (see _libc_fork), and the
+    program's running event loop still running in the child. asyncio's C part stamps the
+    running loop with the process id (os.getpid() is the recording's, but this stamp is
+    the kernel's): in a fork the loop would be gone, and a question resumed inside an
+    asyncio server took another path (uvicorn diverged at its next poll)."""
+    events = sys.modules.get("asyncio.events")
+    loop = events._get_running_loop() if events is not None else None
+    pid = int(_libc_fork())
+    if pid < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    if pid == 0 and loop is not None:
+        events._set_running_loop(loop)  # type: ignore[union-attr]
+    return pid
+
+
 # A checkpoint is a fork, and a fork keeps only the thread that made it: one taken while the
 # program has other threads would lose them, and a question forked from it would wait for
 # them forever. A checkpoint falls due only while the program runs on one thread; one that
@@ -119,6 +147,9 @@ def receive(sock: Socket) -> tuple[dict[str, Any], list[int]]:
 # finds them gone. A program that always has several threads (a worker pool) gets no
 # checkpoint past the first, and its questions replay from the start.
 _RETRY = 1024
+# A question that starts at least this many instructions past its nearest checkpoint keeps
+# one where it starts (CheckpointedReplay.keep): a later question there replays none of them.
+KEEP_GAP = 10_000
 _main_ident = threading.main_thread().ident
 
 
@@ -196,6 +227,12 @@ class Checkpoints:
             self._thin()
         return True
 
+    def keep(self, counter: int) -> bool:
+        """In a worker: a checkpoint here, kept for the session's later questions (one that
+        starts here replays nothing before it); none while other threads run (see _alone).
+        As _take: False in a worker a later question forked from the kept checkpoint."""
+        return self._take(counter) if _alone() else True
+
     def _thin(self) -> None:
         kept = [self.taken[0]]
         for i, (counter, pid) in enumerate(self.taken[1:], 1):
@@ -222,6 +259,10 @@ class Checkpoints:
             with outside_the_program():
                 pid = _fork()
             if pid == 0:
+                # A checkpoint the question keeps on its way (keep_at) goes to the session
+                # over this socket, before the answer.
+                self.control = sock
+                self.taken = []
                 self.configure(message["query"], _answerer(sock))
                 return  # the worker returns into the program, configured
             with contextlib.suppress(ChildProcessError):
@@ -258,8 +299,12 @@ def process_alive(pid: int) -> bool:
 class CheckpointedReplay:
     """Checkpoints of one recording's replay, and questions answered from the nearest one."""
 
-    def __init__(self, timeout: float | None = None) -> None:
+    def __init__(self, timeout: float | None = None, keep: int = 0) -> None:
+        """keep: how many checkpoints questions may add where they start (each at least
+        KEEP_GAP instructions past the nearest one); past it the oldest added is dropped."""
         self.timeout = timeout
+        self.keep = keep
+        self.kept: list[int] = []  # the counters of the checkpoints questions added, oldest first
         self.control, self.child_end = _socket.socketpair()
         self.checkpoints: dict[int, Socket] = {}
         self.pids: dict[int, int] = {}
@@ -326,9 +371,28 @@ class CheckpointedReplay:
             raise LookupError(f"no checkpoint at or before {start}")
         sock = self.checkpoints[counter]
         sock.settimeout(self.timeout)
+        if self.keep and start - counter >= KEEP_GAP:
+            query = {**query, "keep": start}
         send(sock, {"query": query})
-        message, _fds = receive(sock)
-        return message["receipt"], int(message["code"])
+        while True:
+            message, fds = receive(sock)
+            if "checkpoint" not in message:
+                return message["receipt"], int(message["code"])
+            if not fds or int(message["checkpoint"]) != start or start in self.checkpoints:
+                for fd in fds:
+                    os.close(fd)
+                raise ValueError("a question sent a checkpoint it was not asked for")
+            self._take(message, fds)
+            self.kept.append(start)
+            if len(self.kept) > self.keep:
+                self._drop(self.kept.pop(0))
+
+    def _drop(self, counter: int) -> None:
+        """End one checkpoint: it leaves when its socket closes."""
+        sock = self.checkpoints.pop(counter, None)
+        if sock is not None:
+            sock.close()
+        self.pids.pop(counter, None)
 
     def close(self) -> None:
         """End every checkpoint: each leaves when its socket closes; any still there after a

@@ -29,6 +29,7 @@ from ._checkpoints import CheckpointedReplay, CheckpointPolicy
 from ._errors import DivergenceError, QueryError
 from ._provenance import (
     ARGV_TAG,
+    BEFORE_TAG,
     input_tags,
     marker_node,
     origin_tag_kind,
@@ -124,6 +125,11 @@ class Inquiry:
         self.policy = checkpoints
         # Sandboxed sessions: every value summary also carries a digest keyed with this.
         self.digest_key = digest_key
+        # In a checkpointed session, a trace at request:N follows the value back to where
+        # that request's connection was accepted: (that accept() event, the counter of the
+        # instruction that made the call). Steps before are "made before the traced window"
+        # markers, and every pass starts at a checkpoint near the request, not at the start.
+        self._since: tuple[int, int] | None = None
         self._replay: CheckpointedReplay | None = None
         self._survey: dict[str, Any] | None = None
         self.passes = 0
@@ -173,7 +179,7 @@ class Inquiry:
     def _checkpointed(self) -> CheckpointedReplay:
         if self._replay is None:
             assert self.policy is not None
-            server = CheckpointedReplay(self.timeout)
+            server = CheckpointedReplay(self.timeout, keep=self.policy.cap)
             fd = server.child_end.fileno()
             query = {
                 "kind": "serve",
@@ -215,7 +221,7 @@ class Inquiry:
     def _marks(self) -> list[int]:
         """The events whose instruction a survey notes: where each indexed request begins
         and ends."""
-        return sorted({e for r in self.parsed.requests for e in self._ends(r)})
+        return sorted({e for r in self.parsed.requests for e in (*self._ends(r), r.accepted)})
 
     def _ends(self, request: Request) -> tuple[int, int]:
         """The request's own first and last events: its thread's first read and last send
@@ -231,11 +237,29 @@ class Inquiry:
         begins and ends: [instructions run so far, the instruction making the call] at its
         first and at its last event."""
         begins, ends = self._ends(_indexed_request(self.parsed, number))
-        marks = {int(e): [int(c), int(i)] for e, c, i in self.survey().get("marks") or ()}
+        marks = self._marked()
         first, last = marks.get(begins), marks.get(ends)
         if first is None or last is None or not last[1]:
             raise QueryError(f"request:{number} was not reached by the replay")
         return first, last
+
+    def _marked(self) -> dict[int, list[int]]:
+        """[instructions run so far, the instruction making the call] at each marked event."""
+        return {int(e): [int(c), int(i)] for e, c, i in self.survey().get("marks") or ()}
+
+    def _request_window(self, at: At, question: Trace) -> tuple[int, int] | None:
+        """Where a trace at request:N begins in a checkpointed session (see _since); None
+        for the whole run: another stop, `whole_run` asked, no checkpoints, or an inquiry
+        windowed already (in-process, from the start of its replay)."""
+        if at.request is None or question.whole_run or self.policy is None:
+            return None
+        if self.window is not None:
+            return None
+        accepted = _indexed_request(self.parsed, at.request).accepted
+        mark = self._marked().get(accepted)
+        if mark is None or not mark[1]:  # its accept() ran before any traced instruction
+            return None
+        return accepted, mark[1]
 
     def request_counters(self, number: int) -> tuple[int, int]:
         """The instructions request `number` spans: the counter at its first event and at
@@ -291,14 +315,19 @@ class Inquiry:
     # -- trace ----------------------------------------------------------------------------
 
     def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
-        wanted = {c for c in counters if 0 < c < ARGV_TAG}
+        since = self._since[1] if self._since else 0
+        wanted = {c for c in counters if 0 < c < ARGV_TAG and c >= since}
         if not wanted:
             return {}
         result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
         return {int(k): v for k, v in result["nodes"].items()}
 
     def trace(self, question: Trace) -> TraceAnswer:
-        return self.traces(question, (question.depth,))[question.depth]
+        self._since = self._request_window(parse_at(question.at), question)
+        try:
+            return self.traces(question, (question.depth,))[question.depth]
+        finally:
+            self._since = None
 
     def traces(self, question: Trace, depths: Sequence[int]) -> dict[int, TraceAnswer]:
         """The trace of one value at each of several depths: one locate, one slice pass
@@ -319,10 +348,12 @@ class Inquiry:
             "line": top.get("line"),
             "function": top.get("function"),
         }
-        if root_tag == 0 and self.window is not None:
+        window = self.window if self._since is None else self._since[0]
+        made_before = self._since is not None and 0 < root_tag < self._since[1]
+        if (root_tag == 0 and self.window is not None) or made_before:
             raise QueryError(
                 f"{expr} at {at.text} was made before the traced window opened (event "
-                f"{self.window}): ask again tracing the whole run"
+                f"{window}): ask again tracing the whole run"
             )
         if root_tag == 0:
             raise QueryError(
@@ -356,8 +387,8 @@ class Inquiry:
             # Any branch cut (the depth bound, a slice limit, items not read) makes it
             # truncated.
             query["truncated"] = truncated or bool(self.last_cuts)
-            if self.window is not None:
-                query["window"] = self.window
+            if window is not None:
+                query["window"] = window
             # The documents are built as plain dicts; their shapes are the contract's.
             answers[depth] = cast(TraceAnswer, {"query": query, "root": root})
         return answers
@@ -370,7 +401,7 @@ class Inquiry:
         if origin_tag_kind(root) is not None:
             return {depth: ([root], False) for depth in depths}
         query = {"kind": "slice", "root": root, "depth": max(depths), "depths": list(depths)}
-        slices = self.run(query)["slices"]
+        slices = self.run(query, self._since[1] if self._since else 0)["slices"]
         return {
             depth: (
                 [int(tag) for tag, _level in slices[str(depth)]["nodes"]],
@@ -385,7 +416,9 @@ class Inquiry:
         self.truncated = False
         if origin_tag_kind(root) is not None:
             return [root]
-        result = self.run({"kind": "slice", "root": root, "depth": depth})
+        result = self.run(
+            {"kind": "slice", "root": root, "depth": depth}, self._since[1] if self._since else 0
+        )
         self.truncated = bool(result["truncated"])
         return [int(tag) for tag, _level in result["nodes"]]
 
@@ -405,6 +438,9 @@ class Inquiry:
         branch: only inputs that are themselves outside inputs (the cursor a fetchone read)
         are followed from it. Where a branch is cut, last_cuts says why."""
         seeded = origin_tag_kind(tag)
+        if seeded is None and self._since is not None and 0 < tag < self._since[1]:
+            self.last_cuts[BEFORE_TAG] = "window"  # made before the request's window
+            return marker_node("window")
         if seeded is not None and seeded[0] in ("unknown", "cut", "window"):
             if seeded[0] == "cut":
                 self.last_cuts[tag] = "items"

@@ -368,6 +368,7 @@ class Provenance:
         self._last: tuple[Any, str, Any] | None = None
         self.uncaught: dict[str, Any] | None = None
         self._instructions: dict[int, tuple[Any, dict[int, tuple[str, str, int | None]]]] = {}
+        self._armed: tuple[int, Callable[[Any, int], None]] | None = None  # the counter stop
 
     def emit(self, result: dict[str, Any]) -> NoReturn:
         self.sink({"status": "query", "result": result}, 0)
@@ -380,8 +381,26 @@ class Provenance:
         self.sink = sink
         if self.redirect is not None:
             self.redirect(sink)
-        self.checkpoints = None
+        keeper, self.checkpoints = self.checkpoints, None
         self._arm()
+        if query.get("keep") is not None and keeper is not None:
+            self._keep_at(keeper, int(query["keep"]))
+
+    def _keep_at(self, keeper: Any, counter: int) -> None:
+        """Keep a checkpoint at `counter` on the way (the session asked: a later question
+        starts there), unless this pass stops before it. The engine has one counter stop:
+        a pass that stops later at a counter of its own gets that stop back once kept."""
+        armed = self._armed
+        if armed is not None and armed[0] <= counter:
+            return
+
+        def kept(frame: Any, now: int) -> None:
+            # (In a later question's worker, forked from the kept checkpoint, keep() returns
+            # False: that worker has its own stops.)
+            if keeper.keep(now) and armed is not None:
+                self.engine.stop_at_counter(*armed)
+
+        self.engine.stop_at_counter(counter, kept)
 
     # The replay runtime reports every event it serves, and every env value it gives out.
     def on_event(self, index: int, callee: str, output: bool, brought: int) -> None:
@@ -488,6 +507,7 @@ class Provenance:
         """Stop before a counter, a line's Nth entry or a function's Nth return."""
         engine = self.engine
         if "counter" in at:
+            self._armed = (int(at["counter"]), callback)
             engine.stop_at_counter(int(at["counter"]), callback)
         elif "function" in at:
             engine.stop_at_return(at["file"], at["function"], int(at.get("hit", 1)), callback)

@@ -71,9 +71,10 @@ WholeRunOpt = Annotated[
     bool,
     typer.Option(
         "--whole-run/--window",
-        help="With --at request:N in-process: trace the whole run (--whole-run), or replay "
-        "without the engine up to the request's connection and trace from there (--window, "
-        "the default: an input made before shows as made before the traced window).",
+        help="With --at request:N: trace the whole run (--whole-run), or only from the "
+        "request's connection on (--window, the default: an input made before shows as made "
+        "before the traced window). In-process the replay runs without the engine up to the "
+        "connection; in the sandbox the trace starts from the session's nearest checkpoint.",
     ),
 ]
 FromOpt = Annotated[
@@ -227,7 +228,7 @@ def trace(
 
     answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, at, whole_run)
     with answerer:
-        doc = answerer.trace(Trace(at=at, var=var, depth=depth))
+        doc = answerer.trace(Trace(at=at, var=var, depth=depth, whole_run=whole_run))
     _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src, answerer.last_cuts))
 
 

@@ -85,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -110,7 +110,8 @@ class Op(enum.IntEnum):
     VALUE = 5  # a: counter it belongs to, e: type tag, f: length, ival/fval, digest; b: type
     EDGE = 6  # a: counter, b: an input's counter, d: 1 where the tree expands the input (its
     #           own EDGE frames follow; a step is expanded once), else 0
-    FRAME_AT = 7  # a: stop counter, c/d: source/line, f: frame number (0 innermost)
+    FRAME_AT = 7  # a: stop counter, c/d: source/line, f: frame number (0 innermost);
+    #               answering TRACE: ival the traced window's event + 1 (0: the whole run)
     LOCAL = 8  # a: tag, d: frame number, digest: the name's digest; its VALUE follows
     REACH = 9  # a: first counter, c/d: source/line, ival: times
     OUTPUT = 10  # a: counter, b: event index
@@ -131,6 +132,7 @@ class Op(enum.IntEnum):
     #           b: the memory limit in bytes for everything the runner starts (0: none),
     #           e: 1 for a receipt-only session (no engine: LOADED counts nothing)
     TRACE = 65  # a: counter or 0, c/d: source/line, e: Stop, ival: hit, f: text (expr), b: depth;
+    #            Stop.REQUEST: c 1 to trace the whole run (0: from the request's window)
     #            Stop.RETURN: c the source or NO_SOURCE, d the function name's length in
     #            characters (the text's first d characters, the expression after them)
     FLOWS = 66  # like TRACE, or b: event index with e: Stop.EVENT
@@ -191,10 +193,11 @@ class Cut(enum.IntEnum):
     DEPTH = 1  # the depth bound
     LIMIT = 2  # the slice's node or edge limit
     ITEMS = 3  # more items than a pass reads
+    WINDOW = 4  # made before the traced window (a trace at request:N in a session)
 
 
 # The reasons the in-process answerer gives (Inquiry.last_cuts) and their frame values.
-CUTS = {"depth": Cut.DEPTH, "limit": Cut.LIMIT, "items": Cut.ITEMS}
+CUTS = {"depth": Cut.DEPTH, "limit": Cut.LIMIT, "items": Cut.ITEMS, "window": Cut.WINDOW}
 
 
 class Origin(enum.IntEnum):
@@ -204,6 +207,7 @@ class Origin(enum.IntEnum):
     ARGV = 3
     ENV = 4
     UNKNOWN = 5
+    WINDOW = 6  # the "made before the traced window" marker
 
 
 class ErrorCode(enum.IntEnum):
@@ -479,8 +483,10 @@ def request_for(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
 
 def _request(question: Question, sources: list[str]) -> tuple[Frame, bytes]:
     if isinstance(question, Trace):
-        request = Frame(Op.TRACE, b=question.depth)
-        return _located(request, parse_at(question.at), question.var, sources)
+        stop = parse_at(question.at)
+        # c: 1 to trace the whole run at request:N (c names no source for that stop).
+        whole = 1 if question.whole_run and stop.request is not None else 0
+        return _located(Frame(Op.TRACE, b=question.depth, c=whole), stop, question.var, sources)
     if isinstance(question, InspectStack):
         return _located(Frame(Op.INSPECT), parse_at(question.at), "", sources)
     if isinstance(question, Flows):
@@ -508,7 +514,9 @@ def question_of(request: Frame, text: str, sources: list[str]) -> Question:
             raise QueryError("a return stop's function name is not in the request's text")
         function, text = text[: request.d], text[request.d :]
     if request.op is Op.TRACE:
-        return Trace(at=_at_text(request, sources, function), var=text, depth=int(request.b))
+        at = _at_text(request, sources, function)
+        whole = request.e == Stop.REQUEST and request.c == 1
+        return Trace(at=at, var=text, depth=int(request.b), whole_run=whole)
     if request.op is Op.INSPECT:
         return InspectStack(at=_at_text(request, sources, function))
     if request.op is Op.FLOWS:

@@ -114,6 +114,14 @@ class Trace:
         default=DEFAULT_DEPTH,
         metadata={"minimum": 1, "maximum": MAX_DEPTH, "help": "computations back to follow"},
     )
+    whole_run: bool = field(
+        default=False,
+        metadata={
+            "help": "at request:N, follow the value back through the whole run instead of "
+            "from where the request's connection was accepted (a session's answer is "
+            "windowed there: what was made before shows as made before the traced window)"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -598,7 +606,10 @@ def parse_question(doc: Mapping[str, Any]) -> Question:
         if name not in doc:
             continue
         value = doc[name]
-        if f.type is int:
+        if f.type is bool:
+            if not isinstance(value, bool):
+                raise QueryError(f"{kind}: {name} must be true or false")
+        elif f.type is int:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise QueryError(f"{kind}: {name} must be an integer")
             low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
@@ -705,8 +716,10 @@ def json_schema() -> dict[str, Any]:
         props: dict[str, Any] = {"kind": {"const": kind}}
         for f in dataclasses.fields(cls):
             meta = f.metadata
-            if f.type is int:
-                prop: dict[str, Any] = {"type": "integer", "default": f.default}
+            if f.type is bool:
+                prop: dict[str, Any] = {"type": "boolean", "default": f.default}
+            elif f.type is int:
+                prop = {"type": "integer", "default": f.default}
                 prop.update(minimum=meta["minimum"], maximum=meta["maximum"])
             else:
                 prop = {"type": "string", "default": f.default, "maxLength": meta["max_length"]}

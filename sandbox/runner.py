@@ -26,6 +26,7 @@ from ._inquiry import Inquiry
 from ._memory import MemoryWatch
 from ._provenance import (
     ARGV_TAG,
+    BEFORE_TAG,
     CUT_TAG,
     ENV_TAG,
     MARKER_OPS,
@@ -74,6 +75,7 @@ _ORIGINS = {
     "argv": Origin.ARGV,
     "env": Origin.ENV,
     "unknown": Origin.UNKNOWN,
+    "window": Origin.WINDOW,
 }
 ENGINE_VERSION = 0x0001_0000
 _PR_SET_DUMPABLE = 4
@@ -305,6 +307,7 @@ class Runner:
             d=int(stop["line"] or 0),
             e=1 if q.get("truncated") else 0,
             f=len(via),
+            ival=int(q["window"]) + 1 if q.get("window") is not None else 0,
         )
         yield self._value(0, q["value"])
         emitted: set[int] = set()
@@ -396,6 +399,8 @@ def _key(node: Node) -> int:
         return UNKNOWN_TAG
     if node["op"] == MARKER_OPS["cut"]:
         return CUT_TAG
+    if node["op"] == MARKER_OPS["window"]:
+        return BEFORE_TAG
     kind, _, index = str(node["op"]).partition("[")
     base = {"argv": ARGV_TAG, "env": ENV_TAG}.get(kind)
     return base + int(index.rstrip("]")) if base is not None and index else 0

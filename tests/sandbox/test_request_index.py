@@ -217,6 +217,137 @@ def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_chec
             session.trace(Trace(at="request:11", var="b", depth=4))
 
 
+# One thread serves one connection at a time: the program is alone at each accept(), where
+# a session keeps its checkpoints.
+ONE_BY_ONE = """
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+RATES = {"GB": 0.2, "DE": 0.19}
+PONG = json.dumps({"ok": True}).encode()  # made at start, sent as it is
+
+
+class Prices(BaseHTTPRequestHandler):
+    def do_POST(self):
+        order = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        subtotal = sum(item["price"] * item["qty"] for item in order["items"])
+        total = round(subtotal * (1 + RATES[order["country"]]), 2)
+        body = json.dumps({"total": total}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(PONG)))
+        self.end_headers()
+        self.wfile.write(PONG)
+
+    def log_message(self, *args):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", 0), Prices)
+print(server.server_address[1], flush=True)
+for _ in range(int(sys.argv[1])):
+    server.handle_request()
+"""
+
+
+def record_one_by_one(tmp_path: Path, keys: KeyFiles, requests: int) -> Path:
+    app = write_app(tmp_path / "prices", ONE_BY_ONE)
+    store = tmp_path / "one-by-one"
+    with recorded_server(keys, store, [PYTHON, str(app), str(requests)]) as (recorder, port):
+        for i in range(requests - 1):
+            body = json.dumps(
+                {"items": [{"price": 9.99, "qty": 1 + i}], "country": ("GB", "DE")[i % 2]}
+            ).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/orders", data=body)
+            with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310 - loopback
+                reply.read()
+        ping = f"http://127.0.0.1:{port}/ping"  # the last: answered with bytes made at start
+        urllib.request.urlopen(ping, timeout=60).read()
+        _out, err = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, err.decode()
+    return store
+
+
+def _without_passes(doc: dict[str, Any]) -> dict[str, Any]:
+    """A trace without its pass count (which counts every pass the inquiry has made)."""
+    return {**doc, "query": {k: v for k, v in doc["query"].items() if k != "passes"}}
+
+
+def test_in_a_session_a_question_about_one_request_starts_from_a_checkpoint_near_it(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """In a session (checkpoints, as the sandbox's), a trace at request:N follows the value
+    back to the accept() of the request's connection: every pass starts from a checkpoint
+    at or before that accept(), not from the run's start, and the first question keeps a
+    checkpoint there for the next one. What came from before is marked, and the answer says
+    it is not whole; whole_run widens it to the whole run's answer."""
+    store = record_one_by_one(tmp_path, keys, 12)
+    data, parsed = load_recording(str(store), keys.identity)
+    index = parsed.request_index()
+    assert len(index) == 12
+    question = Trace(at="request:11", var="b", depth=64)
+    with Inquiry(data, parsed) as plain:
+        whole = plain.trace(question)
+    # Checkpoints far apart: only the one before the first instruction, until questions
+    # keep their own.
+    sparse = CheckpointPolicy(10**9, 64)
+    with Inquiry(data, parsed, timeout=60, checkpoints=sparse) as session:
+        part = session.trace(question)
+        server = session._replay
+        assert server is not None
+        accepted = index[10].accepted
+        since = session._marked()[accepted][1]
+        assert server.kept and all(k >= since for k in server.kept)
+        starts: list[int] = []
+        ask = server.ask
+
+        def watched(query: dict[str, Any], start: int) -> tuple[dict[str, Any], int]:
+            starts.append(server.nearest(start) or 0)
+            return ask(query, start)
+
+        server.ask = watched  # type: ignore[method-assign]
+        again = session.trace(question)
+        widened = session.trace(Trace(at="request:11", var="b", depth=64, whole_run=True))
+    # The same value, stopped at the same instruction, as the whole run.
+    assert part["root"]["value"] == whole["root"]["value"]
+    assert '"total":' in str(part["root"]["value"]["repr"])
+    assert part["query"]["stopped_at"] == whole["query"]["stopped_at"]
+    assert part["query"]["window"] == accepted and "window" not in whole["query"]
+    # The request's own body (its socket read) is reached; every external origin of the
+    # window is one of the whole run's.
+    reads = {o for o in _origins(part, "external") if str(o[0]).startswith("socket.recv")}
+    assert reads and _origins(part, "external") <= _origins(whole, "external")
+    # RATES was made at import, before the window: marked, and the answer is not whole.
+    assert _origins(part, "window") and part["query"]["truncated"] is True
+    assert not _origins(whole, "window")
+    # The second question started every pass from a checkpoint at or after the accept()
+    # (the one the first kept): none replayed the requests before it.
+    assert _without_passes(again) == _without_passes(part)
+    assert len(starts) >= 3 and min(starts[:3]) >= since, (starts, since)
+    # Widened: the whole run's answer, as a session with no checkpoints gives it.
+    assert _without_passes(widened) == _without_passes(whole)
+
+
+def test_a_windowed_question_about_a_value_made_before_the_request_says_so(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """The value asked about (bytes made at start, sent as they are) was made before the
+    request's window: the session says so, and the whole run answers."""
+    store = record_one_by_one(tmp_path, keys, 3)
+    data, parsed = load_recording(str(store), keys.identity)
+    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64)) as session:
+        with pytest.raises(QueryError, match="made before the traced window"):
+            session.trace(Trace(at="request:3", var="b", depth=4))
+        doc = session.trace(Trace(at="request:3", var="b", depth=4, whole_run=True))
+    assert "window" not in doc["query"] and doc["root"]["value"]["repr"] == repr(b'{"ok": true}')
+
+
 def _origins(doc: dict[str, Any], kind: str) -> set[tuple[Any, Any]]:
     return {
         (n["origin"]["call"], n["origin"]["event"])
@@ -275,8 +406,11 @@ def test_the_sandbox_answers_about_a_request_as_in_process(
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
 
-    plain = trace("--in-process", "--whole-run")  # the sandbox traces the whole run
-    boxed = trace(env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]})
+    podman = {"SEALTRACE_PODMAN_SOCKET": podman_service[2]}
+    plain = trace("--in-process", "--whole-run")
+    boxed = trace("--whole-run", env=podman)
+    # By default the sandbox traces from the request's connection on, from its checkpoints.
+    windowed = trace(env=podman)
 
     def origins(doc: dict[str, Any]) -> set[tuple[str, Any]]:
         return {
@@ -289,13 +423,25 @@ def test_the_sandbox_answers_about_a_request_as_in_process(
     assert plain["query"]["stopped_at"]["line"] == boxed["query"]["stopped_at"]["line"]
     assert origins(boxed) == origins(plain)
     assert any(call.startswith("socket.recv") for call, _ in origins(plain))
+    assert "window" not in boxed["query"]
+    shown = ("type", "repr")  # (digests are keyed for each session)
+    assert [windowed["root"]["value"][k] for k in shown] == [
+        boxed["root"]["value"][k] for k in shown
+    ]
+    assert windowed["query"]["stopped_at"] == boxed["query"]["stopped_at"]
+    assert windowed["query"]["window"] == request_window(
+        load_recording(str(shop.store), keys.identity)[1], 2
+    )
+    assert any(call.startswith("socket.recv") for call, _ in origins(windowed))
+    assert origins(windowed) <= origins(boxed)
+    kinds = {(n["origin"] or {}).get("kind") for n in walk(windowed["root"])}
+    assert "window" in kinds and windowed["query"]["truncated"] is True
 
 
-def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
-    tmp_path: Path, keys: KeyFiles
-) -> None:
-    """One thread reads every connection (asyncio): requests are told apart by connection,
-    and a kept-alive connection's requests one from the next."""
+def record_fastapi(tmp_path: Path, keys: KeyFiles) -> tuple[Path, Path, set[int]]:
+    """FastAPI on uvicorn, recorded serving six orders: STAFF100 alone first (request 1),
+    two at once, then three over one kept-alive connection. (The store, the database, the
+    client sockets the last three used.)"""
     database = promotions_database(tmp_path / "shop.db")
     app = write_app(tmp_path / "shop", ASGI)
     promos = ["STAFF100", "TEN", "NONE", "TEN", "NONE", "TEN"]
@@ -320,6 +466,15 @@ def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
         kept_alive(promos[3:])  # then three over one connection
         _out, err = recorder.communicate(timeout=120)
     assert recorder.returncode == 0, err.decode()
+    return store, database, sockets
+
+
+def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """One thread reads every connection (asyncio): requests are told apart by connection,
+    and a kept-alive connection's requests one from the next."""
+    store, database, sockets = record_fastapi(tmp_path, keys)
     assert len(sockets) == 1  # the three went over one connection
     index = requests_json(store, keys)["requests"]
     assert [(r["method"], r["path"], r["status"]) for r in index] == [("POST", "/orders", 200)] * 6
@@ -332,3 +487,31 @@ def test_fastapi_under_uvicorn_indexes_requests_its_event_loop_served(
     calls = {(n["origin"] or {}).get("call") for n in walk(doc["root"])}
     assert doc["root"]["value"]["repr"] == """b'{"total":0.0}'"""
     assert "sqlite3.Cursor.fetchone" in calls, calls
+
+
+@pytest.mark.podman
+def test_the_sandbox_answers_about_a_fastapi_request_as_in_process(
+    tmp_path: Path, keys: KeyFiles, podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    """uvicorn in the sandbox replays as in-process (it once diverged there: its logging
+    set-up took a lock where the recording polled)."""
+    store, database, _sockets = record_fastapi(tmp_path, keys)
+    database.unlink()
+    plain = trace_json(store, keys, "request:1", "data", "--whole-run")
+    proc = run_cli(
+        "trace", str(store), "--identity", str(keys.identity_path), "--at", "request:1",
+        "--var", "data", "--whole-run", "--json",
+        env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]}, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    boxed = json.loads(proc.stdout)
+    assert plain["root"]["value"]["repr"] == """b'{"total":0.0}'"""
+    assert boxed["root"]["value"]["type"] == plain["root"]["value"]["type"] == "bytes"
+    # (The sandbox names only the recorded sources' files; asyncio's is the image's.)
+    where = ("counter", "line")
+    assert [boxed["query"]["stopped_at"][k] for k in where] == [
+        plain["query"]["stopped_at"][k] for k in where
+    ]
+    calls = {(n["origin"] or {}).get("call") for n in walk(boxed["root"])}
+    assert "sqlite3.Cursor.fetchone" in calls, calls
+    assert calls == {(n["origin"] or {}).get("call") for n in walk(plain["root"])}

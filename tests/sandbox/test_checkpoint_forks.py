@@ -1,0 +1,90 @@
+"""A checkpoint is a fork of the replay, and a question resumes the program inside it: the
+program must not be able to tell. Python runs a fork's at-fork handlers (logging resets its
+lock, random reseeds its generator in the child) and asyncio's C part stamps the running loop
+with the kernel's process id; each would make a question resumed from a checkpoint take
+another path than the run did. Every checkpoint of these programs' sessions resumes as the
+run went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sealtrace.sandbox._checkpoints import CheckpointPolicy
+from sealtrace.sandbox._inquiry import Inquiry
+from sealtrace.sandbox._replay_process import load_recording
+from sealtrace.sandbox.questions import Trace
+
+from ..conftest import KeyFiles
+from .replaying import PYTHON, record, write_app
+
+pytestmark = pytest.mark.integration
+
+# The global generator (seeded from os.urandom at import, which the recording serves) and a
+# logger's lock, used all along: a checkpoint falls between any two steps.
+RANDOM_AND_LOGGING = """
+import logging
+import random
+
+log = logging.getLogger("steps")
+values = []
+total = 0
+for i in range(4000):
+    total += i * i % 7
+    if i % 200 == 0:
+        log.debug("step %d", i)
+        logging.getLogger(f"steps.{i}")
+        values.append(random.random())
+last = values[-1]
+print(total, values)
+"""
+
+# A running event loop all along, as a server's.
+EVENT_LOOP = """
+import asyncio
+
+
+async def main():
+    total = 0
+    for i in range(300):
+        await asyncio.sleep(0)
+        asyncio.get_running_loop()
+        total += sum(range(i % 40))
+    return total
+
+
+last = asyncio.run(main())
+print(last)
+"""
+
+
+@pytest.mark.parametrize("program", ["random_and_logging", "event_loop"])
+def test_every_checkpoint_resumes_the_run_as_it_went(
+    tmp_path: Path, keys: KeyFiles, program: str
+) -> None:
+    source = {"random_and_logging": RANDOM_AND_LOGGING, "event_loop": EVENT_LOOP}[program]
+    app = write_app(tmp_path / "app", source)
+    recorded = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    data, parsed = load_recording(str(recorded.location), keys.identity)
+    question = Trace(at="end", var="last", depth=4)
+    with Inquiry(data, parsed, timeout=60) as plain:
+        whole = plain.trace(question)
+        end = int(plain.survey()["end"])
+    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(2_000, 64)) as session:
+        session.survey()
+        server = session._replay
+        assert server is not None
+        server.keep = 0  # every pass from a checkpoint the run took
+        checkpoints = sorted(server.checkpoints, reverse=True)
+        assert len(checkpoints) > 10
+        # From each checkpoint, latest first, a pass runs on to the end of the run and finds
+        # what the run had there: a fork the program saw would diverge (its next call or
+        # its output) or find another value.
+        for counter in checkpoints:
+            assert server.nearest(end) == counter
+            found = session.run({"kind": "locate", "at": {"counter": end}, "expr": "last"}, end)
+            assert found.get("found"), found
+            assert (found.get("value") or {}).get("summary") == whole["query"]["value"], found
+            server._drop(counter)  # the next pass starts from the one before
