@@ -315,12 +315,16 @@ class Inquiry:
     # -- trace ----------------------------------------------------------------------------
 
     def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
-        since = self._since[1] if self._since else 0
-        wanted = {c for c in counters if 0 < c < ARGV_TAG and c >= since}
+        wanted = {c for c in counters if 0 < c < ARGV_TAG and c >= self._window_start}
         if not wanted:
             return {}
         result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
         return {int(k): v for k, v in result["nodes"].items()}
+
+    @property
+    def _window_start(self) -> int:
+        """The first counter a pass of this question needs (0: the run's start)."""
+        return self._since[1] if self._since is not None else 0
 
     def trace(self, question: Trace) -> TraceAnswer:
         self._since = self._request_window(parse_at(question.at), question)
@@ -349,7 +353,7 @@ class Inquiry:
             "function": top.get("function"),
         }
         window = self.window if self._since is None else self._since[0]
-        made_before = self._since is not None and 0 < root_tag < self._since[1]
+        made_before = 0 < root_tag < self._window_start
         if (root_tag == 0 and self.window is not None) or made_before:
             raise QueryError(
                 f"{expr} at {at.text} was made before the traced window opened (event "
@@ -401,7 +405,7 @@ class Inquiry:
         if origin_tag_kind(root) is not None:
             return {depth: ([root], False) for depth in depths}
         query = {"kind": "slice", "root": root, "depth": max(depths), "depths": list(depths)}
-        slices = self.run(query, self._since[1] if self._since else 0)["slices"]
+        slices = self.run(query, self._window_start)["slices"]
         return {
             depth: (
                 [int(tag) for tag, _level in slices[str(depth)]["nodes"]],
@@ -416,9 +420,7 @@ class Inquiry:
         self.truncated = False
         if origin_tag_kind(root) is not None:
             return [root]
-        result = self.run(
-            {"kind": "slice", "root": root, "depth": depth}, self._since[1] if self._since else 0
-        )
+        result = self.run({"kind": "slice", "root": root, "depth": depth}, self._window_start)
         self.truncated = bool(result["truncated"])
         return [int(tag) for tag, _level in result["nodes"]]
 
@@ -438,7 +440,7 @@ class Inquiry:
         branch: only inputs that are themselves outside inputs (the cursor a fetchone read)
         are followed from it. Where a branch is cut, last_cuts says why."""
         seeded = origin_tag_kind(tag)
-        if seeded is None and self._since is not None and 0 < tag < self._since[1]:
+        if seeded is None and 0 < tag < self._window_start:
             self.last_cuts[BEFORE_TAG] = "window"  # made before the request's window
             return marker_node("window")
         if seeded is not None and seeded[0] in ("unknown", "cut", "window"):
