@@ -132,6 +132,7 @@ class Inquiry:
         self._since: tuple[int, int] | None = None
         self._replay: CheckpointedReplay | None = None
         self._survey: dict[str, Any] | None = None
+        self._marked_events: dict[int, list[int]] | None = None
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
         self.last_nodes: dict[int, dict[str, Any]] = {}
@@ -244,8 +245,13 @@ class Inquiry:
         return first, last
 
     def _marked(self) -> dict[int, list[int]]:
-        """[instructions run so far, the instruction making the call] at each marked event."""
-        return {int(e): [int(c), int(i)] for e, c, i in self.survey().get("marks") or ()}
+        """[instructions run so far, the instruction making the call] at each marked event
+        (from the survey, made once: a worker's thousands of requests are not read again for
+        each question)."""
+        if self._marked_events is None:
+            marks = self.survey().get("marks") or ()
+            self._marked_events = {int(e): [int(c), int(i)] for e, c, i in marks}
+        return self._marked_events
 
     def _request_window(self, at: At, question: Trace) -> tuple[int, int] | None:
         """Where a trace at request:N begins in a checkpointed session (see _since); None
