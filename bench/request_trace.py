@@ -147,9 +147,7 @@ def measure(work: Path, store: Path, number: int, rounds: int) -> dict[str, Any]
 def session(store: str, key: str, number: int) -> None:
     """(In a child process.) A session's timings: open, first question, a further one."""
     from sealtrace.proxy.format import Identity
-    from sealtrace.sandbox._checkpoints import CheckpointPolicy
-    from sealtrace.sandbox._inquiry import Inquiry
-    from sealtrace.sandbox._replay_process import load_recording
+    from sealtrace.sandbox import CheckpointPolicy, Inquiry, load_recording
     from sealtrace.sandbox.questions import Trace
 
     data, parsed = load_recording(store, Identity.load(Path(key)))
