@@ -259,8 +259,8 @@ class Checkpoints:
             with outside_the_program():
                 pid = _fork()
             if pid == 0:
-                # A checkpoint the question keeps on its way (keep_at) goes to the session
-                # over this socket, before the answer.
+                # A checkpoint the question keeps on its way (Provenance._keep_at) goes to
+                # the session over this socket, before the answer.
                 self.control = sock
                 self.taken = []
                 self.configure(message["query"], _answerer(sock))
@@ -381,6 +381,7 @@ class CheckpointedReplay:
             if not fds or int(message["checkpoint"]) != start or start in self.checkpoints:
                 for fd in fds:
                     os.close(fd)
+                self._drop(counter)  # what it sends next answers nothing asked
                 raise ValueError("a question sent a checkpoint it was not asked for")
             self._take(message, fds)
             self.kept.append(start)

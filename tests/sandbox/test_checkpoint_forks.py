@@ -88,3 +88,30 @@ def test_every_checkpoint_resumes_the_run_as_it_went(
             assert found.get("found"), found
             assert (found.get("value") or {}).get("summary") == whole["query"]["value"], found
             server._drop(counter)  # the next pass starts from the one before
+
+
+def test_a_checkpoint_a_question_was_not_asked_to_keep_ends_that_checkpoint() -> None:
+    """A worker sends a checkpoint it was not asked for (what a replayed program writing into
+    the socket it inherited could do): the question fails and the checkpoint it was asked
+    of is ended, so no later question reads what it sends next as its answer."""
+    import os
+    import socket
+
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay, send
+
+    server = CheckpointedReplay(timeout=10, keep=4)
+    try:
+        ours, theirs = socket.socketpair()
+        server.checkpoints[100] = ours
+        stray_read, stray_write = os.pipe()
+        send(theirs, {"checkpoint": 999, "pid": 1}, [stray_read])
+        with pytest.raises(ValueError, match="not asked for"):
+            server.ask({"kind": "locate"}, 50_000)  # asked to keep 50,000, not 999
+        assert 100 not in server.checkpoints
+        assert ours.fileno() == -1  # closed: that checkpoint process would leave
+        assert server.kept == []
+        theirs.close()
+        os.close(stray_read)
+        os.close(stray_write)
+    finally:
+        server.close()
