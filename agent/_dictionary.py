@@ -6,7 +6,9 @@ recorded sources' constants, names and function names, the recording's external 
 (results of recorded calls, recursively into their items; bytes also as the text they
 decode to, whole and line by line, and the JSON document an input (or one of its lines)
 carries: a body read from a socket or a file that
-a program decodes or parses with `json`), argv and environment values,
+a program decodes or parses with `json`), the bytes it wrote or sent (its recorded outputs,
+the same way: a response's body is matched whether or not a client in the same process
+read it back in one piece), argv and environment values,
 the recorded call names, the operator spellings `dis` uses, the builtin exception classes and
 the interpreter's own messages for the commonest of them. A digest that matches shows
 its value; anything else stays type, length and digest, with repr null.
@@ -123,6 +125,8 @@ class Dictionary:
         for event in parsed.events:
             self._text("op", event.callee)
             self._text("call", event.callee)
+            if event.data is not None:  # what the program wrote or sent: a response's body
+                self._value(bytes(event.data), 0)
             try:
                 self._value(parsed.decode(event), 0)
             except CodecError:
