@@ -119,8 +119,13 @@ class ReplayRuntime:
     # -- threads ------------------------------------------------------------------------------
 
     def _next_owner(self) -> int | None:
+        """Whose the next event is. Past the last, the main thread's if the recording ended
+        with the program's exit, which it made: a thread still running then (a daemon, a
+        server's shutdown) waits for it, as the process ended under it in the recording."""
         position = self.position
-        return self.events[position].thread if position < len(self.events) else None
+        if position < len(self.events):
+            return self.events[position].thread
+        return 0 if self.parsed.exit else None
 
     def _where(self, ident: int) -> str:
         frame = sys._current_frames().get(ident)
@@ -248,7 +253,7 @@ class ReplayRuntime:
                 self.diverge(None, name, key, note="made by a thread the recording does not know")
             # Wait for this thread's turn: the next event is its own, or there is none left.
             mine = state.index
-            while self.position < len(self.events) and self.events[self.position].thread != mine:
+            while (owner := self._next_owner()) is not None and owner != mine:
                 self._waiting(functools.partial(scheduler.wait_turn, state))
         if self.position >= len(self.events):
             if self.parsed.stop is not None:
@@ -339,6 +344,11 @@ class ReplayRuntime:
         """The program's exit: every recorded event replayed, and the recorded exit status."""
         if self.parsed.stop is not None:
             self.finish("stopped", None, status)
+        state = self.scheduler.current()
+        if not self.scheduler.single and state is not None:
+            # The events other threads made before the exit come first, as in the recording.
+            while (owner := self._next_owner()) is not None and owner != state.index:
+                self._waiting(functools.partial(self.scheduler.wait_turn, state))
         if self.position < len(self.events):
             self.diverge(self.events[self.position], "the program's exit", ...)
         recorded = self.parsed.exit.get("status") if self.parsed.exit else None
