@@ -127,6 +127,11 @@ class ReplayRuntime:
             return self.events[position].thread
         return 0 if self.parsed.exit else None
 
+    def _await_turn(self, state: Any) -> None:
+        """Wait until the next event is this thread's, or there is none left for anyone."""
+        while (owner := self._next_owner()) is not None and owner != state.index:
+            self._waiting(functools.partial(self.scheduler.wait_turn, state))
+
     def _where(self, ident: int) -> str:
         frame = sys._current_frames().get(ident)
         return self._describe_frame(frame)
@@ -251,10 +256,7 @@ class ReplayRuntime:
             state = scheduler.current()
             if state is None:
                 self.diverge(None, name, key, note="made by a thread the recording does not know")
-            # Wait for this thread's turn: the next event is its own, or there is none left.
-            mine = state.index
-            while (owner := self._next_owner()) is not None and owner != mine:
-                self._waiting(functools.partial(scheduler.wait_turn, state))
+            self._await_turn(state)
         if self.position >= len(self.events):
             if self.parsed.stop is not None:
                 self._reached_stop()
@@ -346,9 +348,7 @@ class ReplayRuntime:
             self.finish("stopped", None, status)
         state = self.scheduler.current()
         if not self.scheduler.single and state is not None:
-            # The events other threads made before the exit come first, as in the recording.
-            while (owner := self._next_owner()) is not None and owner != state.index:
-                self._waiting(functools.partial(self.scheduler.wait_turn, state))
+            self._await_turn(state)  # the events other threads made before the exit first
         if self.position < len(self.events):
             self.diverge(self.events[self.position], "the program's exit", ...)
         recorded = self.parsed.exit.get("status") if self.parsed.exit else None
