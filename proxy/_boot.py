@@ -89,6 +89,6 @@ def main() -> None:
     status, uncaught = run_target(target, script_source)
     if recording is not None:
         outcome = recording.finish(status, uncaught)
-        if outcome != "not recording" and recording.runtime is not None:  # (not a fork)
+        if outcome != "not recording" and recording.runtime is not None and not recording.process:
             summary.write({"requests": recording.runtime.requests_recorded})
     raise SystemExit(status)

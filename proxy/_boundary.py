@@ -116,9 +116,25 @@ BUILTIN_LIBRARIES: tuple[Library, ...] = (
             "os:get_terminal_size",
             "os:getloadavg",
             "os:system",
+            # Other processes: their pids, their ends and signals to them (a forked child
+            # is waited for and signalled through these; replay serves what they returned).
+            "os:waitpid",
+            "os:wait",
+            "os:waitid",
+            "os:kill",
+            "os:killpg",
+            "os:getpgrp",
+            "os:getpgid",
+            "os:getsid",
+            "os:setsid",
+            "os:setpgid",
         ),
     ),
     Library("environ", (_adapter("environ", "sealtrace.proxy._core_boundary:install_environ"),)),
+    Library(
+        "multiprocessing",
+        (_adapter("semaphores", "sealtrace.proxy._proc_boundary:install_semaphores"),),
+    ),
     Library(
         "concurrency",
         (
@@ -340,4 +356,10 @@ def call_wrapper(runtime: Runtime, name: str, original: Callable[..., Any]) -> C
     boundary.__qualname__ = getattr(original, "__qualname__", name)
     boundary.__doc__ = getattr(original, "__doc__", None)
     boundary.__wrapped__ = original  # type: ignore[attr-defined]
-    return native_function(runtime, name, original, boundary) or boundary
+    twin = native_function(runtime, name, original, boundary)
+    if twin is not None:
+        return twin  # (it binds as `original` does: a BoundaryFunction never)
+    # Kept as a class attribute (logging.Formatter.converter = time.localtime), a builtin
+    # is called without the instance: so is its wrapper, which would otherwise bind.
+    # (inspect.unwrap() reaches `original` through either.)
+    return boundary if isinstance(original, types.FunctionType) else staticmethod(boundary)

@@ -605,6 +605,8 @@ def _register_builtin_extensions() -> None:
     )
     for name, cls in (("times_result", os.times_result), ("uname_result", os.uname_result)):
         register_extension(name, cls, tuple, cls)
+    if hasattr(os, "waitid_result"):  # os.waitid, not on every platform
+        register_extension("waitid_result", os.waitid_result, tuple, os.waitid_result)
     register_extension(
         "terminal_size",
         os.terminal_size,

@@ -156,10 +156,18 @@ def install_environ(rt: Runtime, patcher: Patcher) -> None:
 
 
 def install_process_guard(rt: Runtime, patcher: Patcher) -> None:
-    for name in ("fork", "forkpty"):
-        base = getattr(os, name, None)
-        if base is not None:
-            patcher.replace(os, name, _forking(rt, name, base))
+    if hasattr(os, "fork"):
+        patcher.replace(os, "fork", _forking(rt, os.fork))
+        # Registered once per runtime, never removed (they do nothing once it has ended):
+        # after every handler registered before, before every one registered later.
+        os.register_at_fork(
+            before=rt.before_fork,
+            after_in_parent=rt.after_fork_in_parent,
+            after_in_child=rt.after_fork_in_child,
+        )
+    if hasattr(os, "forkpty"):
+        patcher.replace(os, "forkpty", _unsupported_fork(rt, "forkpty", os.forkpty))
+    patcher.replace(os, "_exit", _exiting(rt, os._exit))
     patcher.replace(signal, "raise_signal", _raising(rt, signal.raise_signal))
     _guard_ctypes(rt, patcher)
 
@@ -195,12 +203,40 @@ def _raising(rt: Runtime, base: Any) -> Any:
     return raise_signal
 
 
-def _forking(rt: Runtime, name: str, base: Any) -> Any:
+def _forking(rt: Runtime, base: Any) -> Any:
+    def fork() -> int:
+        if not rt.intercepting():
+            return int(base())
+        pid = rt.fork(base)
+        if pid == 0:
+            # random's own at-fork handler reseeded the module's generator from the OS,
+            # inside C: reseeded again here, through the boundary, the child's draws are
+            # recorded (and replayed) as every other seed.
+            random.seed()
+        return pid
+
+    return fork
+
+
+def _unsupported_fork(rt: Runtime, name: str, base: Any) -> Any:
     def fork(*args: Any) -> Any:
-        rt.unsupported(f"the application called os.{name}() (fork is not supported in v1)")
+        rt.unsupported(
+            f"the application called os.{name}() (a pseudo-terminal fork is not recorded)"
+        )
         return base(*args)
 
     return fork
+
+
+def _exiting(rt: Runtime, base: Any) -> Any:
+    def _exit(status: int) -> None:
+        # The process ends here without its interpreter's exit (a forked child's usual end:
+        # multiprocessing's): the recording ends here too, with this status, and replay.
+        if rt.intercepting() and isinstance(status, int):
+            rt.exiting("os._exit", int(status), int(status))
+        base(status)
+
+    return _exit
 
 
 def _guard_ctypes(rt: Runtime, patcher: Patcher) -> None:

@@ -7,6 +7,9 @@ cannot disagree. Bump FORMAT_VERSION for any change to a layout or a derivation.
 Objects of one recording (names relative to the recording's prefix or directory):
     header          RecordingHeader: suite, run id, chunk and segment sizes, HPKE-wrapped key
     seg-000000 ...  SegmentHeader followed by chunk records; each object written once
+    proc-1-seg-000000 ...
+                    the same, for a process the recorded one forked (process "1", its own
+                    child "1.2", ...): its stream under its own body key (process_body_cipher)
 
 A chunk record is CHUNK_PREFIX (ciphertext length, flags) then AES-256-GCM ciphertext+tag.
 Chunk counters run across segments; the nonce is STREAM-style (counter, final flag); the AAD
@@ -28,6 +31,7 @@ copy of the body key: those copies are out of reach (freed, never wiped; docs/pl
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 from dataclasses import dataclass
 
@@ -69,6 +73,10 @@ MAX_RUN_ID_BYTES = 200
 
 HEADER_OBJECT = "header"
 SEGMENT_PREFIX = "seg-"
+PROCESS_PREFIX = "proc-"
+# A process path: the root process is "", its first child "1", that child's second "1.2".
+_PROCESS_PATH = re.compile(r"[1-9][0-9]{0,5}(?:\.[1-9][0-9]{0,5}){0,15}")
+MAX_PROCESS_PATH = 64
 
 HEADER_MAGIC = b"SEALTRH\x00"
 SEGMENT_MAGIC = b"SEALTRS\x00"
@@ -92,19 +100,43 @@ HPKE_INFO_LABEL = b"sealtrace/recording-key"
 SESSION_INFO_LABEL = b"sealtrace-session-key-v2\x00"
 SESSION_BLOB_SIZE = ENC_SIZE + WRAPPED_KEY_SIZE  # enc || ciphertext || tag
 BODY_KEY_LABEL = b"sealtrace/body-key"
+PROCESS_KEY_LABEL = b"/process/"
 
 
-def segment_name(index: int) -> str:
-    return f"{SEGMENT_PREFIX}{index:06d}"
+def segment_name(index: int, process: str = "") -> str:
+    """Segment `index` of the root process's stream, or of forked process `process`'s."""
+    own = f"{SEGMENT_PREFIX}{index:06d}"
+    return f"{PROCESS_PREFIX}{process}-{own}" if process else own
 
 
-def parse_segment_name(name: str) -> int | None:
-    """The index a canonical segment name encodes, or None for any other name."""
-    digits = name[len(SEGMENT_PREFIX) :]
-    if not name.startswith(SEGMENT_PREFIX) or len(digits) < 6 or not digits.isdigit():
+def valid_process_path(path: str) -> bool:
+    """ "" (the recorded process) or a forked one's path: "1", "1.2", ... (at most 16 deep)."""
+    return path == "" or (
+        len(path) <= MAX_PROCESS_PATH and _PROCESS_PATH.fullmatch(path) is not None
+    )
+
+
+def parse_segment_name(name: str, process: str = "") -> int | None:
+    """The index a canonical segment name of `process`'s stream encodes, or None for any other
+    name (another process's segment too)."""
+    prefix = f"{PROCESS_PREFIX}{process}-{SEGMENT_PREFIX}" if process else SEGMENT_PREFIX
+    digits = name[len(prefix) :]
+    if not name.startswith(prefix) or len(digits) < 6 or not digits.isdigit():
         return None
     index = int(digits)
-    return index if segment_name(index) == name else None
+    return index if segment_name(index, process) == name else None
+
+
+def segment_process(name: str) -> str | None:
+    """The process whose segment `name` is ("" the recorded one's), or None if it is none."""
+    if parse_segment_name(name) is not None:
+        return ""
+    if not name.startswith(PROCESS_PREFIX):
+        return None
+    path = name[len(PROCESS_PREFIX) :].partition("-")[0]
+    if not valid_process_path(path) or not path:
+        return None
+    return path if parse_segment_name(name, path) is not None else None
 
 
 def segment_capacity(chunk_size: int, segment_size: int) -> int:
@@ -204,13 +236,20 @@ def open_session_key(
     return key
 
 
-def body_cipher(recording_key: Key, header_digest: bytes) -> AESGCM:
+def body_cipher(recording_key: Key, header_digest: bytes, process: str = "") -> AESGCM:
     """AES-256-GCM for the chunks, under the body key: HKDF of the recording key, bound to the
     whole header, not just the run. The body key is derived into a Secret and wiped as soon as
-    AESGCM has taken it (AESGCM keeps its own copy, out of reach, while it lives)."""
-    hkdf = HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None, info=BODY_KEY_LABEL + header_digest
-    )
+    AESGCM has taken it (AESGCM keeps its own copy, out of reach, while it lives).
+
+    A forked process's stream (`process` "1", "1.2", ...) has a body key of its own, bound to
+    its path too: its chunk counters start from 0 as every stream's do, so no nonce is ever
+    used twice under one key, and no segment of one process's stream opens as another's."""
+    info = BODY_KEY_LABEL + header_digest
+    if process:
+        if not valid_process_path(process):
+            raise ValueError(f"not a forked process's path: {process!r}")
+        info += PROCESS_KEY_LABEL + process.encode()
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
     with Secret(32) as body_key:
         hkdf.derive_into(_view(recording_key), body_key.view())
         return AESGCM(body_key.view())

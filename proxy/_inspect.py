@@ -7,9 +7,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._errors import IntegrityError
-from ._format import FLAG_FINAL, HEADER_OBJECT, segment_name
+from ._format import FLAG_FINAL, HEADER_OBJECT, RecordingHeader, segment_name
 from ._keys import Identity
-from ._reader import SealedReader, iter_chunk_records, read_header, read_segment, segment_names
+from ._reader import (
+    SealedReader,
+    iter_chunk_records,
+    process_paths,
+    read_header,
+    read_segment,
+    segment_names,
+)
 from ._store import Listing, RecordingSource
 
 __all__ = ["SegmentReport", "describe_recording"]
@@ -42,6 +49,9 @@ class RecordingReport:
     completeness: str = "unknown"
     verified: bool = False
     alarms: list[str] = field(default_factory=list)
+    # The processes the recorded one forked, each with its own stream: path -> completeness
+    # (claimed without an identity, verified with one; "damaged: ..." if it is not whole).
+    processes: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +76,8 @@ def describe_recording(
         header_versions=listing.objects[HEADER_OBJECT].versions,
         alarms=list(listing.alarms),
     )
+    for path in process_paths(listing):
+        report.processes[path] = _process_status(source, listing, header, digest, path, identity)
     if identity is not None:
         return _verified_report(report, source, identity, listing)
     claims_final = False
@@ -102,6 +114,29 @@ def describe_recording(
         else "incomplete (no final chunk)"
     )
     return report
+
+
+def _process_status(
+    source: RecordingSource,
+    listing: Listing,
+    header: RecordingHeader,
+    digest: bytes,
+    path: str,
+    identity: Identity | None,
+) -> str:
+    """How complete a forked process's stream is: authenticated with an identity, else what
+    its framing claims."""
+    try:
+        if identity is not None:
+            return SealedReader(source, identity, process=path).copy_to(lambda _v: None).describe()
+        final = False
+        for index, _name in enumerate(segment_names(listing, path)):
+            data = read_segment(source, listing, index, header, path)
+            for record in iter_chunk_records(data, index, header, digest, None, path):
+                final = final or bool(record.flags & FLAG_FINAL)
+    except IntegrityError as exc:
+        return f"damaged: {exc}"
+    return "claims complete (unverified)" if final else "incomplete (no final chunk)"
 
 
 def _verified_report(

@@ -13,6 +13,7 @@ external: the replay image provides the same files, so they are opened directly.
 from __future__ import annotations
 
 import builtins
+import inspect
 import io
 import os
 import sys
@@ -217,7 +218,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     prefixes: tuple[str, ...] = tuple(getattr(rt, "passthrough_prefixes", ()))
     intercepting = rt.intercepting
 
-    tracked: set[int] = set()  # descriptors opened through the boundary (os.open, os.pipe)
+    tracked = tracked_descriptors(rt)
 
     def boundary_open(
         file: Any,
@@ -317,6 +318,18 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
     patcher.replace(shutil, "_use_fd_functions", False)
 
 
+def tracked_descriptors(rt: Runtime) -> set[int]:
+    """The descriptors that came through the boundary (os.open, os.pipe, a socket's
+    detach()): every os.read, os.write, os.close ... on one of them is a boundary call, so a
+    descriptor the program holds as a bare int (multiprocessing's connections) is recorded
+    and, on replay, served; it may not exist there. One set per runtime."""
+    found: set[int] | None = getattr(rt, "_tracked_descriptors", None)
+    if found is None:
+        found = set()
+        rt._tracked_descriptors = found  # type: ignore[attr-defined]
+    return found
+
+
 def _install_descriptors(
     rt: Runtime, patcher: Patcher, tracked: set[int], prefixes: tuple[str, ...]
 ) -> None:
@@ -380,6 +393,79 @@ def _install_descriptors(
     patcher.replace(os, "lseek", on_tracked("lseek", base_lseek))
     patcher.replace(os, "fsync", on_tracked("fsync", base_fsync))
     patcher.replace(os, "ftruncate", on_tracked("ftruncate", base_ftruncate))
+    # What a server does to its descriptors (gunicorn: non-blocking pipes, close-on-exec,
+    # its worker's heartbeat by fchmod): on a tracked descriptor a call, made when recording
+    # and served on replay, where the descriptor may not exist or be another one.
+    for name in _TRACKED_OS:
+        base = getattr(os, name, None)
+        if base is not None:
+            patcher.replace(os, name, on_tracked(name, base))
+    base_dup = os.dup
+
+    def os_dup(fd: int) -> int:
+        if fd not in tracked:
+            return base_dup(fd)
+        copy: int = rt.call("os.dup", (fd,), lambda: base_dup(fd))
+        tracked.add(copy)
+        return copy
+
+    patcher.replace(os, "dup", os_dup)
+    _install_fd_functions(rt, patcher, tracked)
+
+
+# os functions whose first argument is a descriptor (beyond read, write, close, lseek, fsync,
+# ftruncate and dup): calls when it is a tracked one.
+_TRACKED_OS = (
+    "fchmod",
+    "fchown",
+    "fdatasync",
+    "set_blocking",
+    "get_blocking",
+    "set_inheritable",
+    "get_inheritable",
+)
+
+
+def _install_fd_functions(rt: Runtime, patcher: Patcher, tracked: set[int]) -> None:
+    """fcntl's functions and signal.set_wakeup_fd take a descriptor (or, fcntl's, an object
+    with fileno()): on a tracked one they are calls."""
+    import fcntl
+    import signal
+
+    def fd_of(target: Any) -> int | None:
+        if isinstance(target, int):
+            return target
+        fileno = getattr(target, "fileno", None)
+        try:
+            return int(fileno()) if fileno is not None else None
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def on_fd(module: Any, name: str) -> None:
+        base = getattr(module, name)
+        where = f"{module.__name__}.{name}"
+
+        def operation(target: Any, *args: Any, **kwargs: Any) -> Any:
+            fd = fd_of(target)
+            if fd is None or fd not in tracked or kwargs:
+                return base(target, *args, **kwargs)
+            return rt.call(where, (fd, *args), lambda: base(fd, *args))
+
+        patcher.replace(module, name, operation)
+
+    for name in ("fcntl", "flock", "lockf", "ioctl"):
+        on_fd(fcntl, name)
+    base_wakeup = signal.set_wakeup_fd
+
+    def set_wakeup_fd(fd: int, /, **kwargs: Any) -> int:
+        if fd not in tracked:
+            return base_wakeup(fd, **kwargs)
+        old: int = rt.call(
+            "signal.set_wakeup_fd", (fd, *kwargs.items()), lambda: base_wakeup(fd, **kwargs)
+        )
+        return old
+
+    patcher.replace(signal, "set_wakeup_fd", set_wakeup_fd)
 
 
 def _entry_fields(entry: os.DirEntry[Any]) -> tuple[Any, ...]:
@@ -436,7 +522,7 @@ class DirEntry:
 
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
         path = self.path
-        base = os.stat.__wrapped__ if hasattr(os.stat, "__wrapped__") else os.stat
+        base = inspect.unwrap(os.stat)  # the real one, under the boundary's wrapper
         return self._rt.call(
             "os.DirEntry.stat",
             (path, follow_symlinks),

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._boundary import Patcher
+from ._io_boundary import tracked_descriptors
 from ._runtime import Hot, Runtime, native_methods, proxy_bases
 
 __all__ = [
@@ -122,6 +123,9 @@ class Socket:
         self._real: Any = real
         self._oid = self._rt.new_oid()
         self._fd, self._family, self._type, self.proto = info
+        # Its descriptor, used as a bare int (fcntl, os.read, a multiprocessing connection),
+        # is served on replay as the socket is.
+        tracked_descriptors(self._rt).add(self._fd)
         self._timeout: float | None = socket_module.getdefaulttimeout()
         self._io_refs = 0
         self._closed = False
@@ -435,9 +439,12 @@ class Socket:
 
     def detach(self) -> int:
         real = self._real
-        fd = self._call("detach", (), lambda: real.detach())
+        fd = int(self._call("detach", (), lambda: real.detach()))
         self._closed, self._fd = True, -1
-        return int(fd)
+        # The program holds the socket as a bare descriptor from here: its reads, writes
+        # and close go through the boundary's os functions (multiprocessing's Connection).
+        tracked_descriptors(self._rt).add(fd)
+        return fd
 
 
 class SSLSocket(Socket):

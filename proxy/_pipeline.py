@@ -32,6 +32,7 @@ from ._stream import stream_digest
 __all__ = ["StreamPipeline", "StreamWriter"]
 
 _start_thread = _thread.start_new_thread  # captured before the boundary replaces it
+_allocate_lock = _thread.allocate_lock  # (a forked child makes a pipeline under the boundary)
 _get_ident = _thread.get_ident
 
 # How much the thread lowers its priority (its nice value). At the application's priority, its
@@ -64,7 +65,7 @@ class StreamWriter(Protocol):
 
 
 # Jobs, in the order they were queued. The application's thread makes every one of them.
-_PUT, _RECORDS, _END, _ABORT, _STOP = range(5)
+_PUT, _RECORDS, _END, _ABORT, _STOP, _SETTLE = range(6)
 
 
 class StreamPipeline:
@@ -86,7 +87,7 @@ class StreamPipeline:
         self._done = 0
         self._max_pending = max_pending
         self.error: str | None = None
-        self._finished = _thread.allocate_lock()
+        self._finished = _allocate_lock()
         self._finished.acquire()
         self._thread = 0  # set by the thread itself, before its first job
         self.nice: int | None = None  # the thread's nice value, once it has lowered it
@@ -127,6 +128,24 @@ class StreamPipeline:
         if self.error is None:
             self._jobs.put((_ABORT, None, None))
 
+    @property
+    def writer(self) -> StreamWriter | None:
+        return self._writer
+
+    def settle(self, timeout: float) -> int:
+        """Wait until every job queued so far is done (the thread then idles, holding no lock
+        of its own): how many plaintext bytes of the stream were sealed, all of them. OSError
+        if the thread failed or did not finish in time. The recorder calls it before the
+        program forks, so the child knows where its copy of the stream ends."""
+        done = _allocate_lock()
+        done.acquire()
+        self._queue(_SETTLE, b"", done)
+        if not done.acquire(timeout=timeout):
+            raise OSError(f"the store {self.location} did not catch up within {timeout:g}s")
+        if self.error is not None:
+            raise OSError(self.error)
+        return int(getattr(self._writer, "plaintext_bytes", 0))
+
     def close(self, timeout: float) -> str | None:
         """Wait for every queued job; the error, if any, else None."""
         self._jobs.put((_STOP, None, None))
@@ -155,6 +174,9 @@ class StreamPipeline:
                 job, item, detail = self._jobs.get()
                 if job == _STOP:
                     return
+                if job == _SETTLE:
+                    detail.release()
+                    continue
                 if self.error is None:
                     try:
                         self._do(job, item, detail)

@@ -18,7 +18,7 @@ from ._boundary import Patcher
 from ._io_boundary import BoundaryRaw, _layers
 from ._runtime import Runtime, args_digest
 
-__all__ = ["Popen", "install_subprocess"]
+__all__ = ["Popen", "SemLockProxy", "install_semaphores", "install_subprocess"]
 
 _BasePopen = subprocess.Popen
 
@@ -186,3 +186,102 @@ def _quiet_close(stream: Any) -> None:
 def install_subprocess(rt: Runtime, patcher: Patcher) -> None:
     proxy = type("Popen", (Popen,), {"_rt": rt, "__module__": "subprocess"})
     patcher.replace(subprocess, "Popen", proxy)
+
+
+# -- multiprocessing's semaphores --------------------------------------------------------------
+
+
+class SemLockProxy:
+    """_multiprocessing.SemLock: a POSIX semaphore the processes of a multiprocessing program
+    share (its locks, semaphores and the bound of a Queue). What another process did to it is
+    an input of this one, so every operation is a boundary call whose result is recorded, and
+    replay serves it without a semaphore: a replay runs one process of the run, and the
+    others' acquires and releases are not there to balance its own.
+
+    Made when the program makes one (multiprocessing.synchronize.SemLock calls the module's
+    class); one made by the recorder itself or inside another call is the real class's."""
+
+    __slots__ = ("__weakref__", "_oid", "_real", "_rt", "handle", "kind", "maxvalue", "name")
+    runtime: Runtime  # set on the class install_semaphores makes for its runtime
+    real_class: Any
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not cls.runtime.intercepting():
+            return cls.real_class(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, kind: int, value: int, maxvalue: int, name: str, unlink: bool) -> None:
+        self._rt = rt = type(self).runtime
+        self._oid = rt.new_oid()
+        made: list[Any] = []
+        base = type(self).real_class
+
+        def make() -> tuple[int, int, int, str | None]:
+            real = base(kind, value, maxvalue, name, unlink)
+            made.append(real)
+            return real.handle, real.kind, real.maxvalue, real.name
+
+        key = (kind, value, maxvalue, name, unlink)
+        self.handle, self.kind, self.maxvalue, self.name = rt.call(
+            "multiprocessing.SemLock", key, make
+        )
+        self._real = made[0] if made else None
+
+    def _op(self, op: str, *args: Any) -> Any:
+        real = self._real
+        return self._rt.call(f"semlock.{op}", (self._oid, *args), lambda: getattr(real, op)(*args))
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._op("acquire", block, timeout))
+
+    def release(self) -> None:
+        self._op("release")
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def _count(self) -> int:
+        return int(self._op("_count"))
+
+    def _is_mine(self) -> bool:
+        return bool(self._op("_is_mine"))
+
+    def _get_value(self) -> int:
+        return int(self._op("_get_value"))
+
+    def _is_zero(self) -> bool:
+        return bool(self._op("_is_zero"))
+
+    def _after_fork(self) -> None:
+        # This process's count of its own acquires starts again at 0 (what _count and
+        # _is_mine then answer is recorded like the rest).
+        if self._real is not None:
+            self._real._after_fork()
+
+    @classmethod
+    def _rebuild(cls, *state: Any) -> Any:
+        cls.runtime.unsupported(
+            "a multiprocessing semaphore passed to a spawned process is not recorded"
+        )
+        return cls.real_class._rebuild(*state)
+
+
+def install_semaphores(rt: Runtime, patcher: Patcher) -> None:
+    import _multiprocessing  # type: ignore[import-not-found]
+
+    real = _multiprocessing.SemLock
+    proxy = type(
+        "SemLock",
+        (SemLockProxy,),
+        {
+            "__slots__": (),
+            "runtime": rt,
+            "real_class": real,
+            "SEM_VALUE_MAX": real.SEM_VALUE_MAX,
+            "__module__": "_multiprocessing",
+        },
+    )
+    patcher.replace(_multiprocessing, "SemLock", proxy)

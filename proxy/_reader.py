@@ -35,13 +35,22 @@ from ._format import (
     parse_segment_name,
     segment_capacity,
     segment_name,
+    segment_process,
     unwrap_recording_key,
+    valid_process_path,
 )
 from ._keys import Identity
 from ._secret import Secret
 from ._store import Listing, RecordingSource
 
-__all__ = ["ChunkRecord", "RecordingStatus", "SealedReader", "iter_chunk_records", "read_header"]
+__all__ = [
+    "ChunkRecord",
+    "RecordingStatus",
+    "SealedReader",
+    "iter_chunk_records",
+    "process_paths",
+    "read_header",
+]
 
 
 @dataclass
@@ -71,10 +80,14 @@ MAX_HEADER_BYTES = 4096
 
 
 def read_segment(
-    source: RecordingSource, listing: Listing, index: int, header: RecordingHeader
+    source: RecordingSource,
+    listing: Listing,
+    index: int,
+    header: RecordingHeader,
+    process: str = "",
 ) -> bytes:
     """One segment object, no larger than this header allows (_read_capped)."""
-    name = segment_name(index)
+    name = segment_name(index, process)
     too_large = f"{name} is larger than any segment this recording can have"
     return _read_capped(source, listing, name, max_segment_bytes(header), too_large)
 
@@ -108,13 +121,23 @@ def read_header(source: RecordingSource, listing: Listing) -> tuple[RecordingHea
     return RecordingHeader.decode(raw), header_digest(raw)
 
 
-def segment_names(listing: Listing) -> list[str]:
-    """Segment names in order; TamperedError if one before the last present is missing."""
-    indices = sorted(i for i in map(parse_segment_name, listing.objects) if i is not None)
+def segment_names(listing: Listing, process: str = "") -> list[str]:
+    """Segment names of one process's stream in order; TamperedError if one before the last
+    present is missing."""
+    found = (parse_segment_name(name, process) for name in listing.objects)
+    indices = sorted(i for i in found if i is not None)
     for expected, index in enumerate(indices):
         if index != expected:
-            raise TamperedError(f"{segment_name(expected)} is missing but later segments exist")
-    return [segment_name(i) for i in indices]
+            raise TamperedError(
+                f"{segment_name(expected, process)} is missing but later segments exist"
+            )
+    return [segment_name(i, process) for i in indices]
+
+
+def process_paths(listing: Listing) -> list[str]:
+    """The forked processes whose streams are stored ("1", "1.2", ...), in path order."""
+    found = {path for name in listing.objects if (path := segment_process(name))}
+    return sorted(found, key=lambda p: [int(part) for part in p.split(".")])
 
 
 def iter_chunk_records(
@@ -123,10 +146,11 @@ def iter_chunk_records(
     header: RecordingHeader,
     digest: bytes,
     first_chunk: int | None,
+    process: str = "",
 ) -> Iterator[ChunkRecord]:
     """Structural walk of one segment object (no decryption). Checks everything checkable
     without the key; first_chunk=None skips the counter-continuity check (for inspect)."""
-    name = segment_name(index)
+    name = segment_name(index, process)
     if len(data) > max_segment_bytes(header):
         raise TamperedError(f"{name} is larger than any segment this recording can have")
     if len(data) < SEGMENT_HEADER.size:
@@ -174,11 +198,18 @@ class SealedReader:
         *,
         expected_run_id: str | None = None,
         recording_key: Secret | None = None,
+        process: str = "",
     ) -> None:
         """Open with the run's identity, or (an agent, given it sealed for its session) with
         the recording key itself; exactly one of the two. A key unwrapped here is wiped before
         this returns; a key passed in is the caller's to wipe (it is not needed once this
-        returns: only the AESGCM object made from the body key is kept)."""
+        returns: only the AESGCM object made from the body key is kept).
+
+        `process` reads a forked process's own stream ("1", "1.2": see process_paths) instead
+        of the recorded process's: the same header, its own body key and segments."""
+        if not valid_process_path(process):
+            raise UsageError(f'{process!r} is not a process path ("1", "1.2", ...)')
+        self.process = process
         if (identity is None) == (recording_key is None):
             raise ValueError("a SealedReader opens with an identity or a recording key")
         self.source = source
@@ -191,12 +222,14 @@ class SealedReader:
             )
         if identity is not None:
             with unwrap_recording_key(self.header.wrapped_key, identity, self.header.run_id) as key:
-                self._aead = body_cipher(key, self.header_digest)
+                self._aead = body_cipher(key, self.header_digest, process)
         else:
             assert recording_key is not None
-            self._aead = body_cipher(recording_key, self.header_digest)
+            self._aead = body_cipher(recording_key, self.header_digest, process)
         self._listing = listing
-        self._segments = segment_names(listing)
+        self._segments = segment_names(listing, process)
+        if process and not self._segments:
+            raise UsageError(f"the recording at {source.location} has no process {process}")
         self.status = RecordingStatus(alarms=list(listing.alarms))
         self._started = False
 
@@ -224,23 +257,26 @@ class SealedReader:
             raise RuntimeError("a SealedReader can be read once")
         self._started = True
         status, digest, aead = self.status, self.header_digest, self._aead
+        process = self.process
         out = memoryview(buffer) if buffer is not None else None
         nonce, aad = bytearray(NONCE.size), bytearray(AAD.size)
         last = len(self._segments) - 1
         for index, name in enumerate(self._segments):
-            data = memoryview(read_segment(self.source, self._listing, index, self.header))
+            data = memoryview(
+                read_segment(self.source, self._listing, index, self.header, self.process)
+            )
             # Walk the whole segment before decrypting any of it, so a structural fault
             # anywhere in it (a cut, trailing bytes) is refused before its plaintext leaves.
             # The walk runs again to decrypt rather than keep its records: a segment of empty
             # chunks (21 bytes each) would cost five times its size in record objects.
             first, records, final = status.chunks, 0, False
-            for record in iter_chunk_records(data, index, self.header, digest, first):
+            for record in iter_chunk_records(data, index, self.header, digest, first, process):
                 records += 1
                 final = final or bool(record.flags & FLAG_FINAL)
             if index < last and final:
-                raise TamperedError(f"{segment_name(index + 1)} follows the final chunk")
+                raise TamperedError(f"{segment_name(index + 1, process)} follows the final chunk")
             for offset, length, flags in iter_chunk_records(
-                data, index, self.header, digest, first
+                data, index, self.header, digest, first, process
             ):
                 NONCE.pack_into(nonce, 0, status.chunks, flags & FLAG_FINAL)
                 AAD.pack_into(aad, 0, digest, index, flags)

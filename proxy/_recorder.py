@@ -45,6 +45,7 @@ from ._runtime import (
 )
 from ._store import RecordingSink, open_store
 from ._stream import META, SOURCE
+from ._thread_boundary import outside_the_program
 from ._writer import SealedWriter
 
 __all__ = [
@@ -305,6 +306,7 @@ class Recording:
             )
             rt = self.runtime = record_runtime(pipeline)
             rt.finish_recording = self.finish
+            rt.forked = self._forked
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
@@ -349,7 +351,7 @@ class Recording:
     def finish(self, status: int | None, exception: str | None = None) -> str:
         """Seal the end of the recording and wait for the store; returns the outcome."""
         if self._finished or self.runtime is None or _getpid() != self._pid:
-            return "not recording"  # (a forked child holds a copy it must not finish)
+            return "not recording"  # (a child forked but not recorded holds a copy)
         self._finished = True
         rt = self.runtime
         native = _native_modules(self._preloaded)
@@ -367,6 +369,31 @@ class Recording:
                 rt.outcome = f"failed: {error}"
                 _report_stderr(f"recording failed: {error}")
         return rt.outcome or "complete"
+
+    @property
+    def process(self) -> str:
+        """This process's path in the recording: "" the recorded process, "1" its first
+        forked child, ... (_stream.py's FORK)."""
+        return self.runtime.process if self.runtime is not None else ""
+
+    def _forked(self, path: str) -> StreamPipeline:
+        """In a child the program forked (an at-fork handler, the GIL held, the only thread):
+        the child's own stream, sealed under its own body key into the same store, through a
+        pipeline thread of its own. The parent's pipeline is not this process's: its copy is
+        dropped, never closed."""
+        parent = self._pipeline
+        if parent is None or parent.writer is None:
+            raise ValueError("the recording has no stream to fork")
+        # The recorder's own objects: real queues and locks, no events, no object ids.
+        with outside_the_program():
+            reopen = getattr(self._sink, "for_forked_process", None)
+            sink = reopen() if reopen is not None else self._sink
+            pipeline = StreamPipeline(sink)
+            pipeline.attach(SealedWriter.for_process(parent.writer, pipeline, path))  # type: ignore[arg-type]
+        self._pipeline = pipeline
+        self._sink = sink
+        self._pid = _getpid()
+        return pipeline
 
     def _uninstall(self) -> None:
         if self._patcher is not None:

@@ -34,7 +34,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable, Iterable
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ._codec import (
@@ -51,6 +51,8 @@ from ._stream import (
     BLOB,
     CALL,
     EXIT,
+    FORK,
+    FORKED,
     NAME,
     NOTE,
     OUTPUT,
@@ -315,6 +317,28 @@ class Runtime(Protocol):
         here as at its exit."""
         ...
 
+    def exiting(self, name: str, arg: int, status: int) -> None:
+        """The program ends its process here, with call `name`(arg) and exit status `status`
+        (os._exit, a signal it raised): recorded as a call, then the recording is finished;
+        on replay, the run ends here as at its exit."""
+        ...
+
+    def fork(self, base: Callable[[], int]) -> int:
+        """os.fork() through `base`: recorded on both sides (the child's calls in a stream of
+        its own, see _stream.py's FORK and FORKED); on replay, the fork the replayed process
+        made, for real where the replay goes on as the child, else its recorded pid."""
+        ...
+
+    def before_fork(self) -> None: ...
+
+    def after_fork_in_parent(self) -> None: ...
+
+    def after_fork_in_child(self) -> None:
+        """The three at-fork handlers (os.register_at_fork), registered when the boundary is
+        installed: between them the recorder settles its stream and, in the child, starts the
+        child's own."""
+        ...
+
     def note(self, what: str, detail: str) -> None: ...
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
@@ -444,12 +468,101 @@ class RecordRuntime:
     finish_recording: Callable[[int | None, str | None], object] | None = None
 
     def ended_by_signal(self, signalnum: int) -> None:
-        self.call("signal.raise_signal", (signalnum,), lambda: None)
-        status = 128 + signalnum
+        self.exiting("signal.raise_signal", signalnum, 128 + signalnum)
+
+    def exiting(self, name: str, arg: int, status: int) -> None:
+        self.call(name, (arg,), lambda: None)
         if self.finish_recording is not None:
             self.finish_recording(status, None)
         else:
             self.finish(status, None)
+
+    # -- forks --------------------------------------------------------------------------------
+
+    # This process's path in the recording ("" the recorded process, "1" its first child,
+    # "1.2" that child's second) and how many children it has forked.
+    process = ""
+    _children = 0
+    # Set by the recorder (sealtrace.proxy._recorder): in a forked child, makes the child's
+    # own stream for its path and returns where its records go. None: forks are not recorded.
+    forked: Callable[[str], StreamOut] | None = None
+    _fork_pending: str | None = None  # the path of the child os.fork is making now
+    _fork_at: tuple[int, int] | None = None  # (stream bytes, events) at that fork
+    _fork_held = False  # the records are held between the at-fork handlers
+    SETTLE_TIMEOUT = 30.0  # seconds the pipeline may take to catch up before a fork
+
+    def fork(self, base: Callable[[], int]) -> int:
+        if not self.active or self.forked is None:
+            return base()
+        self._children += 1
+        path = f"{self.process}.{self._children}" if self.process else str(self._children)
+        self._fork_pending = path
+        try:
+            pid = base()
+        finally:
+            self._fork_pending = None
+        # Event k in both streams: the child's pid in the parent's, 0 in the child's.
+        self.call("os.fork", (path,), lambda: pid)
+        if pid and self.active:
+            self.record_value(FORK, {"path": path, "event": self.events - 1})
+        return pid
+
+    def before_fork(self) -> None:
+        """At-fork handler, before the fork (the program's handlers, registered later, have
+        run): hold the records, hand the pipeline what is buffered and wait until it has
+        sealed it all. The stream's length now is where the child's copy of it ends, and
+        both processes go on from an empty buffer."""
+        if self._fork_pending is None or not self.active:
+            return
+        self._hold_records()
+        self._fork_held = True
+        self._fork_at = None
+        try:
+            self._drain()
+            self._fork_at = (self._out.settle(self.SETTLE_TIMEOUT), self.events)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._failed(exc)
+
+    def after_fork_in_parent(self) -> None:
+        if self._fork_held:
+            self._fork_held = False
+            self._release_records()
+
+    def after_fork_in_child(self) -> None:
+        """At-fork handler in the child. Handlers registered before the boundary ran first
+        (threading's makes a lock and takes it: an event), into the buffer the fork left
+        empty: those records are the child's, and its stream begins with its FORKED record,
+        then them. A child not made by the program's os.fork (subprocess's preexec_fn, a C
+        library's fork) records nothing."""
+        held, self._fork_held = self._fork_held, False
+        try:
+            path, at = self._fork_pending, self._fork_at
+            if not held or path is None or at is None or self.forked is None:
+                self._end()
+                self.outcome = "not recording"
+                return
+            try:
+                self._out = self.forked(path)
+            except Exception as exc:
+                self._end()
+                self._report(f"the forked process {path} is not recorded: {exc}")
+                return
+            offset, events = at
+            body = bytearray()
+            fields = {"path": path, "parent": self.process, "offset": offset, "events": events}
+            Encoder().encode(body, fields)
+            start = bytearray(stream_prefix())
+            self._unhashed = len(start)
+            start.append(FORKED)
+            _write_varint(start, len(body))
+            self._buf = start + body + self._buf
+            self.process, self._children = path, 0
+            # Stored at once: a child killed before it flushes (a pool's worker, terminated)
+            # still leaves its stream's beginning, and reads as incomplete, not as absent.
+            self._drain(flush=True)
+        finally:
+            if held:
+                self._release_records()
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
         # Recorded as any call: the order of these events across threads is what replay
@@ -864,9 +977,9 @@ def native_function(runtime: Runtime, name: str, function: Any, wrapper: Any) ->
     fast = _c_path(runtime)
     if fast is None:
         return None
-    return fast.BoundaryMethod(
-        runtime, name, function, wrapper, fast.FORM_FUNCTION, 0, (), True, False, ()
-    )
+    # A twin binds as the function does: a builtin (time.localtime) never does.
+    kind = fast.BoundaryMethod if isinstance(function, FunctionType) else fast.BoundaryFunction
+    return kind(runtime, name, function, wrapper, fast.FORM_FUNCTION, 0, (), True, False, ())
 
 
 # The per-call paths this process has, by name; the first is the one recordings use.

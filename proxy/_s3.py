@@ -70,6 +70,11 @@ class S3Store:
         self._locked = False
         self._listed: dict[str, StoredObject] | None = None
 
+    def for_forked_process(self) -> S3Store:
+        """The same location with a client of its own, for a process the recorder forked:
+        the inherited client's connections are the parent's."""
+        return S3Store(self.bucket, self.prefix, self.options)
+
     @classmethod
     def from_url(cls, url: str, options: S3Options) -> S3Store:
         rest = url[len("s3://") :]

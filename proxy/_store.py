@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._errors import StorageError, UsageError
-from ._format import HEADER_OBJECT, parse_segment_name
+from ._format import HEADER_OBJECT, segment_process
 
 if TYPE_CHECKING:
     from ._s3 import S3Options, S3Store
@@ -73,7 +73,8 @@ class RecordingSource(Protocol):
 
 
 def is_recording_object(name: str) -> bool:
-    return name == HEADER_OBJECT or parse_segment_name(name) is not None
+    """The header, or a segment of the recorded process's or a forked process's stream."""
+    return name == HEADER_OBJECT or segment_process(name) is not None
 
 
 class LocalDirStore:

@@ -18,6 +18,19 @@
     REQUEST encoded dict: one HTTP/1.x request the program served, written when it ended
             (method, path, status, first and last event, start, duration, thread,
             complete; see _requests.py). Replay does not serve it: it is the request index
+    FORK    encoded dict: the program forked process `path` ("1", "1.2", ...) with its
+            `os.fork` call, event `event` of this stream (which returned the child's pid)
+    FORKED  encoded dict: the first record of a forked process's own stream: its `path`, its
+            parent's path, and where in its parent's stream it forked: `offset` (the byte of
+            the parent's stream, from its MAGIC, that the child's copy of the stream ended
+            at) and `events` (how many events the parent had recorded). The child's first
+            event is its own `os.fork` call, which returned 0
+
+A forked process's stream is read after its parent's up to that offset (chain_streams): the
+parent's stream cut there, then the child's whole stream, MAGIC and all. Parsing the chain
+continues the parent's state (callee names, blobs, threads, event numbers) into the child's
+records, as the child process continued the recorder's; each stream's EXIT digest covers its
+own records only.
 
 Invariants:
 1. META is the first record; EXIT, when present, is the last.
@@ -28,7 +41,8 @@ Invariants:
    made it (the last THREAD before it; none before the first means thread 0). A thread's
    index is given by the `thread.spawn` event its starter made (an index never used before),
    and a thread's CALL/OUTPUT records all follow that event.
-5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes).
+5. EXIT's digest is BLAKE2b-256 over every record before it (kind, length and body bytes)
+   in its own stream (from its MAGIC; a forked process's from its FORKED record).
    REQUEST records are inside it like any other: the index cannot be changed apart from
    the recording.
 6. Values are decoded only when served, so exception classes resolve against the modules the
@@ -42,10 +56,12 @@ in `ParsedStream.texts`), and each value keeps to the codec's budget (docs/forma
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._codec import MALFORMED, CodecError, Decoder, blob_digest, decode_value, malformed
+from ._format import valid_process_path
 
 __all__ = [
     "ARGS_DIGEST_SIZE",
@@ -56,17 +72,21 @@ __all__ = [
     "ParsedStream",
     "Request",
     "SourceFile",
+    "chain_streams",
     "parse_stream",
     "read_meta",
     "stream_prefix",
 ]
 
 MAGIC = b"STRACEv\x00"
-STREAM_VERSION = 3  # 2: THREAD records (a version 1 stream is one thread's); 3: REQUEST
-READ_VERSIONS = (1, 2, 3)
+STREAM_VERSION = 4  # 2: THREAD records (a version 1 stream is one thread's); 3: REQUEST;
+# 4: FORK and FORKED (forked processes' streams)
+READ_VERSIONS = (1, 2, 3, 4)
 ARGS_DIGEST_SIZE = 16
 
-META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD, REQUEST = range(1, 12)
+META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD, REQUEST, FORK, FORKED = range(
+    1, 14
+)
 MAX_THREADS = 1 << 20  # a THREAD index beyond this is malformed
 KIND_NAMES = {
     META: "META",
@@ -80,6 +100,8 @@ KIND_NAMES = {
     EXIT: "EXIT",
     THREAD: "THREAD",
     REQUEST: "REQUEST",
+    FORK: "FORK",
+    FORKED: "FORKED",
 }
 
 STATUS_RETURNED, STATUS_RAISED = 0, 1
@@ -177,6 +199,13 @@ class ParsedStream:
     threads: int = 1  # how many threads the stream names (the highest index, plus one)
     thread: int = field(default=0, repr=False)  # while parsing: the last THREAD's index
     version: int = STREAM_VERSION
+    # The process whose run this is: "" the recorded one, else the forked process whose
+    # stream ends the chain (chain_streams); the events at which the replay becomes the
+    # next process of that line (its os.fork call, served 0 in the child); the processes
+    # the streams read say were forked (FORK records: path, event).
+    process: str = ""
+    switches: dict[int, str] = field(default_factory=dict)
+    forks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def indexes_requests(self) -> bool:
@@ -260,7 +289,13 @@ def _parse_stream(data: bytes) -> ParsedStream:
     hasher = stream_digest()
     parsed: ParsedStream | None = None
     names: list[str] = []
+    stream_start = 0  # where the stream being read began (a forked process's: its MAGIC)
     while reader.pos < len(view):
+        if parsed is not None and view[reader.pos : reader.pos + len(MAGIC)] == MAGIC:
+            stream_start = _enter_forked(parsed, reader, view, stream_start)
+            hasher = stream_digest()  # from the FORKED record on: the child's own
+            hasher.update(view[stream_start + len(stream_prefix()) : reader.pos])
+            continue
         start, kind, body = _next_record(reader, view)
         if parsed is None:
             parsed = ParsedStream(meta=_meta(kind, body), version=_version(data))
@@ -280,6 +315,75 @@ def _parse_stream(data: bytes) -> ParsedStream:
     if parsed.exit is None:
         parsed.digest = hasher.digest()
     return parsed
+
+
+def _enter_forked(
+    parsed: ParsedStream, reader: Decoder, view: memoryview, parent_start: int
+) -> int:
+    """At a MAGIC inside the chain: check the forked process's stream that begins here (its
+    version, its FORKED record, that it continues the stream before it where that forked)
+    and read on in it. Its start; the reader is left after its FORKED record."""
+    start = reader.pos
+    if parsed.exit is not None or parsed.stop is not None:
+        raise CodecError(f"a forked process's stream at byte {start} follows its parent's end")
+    version = int.from_bytes(view[start + len(MAGIC) : start + len(MAGIC) + 2], "little")
+    if version < 4 or version not in READ_VERSIONS:
+        raise CodecError(f"the forked process's stream at byte {start} has version {version}")
+    reader.pos = start + len(stream_prefix())
+    if reader.pos >= len(view):
+        raise CodecError(f"the forked process's stream at byte {start} is empty")
+    _, kind, body = _next_record(reader, view)
+    if kind != FORKED:
+        raise CodecError(f"the forked process's stream at byte {start} has no FORKED record")
+    forked = _mapping(body, "FORKED")
+    path, parent = forked.get("path"), forked.get("parent")
+    if (
+        set(forked) != {"path", "parent", "offset", "events"}
+        or not isinstance(path, str)
+        or not valid_process_path(path)
+        or parent != parsed.process
+        or not path.startswith(f"{parent}." if parent else "")
+        or "." in path[len(parent) + 1 if parent else 0 :]
+    ):
+        raise CodecError(f"malformed FORKED record at byte {start}")
+    if forked.get("offset") != start - parent_start or forked.get("events") != len(parsed.events):
+        raise CodecError(
+            f"process {path}'s stream does not continue its parent's where the parent forked"
+        )
+    parsed.process = path
+    parsed.switches[len(parsed.events)] = path
+    return start
+
+
+def chain_streams(streams: list[bytes]) -> bytes:
+    """One event stream for the last of a line of processes (the recorded one, its child,
+    that child's child, ...), each stream whole as stored: every stream but the last cut
+    where the next one's FORKED record says that process forked, then the last whole.
+    CodecError if a child's stream does not begin as one, or its parent's was cut short
+    before the fork (parse_stream checks the rest)."""
+    parts: list[bytes | memoryview] = []
+    for parent, child in itertools.pairwise(streams):
+        offset = _fork_offset(child)
+        if offset > len(parent):
+            raise CodecError(
+                "the parent's stream ends before the fork its child's stream continues from"
+            )
+        parts.append(memoryview(parent)[:offset])
+    parts.append(streams[-1])
+    return b"".join(parts)
+
+
+def _fork_offset(stream: bytes) -> int:
+    try:
+        reader = _records(stream)
+        view = memoryview(stream)
+        _, kind, body = _next_record(reader, view)
+        offset = _mapping(body, "FORKED").get("offset") if kind == FORKED else None
+    except MALFORMED as exc:
+        raise malformed("a forked process's stream", exc) from exc
+    if type(offset) is not int or offset < len(stream_prefix()):
+        raise CodecError("a forked process's stream does not begin with its FORKED record")
+    return offset
 
 
 def _mapping(body: memoryview, what: str) -> dict[str, Any]:
@@ -320,6 +424,21 @@ def _parse_record(
         parsed.stop = _mapping(body, "STOP")
     elif kind == REQUEST:
         parsed.requests.append(_request(_mapping(body, "REQUEST"), len(parsed.events), start))
+    elif kind == FORK:
+        fork = _mapping(body, "FORK")
+        path, event = fork.get("path"), fork.get("event")
+        if (
+            set(fork) != {"path", "event"}
+            or not isinstance(path, str)
+            or not valid_process_path(path)
+            or not path
+            or type(event) is not int
+            or not 0 <= event < len(parsed.events)
+        ):
+            raise CodecError(f"malformed FORK record at byte {start}")
+        parsed.forks.append(fork)
+    elif kind == FORKED:
+        raise CodecError(f"a FORKED record at byte {start} does not begin a forked stream")
     elif kind == THREAD:
         dec = Decoder(body)
         index = dec.varint()

@@ -8,9 +8,13 @@ flags inside the authenticated nonce/AAD.
 
 flush() makes everything written so far durable as a complete segment object: a writer killed
 after a flush leaves a recording that opens up to that point and reports itself incomplete.
-The writer never keeps the recording key in plaintext beyond the AEAD object that uses it:
-os.urandom hands it over as bytes, which are dropped once the key is wrapped and the body
-cipher made (freed, not wiped: Python cannot wipe bytes; the body key itself is wiped).
+
+Keys: os.urandom hands the recording key over as bytes, which are dropped once the key is
+wrapped and copied into a Secret (freed, not wiped: Python cannot wipe bytes). The writer keeps
+that Secret, and the AEAD object made from the body key, until it closes: a process the
+recorded one forks seals its own stream under a body key derived from it (`for_process`, in
+the forked child), and the Secret is wiped when the writer closes or aborts. The recording key
+opens nothing the recording process could not already read, since it wrote it.
 """
 
 from __future__ import annotations
@@ -40,10 +44,12 @@ from ._format import (
     header_digest,
     segment_capacity,
     segment_name,
+    valid_process_path,
     validate_run_id,
     wrap_recording_key,
 )
 from ._keys import Recipient
+from ._secret import Secret
 from ._store import BytesLike, RecordingSink
 
 __all__ = ["SealedWriter"]
@@ -71,9 +77,43 @@ class SealedWriter:
             created_unix_ms=time.time_ns() // 1_000_000,
             wrapped_key=wrap_recording_key(recording_key, recipient, run_id),
         ).encode()
-        self.header_digest = header_digest(header)
-        self._aead = body_cipher(recording_key, self.header_digest)
+        self._start(Secret.copy_of(recording_key), header_digest(header), segment_size, "")
         del recording_key
+        self._put(HEADER_OBJECT, header)
+
+    @classmethod
+    def for_process(cls, parent: SealedWriter, sink: RecordingSink, process: str) -> SealedWriter:
+        """A writer for the stream of forked process `process` ("1", "1.2": valid_process_path),
+        made in that process from the copy of the writer it inherited, which is then dropped:
+        the same recording (header, sizes), a body key of the process's own and segments named
+        for it (segment_name). It writes no header."""
+        if not process or not valid_process_path(process):
+            raise ValueError(f"not a forked process's path: {process!r}")
+        if parent._key is None:
+            raise ValueError("the parent's writer has closed")
+        child = cls.__new__(cls)
+        child._sink = sink
+        child._chunk_size = parent._chunk_size
+        child._start(
+            Secret.copy_of(parent._key.view()),
+            parent.header_digest,
+            parent._segment_size,
+            process,
+        )
+        # The inherited copy: this process never writes the parent's stream. Its buffers stay
+        # (the parent's pipeline thread may have held views of them when the process forked).
+        parent._wipe_key()
+        parent._aead = None  # type: ignore[assignment]
+        parent._closed = True
+        return child
+
+    def _start(self, key: Secret, digest: bytes, segment_size: int, process: str) -> None:
+        chunk_size = self._chunk_size
+        self.header_digest = digest
+        self.process = process
+        self._key: Secret | None = key
+        self._aead = body_cipher(key, digest, process)
+        self._segment_size = segment_size
         self._capacity = segment_capacity(chunk_size, segment_size)
         record = CHUNK_PREFIX.size + chunk_size + TAG_SIZE
         # One segment buffer for the writer's life, allocated up front and reused for every
@@ -92,7 +132,6 @@ class SealedWriter:
         self._closed = False
         self._broken: str | None = None
         self.plaintext_bytes = 0
-        self._put(HEADER_OBJECT, header)
 
     @property
     def chunks_sealed(self) -> int:
@@ -176,7 +215,13 @@ class SealedWriter:
 
     def _drop_key(self) -> None:
         self._aead = None  # type: ignore[assignment]
+        self._wipe_key()
         self._segment_view.release()
+
+    def _wipe_key(self) -> None:
+        if self._key is not None:
+            self._key.wipe()
+            self._key = None
 
     def _seal(self, plaintext: memoryview, flags: int) -> None:
         seg = self._segment
@@ -205,7 +250,9 @@ class SealedWriter:
         self._counter += 1
         self._segment_chunks += 1
         if flags & FLAG_SEGMENT_END:
-            self._put(segment_name(self._segment_index), self._segment_view[: self._used])
+            self._put(
+                segment_name(self._segment_index, self.process), self._segment_view[: self._used]
+            )
             self._segment_index += 1
             self._segment_chunks = 0
             self._used = 0

@@ -31,7 +31,16 @@ from ._writer import SealedWriter
 
 # What the other components' commands (sealtrace.sandbox.cli, .agent.cli, .server.cli, which
 # register under this app) build on.
-__all__ = ["IdentityOpt", "JsonOpt", "LocationArg", "RunIdOpt", "app", "guarded", "main"]
+__all__ = [
+    "IdentityOpt",
+    "JsonOpt",
+    "LocationArg",
+    "ProcessOpt",
+    "RunIdOpt",
+    "app",
+    "guarded",
+    "main",
+]
 
 app = typer.Typer(
     name="sealtrace",
@@ -88,6 +97,15 @@ LocationArg = Annotated[str, typer.Argument(help="Directory or s3://bucket/prefi
 IdentityOpt = Annotated[Path, typer.Option("--identity", help="Private identity file.")]
 RunIdOpt = Annotated[
     str | None, typer.Option("--run-id", help="Refuse unless the recording is this run.")
+]
+ProcessOpt = Annotated[
+    str,
+    typer.Option(
+        "--process",
+        help="A process the recorded one forked, by its path: 1 its first child, 1.2 that "
+        "child's second (`sealtrace inspect` lists them). The run then replays as that process "
+        "did: its parent's run up to the fork, then its own. Default: the recorded process.",
+    ),
 ]
 
 
@@ -226,6 +244,8 @@ def inspect(
         detail = seg.problem or f"{seg.chunks} chunk{plural}" + (", final" if seg.has_final else "")
         typer.echo(f"  {seg.name}  {seg.size:>10} bytes  versions {seg.versions}  {detail}")
     typer.echo(f"status      {report.completeness}")
+    for path, status in report.processes.items():
+        typer.echo(f"process {path:<4}{status}  (a forked process: --process {path})")
     for alarm in report.alarms:
         typer.echo(f"ALARM       {alarm}")
 

@@ -64,6 +64,7 @@ _libc_fork = ctypes.PyDLL(None, use_errno=True).fork
 _libc_fork.argtypes = []
 _libc_fork.restype = ctypes.c_int
 _kill = os.kill
+_exit = os._exit  # the boundary replaces os._exit: the program's exits are recorded
 _waitpid = os.waitpid
 _open = os.open
 _close = os.close
@@ -255,7 +256,7 @@ class Checkpoints:
             try:
                 message, _fds = receive(sock)
             except (EOFError, OSError):
-                os._exit(0)
+                _exit(0)
             with outside_the_program():
                 pid = _fork()
             if pid == 0:
@@ -279,7 +280,7 @@ def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
         try:
             send(sock, {"receipt": receipt, "code": code})
         finally:
-            os._exit(0)
+            _exit(0)
 
     return answer
 

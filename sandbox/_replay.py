@@ -21,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +54,12 @@ _CONTEXT = 24
 _monotonic = time.monotonic
 _write = os.write
 _close = os.close
+_exit = os._exit
+_waitpid = os.waitpid
+_getpid = os.getpid
+_exit_code = os.waitstatus_to_exitcode
+_sigmask = signal.pthread_sigmask
+_sigwait_for = signal.sigtimedwait
 
 
 # What a served result brought into the program.
@@ -105,6 +112,13 @@ class ReplayRuntime:
         # A query pass's answer at the run's end, where the program does not return to the
         # replay's main (it ended itself with a signal).
         self.on_end: Callable[[], NoReturn] | None = None
+        # The process replayed so far ("" the recorded one; after a fork the stream goes on
+        # as, the child's path), how many it forked, and the thread whose exit ends the run
+        # (a child's is the thread that forked it).
+        self.process = ""
+        self._children = 0
+        self.main_index = 0
+        self._discarding: int | None = None  # the pid whose fork's child is thrown away
 
     def intercepting(self) -> bool:
         return self.scheduler.current() is not None  # a thread of the program's
@@ -125,7 +139,7 @@ class ReplayRuntime:
         position = self.position
         if position < len(self.events):
             return self.events[position].thread
-        return 0 if self.parsed.exit else None
+        return self.main_index if self.parsed.exit else None
 
     def _await_turn(self, state: Any) -> None:
         """Wait until the next event is this thread's, or there is none left for anyone."""
@@ -251,6 +265,8 @@ class ReplayRuntime:
             self._emit({"status": "corrupt", "error": f"event {event.index}: {exc}"}, 4)
 
     def _next(self, name: str, key: Any) -> Event:
+        if self._discarding is not None and _getpid() != self._discarding:
+            _exit(0)  # a thrown-away child's at-fork handlers (fork()): nothing of it is replayed
         scheduler = self.scheduler
         if not scheduler.single:
             state = scheduler.current()
@@ -335,12 +351,101 @@ class ReplayRuntime:
         self.finish("diverged", detail)
 
     def ended_by_signal(self, signalnum: int) -> NoReturn:
-        """The recorded run ended here, by a signal it raised: the recording's last event.
-        A query pass answers as at the program's exit; a replay compares the exit status."""
-        self.call("signal.raise_signal", (signalnum,), None)
+        self.exiting("signal.raise_signal", signalnum, 128 + signalnum)
+
+    def exiting(self, name: str, arg: int, status: int) -> NoReturn:
+        """The recorded run ended here (a signal it raised, os._exit): the recording's last
+        event. A query pass answers as at the program's exit; a replay compares the status."""
+        self.call(name, (arg,), None)
         if self.on_end is not None:
             self.on_end()
-        self.end(128 + signalnum)
+        self.end(status)
+
+    # -- forks --------------------------------------------------------------------------------
+
+    def fork(self, base: Callable[[], int]) -> int:
+        """The program's os.fork(), forked for real as the recording did, so the program's
+        at-fork handlers run as they ran there. Where the replayed stream goes on as the
+        child's (its switch: parse_stream), the child goes on (only the forking thread, as
+        in the recording's child) and the parent waits for it and ends with its status,
+        saying nothing. Any other fork's child is thrown away at once, before it can touch
+        the recording (it is another process's run), and the program is served its
+        recorded pid."""
+        self._children += 1
+        path = f"{self.process}.{self._children}" if self.process else str(self._children)
+        key = (path,)
+        state = self.scheduler.current()
+        if not self.scheduler.single and state is not None:
+            self._await_turn(state)
+        becomes = self._switch_ahead()
+        if becomes is not None and becomes != path:
+            self.diverge(self.events[self.position], "os.fork", key)
+        parent = _getpid()
+        self._discarding = parent if becomes is None else None
+        # The program's signal handlers run only where the recording has them run (never,
+        # in v1): the SIGCHLD of a child the replay throws away is consumed here, not
+        # delivered to a handler the program installed (gunicorn's arbiter reaps on it).
+        mask = _sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            pid = base()
+        except BaseException:
+            _sigmask(signal.SIG_SETMASK, mask)
+            raise
+        finally:
+            self._discarding = None
+        if pid == 0:
+            _sigmask(signal.SIG_SETMASK, mask)
+            if becomes is None:
+                _exit(0)
+        elif becomes is None:
+            _waitpid(pid, 0)
+            _sigwait_for([signal.SIGCHLD], 0)
+            _sigmask(signal.SIG_SETMASK, mask)
+        else:
+            self._outlive(pid)
+        if becomes is not None:
+            self.process, self._children = path, 0
+            if state is not None:
+                self.scheduler.after_fork(state)
+                self.main_index = state.index
+        return int(self._served(self._next("os.fork", key), "os.fork", output=False))
+
+    def _switch_ahead(self) -> str | None:
+        """The process the replayed stream goes on as at the fork being made now, if it does.
+        Its switch may lie a few events ahead: the program's at-fork handlers (registered
+        after the boundary: a lock taken before the fork) made theirs first. A parent's own
+        os.fork event before it is an earlier fork's, which this replay stays the parent of."""
+        position = self.position
+        ahead = [index for index in self.parsed.switches if index >= position]
+        if not ahead:
+            return None
+        index = min(ahead)
+        if any(e.callee == "os.fork" for e in self.events[position:index]):
+            return None
+        return self.parsed.switches[index]
+
+    @staticmethod
+    def _outlive(pid: int) -> NoReturn:
+        """The replay's parent side of a fork it goes on from as the child: the child now
+        answers (its receipt, its frames) through what it inherited; this process waits, with
+        every signal blocked: no handler of the program's runs here any more."""
+        _sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        while True:
+            try:
+                _, status = _waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        _exit(_exit_code(status) & 0xFF)
+
+    def before_fork(self) -> None:
+        pass
+
+    def after_fork_in_parent(self) -> None:
+        pass
+
+    def after_fork_in_child(self) -> None:
+        pass
 
     def end(self, status: int) -> NoReturn:
         """The program's exit: every recorded event replayed, and the recorded exit status."""
@@ -405,7 +510,7 @@ class ReplayRuntime:
         while view:
             view = view[_write(self.result_fd, view) :]
         _close(self.result_fd)
-        os._exit(code)
+        _exit(code)
 
 
 def _jsonable(value: Any) -> Any:

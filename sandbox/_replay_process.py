@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
-from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_meta
+from sealtrace.proxy.format import (
+    CodecError,
+    ParsedStream,
+    chain_streams,
+    parse_stream,
+    read_meta,
+)
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 from ._layout import unrandomized_children
@@ -90,23 +96,32 @@ class Receipt:
 
 
 def load_recording(
-    location: str, identity: Identity, run_id: str | None = None
+    location: str, identity: Identity, run_id: str | None = None, process: str = ""
 ) -> tuple[bytes, ParsedStream]:
-    """The verified plaintext and its parsed event stream."""
-    data = _plaintext(location, identity, run_id)
+    """The verified plaintext and its parsed event stream: the recorded process's, or a
+    forked process's (`process`: "1", "1.2", ...; its ancestors' streams up to their forks,
+    then its own)."""
+    data = _plaintext(location, identity, run_id, process)
     return data, parse_stream(data)
 
 
-def _plaintext(location: str, identity: Identity, run_id: str | None) -> bytes:
-    reader = SealedReader(open_store(location), identity, expected_run_id=run_id)
-    data = reader.read_all()
-    if not reader.status.complete:
-        raise IncompleteRecordingError(
-            f"recording {reader.run_id!r} is {reader.status.describe()}; replay needs the "
-            "whole run",
-            chunks=reader.status.chunks,
-        )
-    return data
+def _plaintext(location: str, identity: Identity, run_id: str | None, process: str = "") -> bytes:
+    store = open_store(location)
+    parts = process.split(".") if process else []
+    line = ["", *(".".join(parts[: n + 1]) for n in range(len(parts)))]
+    streams = []
+    for path in line:
+        reader = SealedReader(store, identity, expected_run_id=run_id, process=path)
+        streams.append(reader.read_all())
+        # An ancestor's stream needs to reach its fork only (chain_streams checks it does).
+        if path == process and not reader.status.complete:
+            whose = f"process {process} of recording" if process else "recording"
+            raise IncompleteRecordingError(
+                f"{whose} {reader.run_id!r} is {reader.status.describe()}; replay needs the "
+                "whole run",
+                chunks=reader.status.chunks,
+            )
+    return chain_streams(streams) if process else streams[0]
 
 
 def _child_env(meta: dict[str, Any]) -> dict[str, str]:
@@ -257,10 +272,15 @@ def replay(
 
 
 def replay_location(
-    location: str, identity: Identity, *, run_id: str | None = None, timeout: float | None = None
+    location: str,
+    identity: Identity,
+    *,
+    run_id: str | None = None,
+    timeout: float | None = None,
+    process: str = "",
 ) -> Receipt:
     # The replaying process parses and verifies the whole stream; here only META is needed.
-    data = _plaintext(location, identity, run_id)
+    data = _plaintext(location, identity, run_id, process)
     return replay(data, read_meta(data), timeout=timeout)
 
 

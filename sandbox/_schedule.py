@@ -107,6 +107,16 @@ class Scheduler:
         self._ended_at = _monotonic()
         self._hand_over(state, ENDED)
 
+    def after_fork(self, me: ThreadState) -> None:
+        """In a child the replay forked for real: only the forking thread lives on (as in
+        the recording's child); every other thread has ended, and holds the baton no more."""
+        for state in self.threads.values():
+            if state is not me:
+                state.status = ENDED
+                self.by_ident.pop(state.ident, None)
+        me.status = RUNNING
+        self.holder = me.index
+
     # -- turns --------------------------------------------------------------------------------
 
     def wait_turn(self, state: ThreadState) -> None:

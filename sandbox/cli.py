@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sealtrace.proxy import Identity, UsageError
-from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, RunIdOpt, guarded
+from sealtrace.proxy.cli import IdentityOpt, JsonOpt, LocationArg, ProcessOpt, RunIdOpt, guarded
 from sealtrace.proxy.format import ParsedStream
 
 from ._replay_process import (
@@ -88,6 +88,7 @@ def replay(
     identity: IdentityOpt,
     run_id: RunIdOpt = None,
     sandbox: SandboxOpt = True,
+    process: ProcessOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Re-execute a recorded run, serving and checking every external call; print a receipt.
@@ -96,11 +97,11 @@ def replay(
     2 if this interpreter (or the sandbox's image) cannot replay it, 5 if the sandbox fails.
     """
     if sandbox:
-        data, parsed = load_recording(location, Identity.load(identity), run_id)
+        data, parsed = load_recording(location, Identity.load(identity), run_id, process)
         with _sandboxed(data, parsed, receipt_only=True) as client:
             receipt = Receipt(dict(client.replay(Replay())))
     else:
-        receipt = replay_location(location, Identity.load(identity), run_id=run_id)
+        receipt = replay_location(location, Identity.load(identity), run_id=run_id, process=process)
     d = receipt.data
     if as_json:
         typer.echo(json.dumps(d, indent=2, sort_keys=True))
@@ -122,6 +123,7 @@ def requests(
     location: LocationArg,
     identity: IdentityOpt,
     run_id: RunIdOpt = None,
+    process: ProcessOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """List the HTTP requests the recorded run served (its request index), in the order they
@@ -130,7 +132,7 @@ def requests(
 
     Exit 4 if the recording cannot be trusted (or is incomplete).
     """
-    _data, parsed = load_recording(location, Identity.load(identity), run_id)
+    _data, parsed = load_recording(location, Identity.load(identity), run_id, process)
     index = parsed.request_index()
     if as_json:
         doc = {
@@ -171,7 +173,7 @@ def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
 
 def _answerer(
     location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool,
-    at: str | None = None, whole_run: bool = True,
+    at: str | None = None, whole_run: bool = True, process: str = "",
 ) -> tuple[Answerer, SourceLines]:  # fmt: skip
     """The recording's answerer: in-process (Inquiry) or, with --sandbox, the sandbox
     client. Both answer every question of sealtrace.sandbox.questions with the same
@@ -184,7 +186,7 @@ def _answerer(
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
-    data, parsed = load_recording(location, Identity.load(identity), run_id)
+    data, parsed = load_recording(location, Identity.load(identity), run_id, process)
     lines = SourceLines(parsed)
     answerer: Answerer
     if sandbox:
@@ -217,6 +219,7 @@ def trace(
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,
+    process: ProcessOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -226,7 +229,9 @@ def trace(
     """
     from ._explain import render_trace
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, at, whole_run)
+    answerer, src = _answerer(
+        location, identity, run_id, every, cap, sandbox, at, whole_run, process
+    )
     with answerer:
         doc = answerer.trace(Trace(at=at, var=var, depth=depth, whole_run=whole_run))
     _answer(doc, as_json, lambda: render_trace(doc, answerer.last_nodes, src, answerer.last_cuts))
@@ -241,12 +246,13 @@ def flows(
     every: EveryOpt = 0,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
+    process: ProcessOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox)
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, process=process)
     with answerer:
         doc = answerer.flows(Flows(source=source))
     _answer(doc, as_json, lambda: render_flows(doc, src))
@@ -262,12 +268,15 @@ def inspect_stack(
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,
+    process: ProcessOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, at, whole_run)
+    answerer, src = _answerer(
+        location, identity, run_id, every, cap, sandbox, at, whole_run, process
+    )
     with answerer:
         doc = answerer.inspect_stack(InspectStack(at=at))
     _answer(doc, as_json, lambda: render_stack(doc, src))

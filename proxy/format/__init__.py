@@ -31,7 +31,7 @@ from .._format import (
     wrap_recording_key,
 )
 from .._keys import Identity, Recipient, generate_identity, write_keypair
-from .._reader import RecordingStatus, SealedReader, read_header
+from .._reader import RecordingStatus, SealedReader, process_paths, read_header
 from .._secret import Secret
 from .._store import (
     DiscardSink,
@@ -43,7 +43,15 @@ from .._store import (
     StoredObject,
     open_store,
 )
-from .._stream import Event, ParsedStream, Request, SourceFile, parse_stream, read_meta
+from .._stream import (
+    Event,
+    ParsedStream,
+    Request,
+    SourceFile,
+    chain_streams,
+    parse_stream,
+    read_meta,
+)
 from .._writer import SealedWriter
 
 __all__ = [
@@ -72,10 +80,12 @@ __all__ = [
     "Secret",
     "SourceFile",
     "StoredObject",
+    "chain_streams",
     "generate_identity",
     "open_session_key",
     "open_store",
     "parse_stream",
+    "process_paths",
     "read_header",
     "read_meta",
     "register_extension",

@@ -95,10 +95,12 @@ FORMAT_EXPORTED = [
     "SourceFile",
     "StoredObject",
     "WRAPPED_KEY_SIZE",
+    "chain_streams",
     "generate_identity",
     "open_session_key",
     "open_store",
     "parse_stream",
+    "process_paths",
     "read_header",
     "read_meta",
     "register_extension",
@@ -128,7 +130,16 @@ BOUNDARY_EXPORTED = [
     "run_target",
 ]
 
-CLI_EXPORTED = ["IdentityOpt", "JsonOpt", "LocationArg", "RunIdOpt", "app", "guarded", "main"]
+CLI_EXPORTED = [
+    "IdentityOpt",
+    "JsonOpt",
+    "LocationArg",
+    "ProcessOpt",
+    "RunIdOpt",
+    "app",
+    "guarded",
+    "main",
+]
 
 # What `import sealtrace.proxy` loads of sealtrace itself: the seams are not among them.
 RECORDER_MODULES = {

@@ -50,15 +50,16 @@ def promotions_database(path: Path) -> Path:
 
 @contextlib.contextmanager
 def recorded_server(
-    keys: KeyFiles, location: Path, command: list[str]
+    keys: KeyFiles, location: Path, command: list[str], *options: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """A server recorded while it serves: `command` under `sealtrace record`, whose first
-    line on stdout is its port. Yields the recorder and the port; whoever uses it makes the
-    server stop and waits for the recorder. A recorder still running at the end is killed."""
+    """A server recorded while it serves: `command` under `sealtrace record` (with its
+    `options`), whose first line on stdout is its port. Yields the recorder and the port;
+    whoever uses it makes the server stop and waits for the recorder. A recorder still
+    running at the end is killed."""
     exe = Path(sys.executable).with_name("sealtrace")
     recorder = subprocess.Popen(
         [str(exe), "record", "--recipient", str(keys.recipient_path), "--output",
-         str(location), "--", *command],
+         str(location), *options, "--", *command],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -84,6 +84,45 @@ try:
 except OSError as exc:
     print("terminal", exc.errno)
 print(os.system("exit 3"))
+print(os.getpgrp() > 0, os.getpgid(0) > 0, os.getsid(0) > 0)
+pid = os.fork()  # each side recorded (tests/sandbox/test_forks.py); this replay is the parent
+if pid == 0:
+    os.setpgid(0, 0)
+    try:
+        os.setsid()
+    except OSError as exc:  # a process group's leader cannot
+        os._exit(exc.errno)
+    os._exit(5)
+print(os.waitpid(pid, 0)[1] >> 8)
+pid = os.fork()
+if pid == 0:
+    import time
+    time.sleep(60)
+    os._exit(0)
+os.kill(pid, 0)
+os.killpg(os.getpgid(pid), 0)
+os.kill(pid, 9)
+print(os.wait() == (pid, 9))
+pid = os.fork()
+if pid == 0:
+    os._exit(2)
+print(os.waitid(os.P_PID, pid, os.WEXITED).si_status)
+"""
+
+MULTIPROCESSING = """
+import multiprocessing as mp
+ctx = mp.get_context("fork")
+lock, sem = ctx.Lock(), ctx.Semaphore(2)
+with lock:
+    print("locked", sem.get_value())
+print(sem.acquire(timeout=0.1), sem.acquire(False), sem.acquire(False))
+sem.release()
+queue = ctx.Queue()
+child = ctx.Process(target=queue.put, args=(42,))
+child.start()
+print(queue.get())
+child.join()
+print(child.exitcode)
 """
 
 ENVIRON = """
@@ -271,7 +310,11 @@ CASES: dict[str, Case] = {
     "uuid": Case(UUID, ("uuid.uuid1", "uuid.getnode")),
     "process": Case(PROCESS, tuple(f"os.{n}" for n in (
         "getpid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getlogin", "cpu_count",
-        "times", "uname", "get_terminal_size", "getloadavg", "system"))),
+        "times", "uname", "get_terminal_size", "getloadavg", "system", "getpgrp", "getpgid",
+        "getsid", "fork", "waitpid", "kill", "killpg", "wait", "waitid"))),
+    "multiprocessing": Case(MULTIPROCESSING, ("multiprocessing.SemLock", "semlock.acquire",
+                                              "semlock.release", "semlock._get_value",
+                                              "os.fork", "os.waitpid")),
     "environ": Case(ENVIRON, ("os.environ.__getitem__",), env={
         "SEALTRACE_ALLOWED": "shown", "SEALTRACE_SECRET": "read lazily"},
         options=("--env-allow", "SEALTRACE_ALLOWED")),

@@ -4,7 +4,7 @@
 - id()-dependent output is caught the same way;
 - a changed source tree on disk does not change what replays (recorded sources are used);
 - a corrupt event stream and a wrong key are integrity failures (exit 4);
-- a run that starts a thread stops recording cleanly, and replay says where (exit 3);
+- a run that forks a pseudo-terminal stops recording cleanly, and replay says where (exit 3);
 - another Python version or distribution manifest is refused (exit 2);
 - replay needs no network: it passes inside a fresh network namespace;
 - the program's own stdout, stderr and exit status pass through recording unchanged.
@@ -160,14 +160,10 @@ def test_wrong_key_is_refused(tmp_path: Path, keys: KeyFiles, other_keys: KeyFil
 
 
 CONCURRENT = {
-    "fork": (
-        "import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)",
-        b"the application called os.fork()",
-    ),
-    "multiprocessing": (
-        "import multiprocessing as mp\nctx = mp.get_context('fork')\n"
-        "p = ctx.Process(target=print, args=('child',)); p.start(); p.join()",
-        b"the application called os.fork()",
+    # Forks are recorded (tests/sandbox/test_forks.py); a pseudo-terminal's is not.
+    "forkpty": (
+        "import os, pty\npid, fd = pty.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)",
+        b"the application called os.forkpty()",
     ),
 }
 
@@ -190,14 +186,13 @@ def test_concurrency_stops_recording_and_replay_says_where(
     assert receipt["events_replayed"] == receipt["events_recorded"] > 0
     assert reason.decode() in receipt["stop"]["reason"]
     assert "stops at event" in proc.stderr.decode()
-    # Where: the application's line that forked, even when the fork is the standard
-    # library's (multiprocessing's Popen); the library's line follows it.
-    line = next(i for i, text in enumerate(lines, 1) if "fork()" in text or "start()" in text)
+    # Where: the application's line that forked, though the fork is the standard
+    # library's (pty.fork's); the library's line follows it.
+    line = next(i for i, text in enumerate(lines, 1) if "fork()" in text)
     where = f"{app}:{line}"
     assert receipt["stop"]["where"].split(", through ")[0] == where
     assert f"at {where}".encode() in rec.proc.stderr
-    if kind == "multiprocessing":
-        assert "multiprocessing" in receipt["stop"]["where"].split(", through ")[1]
+    assert "pty.py" in receipt["stop"]["where"].split(", through ")[1]
     # Questions about the run up to the stop are answered: for them the run ends there (with
     # checkpoints too, as a session takes them).
     for at, want in (

@@ -322,6 +322,19 @@ static PyObject* callpath_leave_thread(CallPath* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
+/* _calls_open(flag): a recorded thread's calls are recorded again (True) or pass through as
+ * inside a boundary call (False); what they did before: True, False, or None on a thread
+ * that is not recorded (nothing changes). A signal handler that runs inside a boundary call
+ * opens them for its own calls, and closes them again after. */
+static PyObject* callpath_calls_open(CallPath* self, PyObject* arg) {
+  int open = PyObject_IsTrue(arg);
+  if (open < 0) return NULL;
+  if (fp_thread.path != self) Py_RETURN_NONE;
+  int was = fp_thread.recording == self;
+  fp_thread.recording = open ? self : NULL;
+  return PyBool_FromLong(was);
+}
+
 static PyObject* callpath_hold_records(CallPath* self, PyObject* unused) {
   (void)unused;
   hold_records(self);
@@ -343,6 +356,8 @@ static PyMethodDef callpath_methods[] = {
      "enter_thread(index): record this thread's calls, as thread `index`."},
     {"leave_thread", (PyCFunction)callpath_leave_thread, METH_NOARGS,
      "leave_thread(): stop recording this thread's calls."},
+    {"_calls_open", (PyCFunction)callpath_calls_open, METH_O,
+     "_calls_open(flag): record this thread's calls again, or not; what it did before."},
     {"_hold_records", (PyCFunction)callpath_hold_records, METH_NOARGS,
      "_hold_records(): take the records lock (recursive)."},
     {"_release_records", (PyCFunction)callpath_release_records, METH_NOARGS,

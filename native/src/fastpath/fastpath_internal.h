@@ -480,7 +480,7 @@ typedef struct {
 FP_SHARED PyTypeObject *callpath_type, *method_type, *proxy_type;
 FP_SHARED PyObject *s_oid, *s_real, *s_fd, *s_row_factory, *s_row, *s_setup, *s_connection,
     *s_closed, *s_io_refs, *s_getdefaulttimeout, *empty_tuple;
-FP_SHARED PyType_Spec callpath_spec, method_spec;
+FP_SHARED PyType_Spec callpath_spec, method_spec, function_spec;
 
 /* -- proxy state (proxy_state.c) ------------------------------------------------------- */
 

@@ -141,6 +141,23 @@ static PyObject* call_function(BoundaryMethod* m, PyObject* const* args, Py_ssiz
   return result;
 }
 
+/* As Socket._setup does: the socket's descriptor joins the runtime's tracked descriptors
+ * (_io_boundary.tracked_descriptors), whose os and fcntl calls are then boundary calls. */
+static int track_descriptor(CallPath* rt, PyObject* fd) {
+  static PyObject* name = NULL;
+  if (name == NULL && (name = PyUnicode_InternFromString("_tracked_descriptors")) == NULL)
+    return -1;
+  PyObject* tracked = PyObject_GetAttr((PyObject*)rt, name);
+  if (tracked == NULL) { /* no file boundary installed: nothing tracks descriptors */
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+  }
+  int failed = PySet_Check(tracked) ? PySet_Add(tracked, fd) : 0;
+  Py_DECREF(tracked);
+  return failed;
+}
+
 /* Socket._setup(info, real) (_net_boundary.py) of a socket proxy whose state is a
  * SocketState, right after the recorded call that made `real`: 0 when done, -1 with an
  * exception set, or 1 (with nothing changed) for any other proxy or an info that is not the
@@ -168,7 +185,7 @@ static int setup_socket(CallPath* rt, PyObject* self, PyObject* info, PyObject* 
   Py_XSETREF(sock->fields[SOCK_TIMEOUT], timeout);
   Py_XSETREF(sock->fields[SOCK_IO_REFS], PyLong_FromLong(0)); /* a small int: never fails */
   Py_XSETREF(sock->fields[SOCK_CLOSED], Py_NewRef(Py_False));
-  return 0;
+  return track_descriptor(rt, sock->proxy.fd);
 }
 
 /* FORM_NEW: self.__init__(*argv): makes the real object, records its description (what
@@ -519,6 +536,15 @@ static PyObject* method_get(PyObject* m, PyObject* obj, PyObject* type) {
   return PyMethod_New(m, obj);
 }
 
+/* A BoundaryFunction (the twin of a builtin function) never binds: a class that keeps one as
+   an attribute (logging.Formatter.converter = time.localtime) calls it without the instance,
+   as it would the builtin. */
+static PyObject* function_get(PyObject* m, PyObject* obj, PyObject* type) {
+  (void)obj;
+  (void)type;
+  return Py_NewRef(m);
+}
+
 static PyObject* method_getattr_of_fallback(BoundaryMethod* m, void* name) {
   return PyObject_GetAttrString(m->fallback, (const char*)name);
 }
@@ -553,6 +579,29 @@ static PyType_Slot method_slots[] = {
     {Py_tp_getset, method_getset},
     {Py_tp_members, method_members},
     {0, NULL},
+};
+
+static PyType_Slot function_slots[] = {
+    {Py_tp_new, method_new},
+    {Py_tp_dealloc, method_dealloc},
+    {Py_tp_traverse, method_traverse},
+    {Py_tp_clear, method_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, function_get},
+    {Py_tp_getset, method_getset},
+    {Py_tp_members, method_members},
+    {0, NULL},
+};
+
+/* The same object as a BoundaryMethod, without Py_TPFLAGS_METHOD_DESCRIPTOR: the interpreter
+   would otherwise call `instance.attribute(...)` with the instance first, whatever
+   tp_descr_get says. */
+FP_DEFINE PyType_Spec function_spec = {
+    .name = "sealtrace.proxy._fastpath.BoundaryFunction",
+    .basicsize = sizeof(BoundaryMethod),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = function_slots,
 };
 
 FP_DEFINE PyType_Spec method_spec = {

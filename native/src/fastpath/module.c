@@ -161,17 +161,20 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   if (module == NULL) return NULL;
   PyObject* type = PyType_FromSpec(&callpath_spec);
   PyObject* method = PyType_FromSpec(&method_spec);
+  PyObject* function = PyType_FromSpec(&function_spec);
   PyObject* proxy = PyType_FromSpec(&proxy_spec);
   PyObject* cursor = proxy != NULL ? PyType_FromSpecWithBases(&cursor_state_spec, proxy) : NULL;
   PyObject* sock = proxy != NULL ? PyType_FromSpecWithBases(&socket_state_spec, proxy) : NULL;
-  if (type == NULL || method == NULL || proxy == NULL || cursor == NULL || sock == NULL ||
+  if (type == NULL || method == NULL || function == NULL || proxy == NULL || cursor == NULL || sock == NULL ||
       PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
       PyModule_AddObjectRef(module, "BoundaryMethod", method) < 0 ||
+      PyModule_AddObjectRef(module, "BoundaryFunction", function) < 0 ||
       PyModule_AddObjectRef(module, "ProxyState", proxy) < 0 ||
       PyModule_AddObjectRef(module, "CursorState", cursor) < 0 ||
       PyModule_AddObjectRef(module, "SocketState", sock) < 0 || add_constants(module) < 0) {
     Py_XDECREF(type);
     Py_XDECREF(method);
+    Py_XDECREF(function);
     Py_XDECREF(proxy);
     Py_XDECREF(cursor);
     Py_XDECREF(sock);
@@ -186,6 +189,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   socket_state_type = (PyTypeObject*)sock;
   Py_DECREF(type);
   Py_DECREF(method);
+  Py_DECREF(function);
   Py_DECREF(proxy);
   Py_DECREF(cursor);
   Py_DECREF(sock);
