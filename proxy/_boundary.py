@@ -131,6 +131,7 @@ BUILTIN_LIBRARIES: tuple[Library, ...] = (
         ),
     ),
     Library("environ", (_adapter("environ", "sealtrace.proxy._core_boundary:install_environ"),)),
+    Library("signals", (_adapter("signals", "sealtrace.proxy._core_boundary:install_signals"),)),
     Library(
         "multiprocessing",
         (_adapter("semaphores", "sealtrace.proxy._proc_boundary:install_semaphores"),),

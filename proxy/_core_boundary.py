@@ -22,6 +22,7 @@ __all__ = [
     "install_environ",
     "install_process_guard",
     "install_random",
+    "install_signals",
 ]
 
 
@@ -199,6 +200,9 @@ def _raising(rt: Runtime, base: Any) -> Any:
         if rt.intercepting() and ends_the_process(int(signalnum)):
             rt.ended_by_signal(int(signalnum))
         base(signalnum)
+        # A handled one ran its handler in there (recorded as delivered); on replay the
+        # real handler is a no-op, and the recorded delivery runs the program's now.
+        rt.signals_due()
 
     return raise_signal
 
@@ -253,3 +257,62 @@ def _guard_ctypes(rt: Runtime, patcher: Patcher) -> None:
         return base_getitem(self, name_or_ordinal)
 
     patcher.replace(ctypes.CDLL, "__getitem__", getitem)
+
+
+# -- signals ------------------------------------------------------------------------------------
+
+
+def install_signals(rt: Runtime, patcher: Patcher) -> None:
+    """signal.signal and signal.getsignal. A Python handler the program installs (or had
+    before the recorder: SIGINT's default_int_handler) runs, when recording, through
+    rt.deliver_signal, which records its delivery as an event of the thread it ran on (the
+    main thread), inside or between the program's boundary calls; on replay the real
+    handler is a no-op (no signal from outside reaches the program) and the recorded
+    deliveries run the program's handler at their place (ReplayRuntime._deliver_due)."""
+    base_signal, base_getsignal = signal.signal, signal.getsignal
+    kept: dict[int, Any] = rt.signal_handlers  # type: ignore[attr-defined]
+
+    def delivering(signum: int, handler: Any) -> Any:
+        if rt.replaying:
+            return _ignored
+
+        def deliver(number: int, frame: Any) -> Any:
+            return rt.deliver_signal(number, handler, frame)  # type: ignore[attr-defined]
+
+        return deliver
+
+    def install(signum: int, handler: Any) -> Any:
+        if not callable(handler):
+            return base_signal(signum, handler)
+        return base_signal(signum, delivering(signum, handler))
+
+    def signal_(signalnum: Any, handler: Any) -> Any:
+        number = int(signalnum)
+        previous = install(number, handler)
+        shown = kept.get(number, previous)
+        if callable(handler):
+            kept[number] = handler
+        else:
+            kept.pop(number, None)
+        return shown
+
+    def getsignal(signalnum: Any) -> Any:
+        number = int(signalnum)
+        return kept[number] if number in kept else base_getsignal(number)
+
+    # Handlers in place before the boundary (SIGINT's default_int_handler) are delivered
+    # the same way from now on.
+    for number in signal.valid_signals():
+        try:
+            current = base_getsignal(number)
+        except (OSError, ValueError):
+            continue
+        if callable(current):
+            kept[number] = current
+            install(number, current)
+    patcher.replace(signal, "signal", signal_)
+    patcher.replace(signal, "getsignal", getsignal)
+
+
+def _ignored(signum: int, frame: Any) -> None:
+    """The real handler of a replay: a signal from outside runs none of the program's."""

@@ -339,6 +339,19 @@ class Runtime(Protocol):
         child's own."""
         ...
 
+    signal_handlers: dict[int, Any]  # the program's Python signal handlers, by number
+
+    def deliver_signal(self, signum: int, handler: Callable[..., Any], frame: Any) -> Any:
+        """A signal's Python handler, run by the interpreter (recording): its delivery is
+        recorded as an event of this thread, saying whether it came inside a boundary call,
+        and the handler's own calls are recorded. Never called on replay."""
+        ...
+
+    def signals_due(self) -> None:
+        """On replay, run now the deliveries recorded next for this thread (a signal the
+        program raised at itself); nothing when recording."""
+        ...
+
     def note(self, what: str, detail: str) -> None: ...
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
@@ -424,6 +437,8 @@ class RecordRuntime:
         self.outcome: str | None = None  # None while recording; why it ended otherwise
         self._oids = 0  # object ids handed out, all threads together (for reports)
         self.requests = RequestIndex(self)  # fed by the sockets accept() returns
+        self.signal_handlers: dict[int, Any] = {}
+        self._deferred_signals: list[tuple[int, Callable[..., Any], Any]] = []
         self.requests_recorded = 0
         # A call is recorded when made on a recorded thread outside another boundary call:
         # the thread that installed the recorder is thread 0.
@@ -476,6 +491,47 @@ class RecordRuntime:
             self.finish_recording(status, None)
         else:
             self.finish(status, None)
+
+    # -- signals ------------------------------------------------------------------------------
+
+    SIGNAL_DELIVERED = "signal.deliver"
+    _writing = 0  # > 0 while record_raw appends a record (a handler then waits for its end)
+
+    def deliver_signal(self, signum: int, handler: Callable[..., Any], frame: Any) -> Any:
+        if not self.active:
+            return handler(signum, frame)
+        if self._writing:
+            # The interpreter ran it inside the recorder's own appending of a record: it runs
+            # once that record is whole, still before the program's next instruction.
+            self._deferred_signals.append((signum, handler, frame))
+            return None
+        was_open = self._calls_open(True)
+        if was_open is None:  # not a recorded thread (the main thread always is)
+            return handler(signum, frame)
+        try:
+            # Inside a boundary call (a sleep, a select, a lock's acquire) replay runs it
+            # at that call; between the program's instructions, at its thread's next call.
+            during = not was_open
+            self.call(self.SIGNAL_DELIVERED, (signum,), lambda: (signum, during))
+            return handler(signum, frame)
+        finally:
+            if not was_open:
+                self._calls_open(False)
+
+    def signals_due(self) -> None:
+        pass
+
+    def _deliver_deferred(self) -> None:
+        while self._deferred_signals and not self._writing:
+            signum, handler, frame = self._deferred_signals.pop(0)
+            self.deliver_signal(signum, handler, frame)
+
+    if TYPE_CHECKING:
+
+        def _calls_open(self, open_: bool) -> bool | None:
+            """This thread's calls recorded again (True) or passing through as inside a
+            boundary call (False); what they did before, or None on a thread not recorded."""
+            ...
 
     # -- forks --------------------------------------------------------------------------------
 
@@ -621,6 +677,7 @@ class RecordRuntime:
     def record_raw(self, kind: int, body: BytesLike) -> bool:
         """Append one record; a failure ends the recording (False), never the application."""
         self._hold_records()
+        self._writing += 1
         try:
             buf = self._buf
             if kind in (CALL, OUTPUT):
@@ -640,7 +697,10 @@ class RecordRuntime:
             self._failed(exc)
             return False
         finally:
+            self._writing -= 1
             self._release_records()
+            if self._deferred_signals and not self._writing:
+                self._deliver_deferred()
         return True
 
     def record_value(self, kind: int, value: Any) -> bool:
@@ -824,6 +884,14 @@ class PythonRecordRuntime(RecordRuntime):
 
     def leave_thread(self) -> None:
         self._states.pop(_get_ident(), None)
+
+    def _calls_open(self, open_: bool) -> bool | None:
+        state = self._states.get(_get_ident())
+        if state is None:
+            return None
+        was = not state[2]
+        state[2] = 0 if open_ else 1
+        return was
 
     def _hold_records(self) -> None:
         self._records_lock.acquire()

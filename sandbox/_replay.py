@@ -48,6 +48,7 @@ from ._schedule import Deadlock, Scheduler
 
 __all__ = ["RecordedSourceFinder", "ReplayRuntime", "describe_event", "main", "output_preview"]
 
+SIGNAL_DELIVERED = "signal.deliver"  # RecordRuntime.SIGNAL_DELIVERED
 _PREVIEW = 48
 _CONTEXT = 24
 # Captured before the boundary replaces anything: the runtime's own I/O is never served.
@@ -119,6 +120,9 @@ class ReplayRuntime:
         self._children = 0
         self.main_index = 0
         self._discarding: int | None = None  # the pid whose fork's child is thrown away
+        # The program's Python signal handlers, by number (install_signals keeps them); the
+        # recorded deliveries run them (_deliver_due).
+        self.signal_handlers: dict[int, Any] = {}
 
     def intercepting(self) -> bool:
         return self.scheduler.current() is not None  # a thread of the program's
@@ -171,8 +175,54 @@ class ReplayRuntime:
         if state is None:
             return wait()
         while (done := ready()) is None:
+            if self._next_owner() == state.index and self._deliver_due(None, None):
+                continue  # a signal delivered while it waited (a join): its handler ran
             self._waiting(functools.partial(self.scheduler.blocked, state))
         return done
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def deliver_signal(self, signum: int, handler: Any, frame: Any) -> Any:
+        return None  # (replay's real handlers are no-ops: install_signals)
+
+    def signals_due(self) -> None:
+        state = self.scheduler.current()
+        if state is not None and self._next_owner() == state.index:
+            self._deliver_due(None, None)
+
+    def _deliver_due(self, name: str | None, key: Any) -> bool:
+        """If the next event (this thread's: the caller awaited its turn) is a signal's
+        delivery, run the program's handler for it now, as the recording did: at the call
+        it came during, or, between instructions, at the thread's next call. False if it
+        is not one. A handler that raises inside a call ended that call with its exception
+        in the recording: the call's event goes with it."""
+        position = self.position
+        if position >= len(self.events) or self.events[position].callee != SIGNAL_DELIVERED:
+            return False
+        event = self.events[position]
+        self.position = position + 1
+        signum, during = self._value(event)
+        handler = self.signal_handlers.get(signum)
+        if handler is None:
+            self.diverge(event, f"no handler of the program's for signal {signum}", None)
+        frame = sys._getframe(1)
+        while frame is not None and is_own_code(frame.f_code.co_filename):
+            frame = frame.f_back
+        try:
+            handler(signum, frame)
+        except BaseException:
+            nxt = self.events[self.position] if self.position < len(self.events) else None
+            if (
+                during
+                and name is not None
+                and nxt is not None
+                and nxt.raised
+                and nxt.callee == name
+                and nxt.args_digest == args_digest(key)
+            ):
+                self.position += 1  # the call it interrupted, which raised what it raised
+            raise
+        return True
 
     def start_thread(self, function: Any, args: Any, kwargs: Any, base: Any) -> int:
         scheduler = self.scheduler
@@ -268,11 +318,16 @@ class ReplayRuntime:
         if self._discarding is not None and _getpid() != self._discarding:
             _exit(0)  # a thrown-away child's at-fork handlers (fork()): nothing of it is replayed
         scheduler = self.scheduler
-        if not scheduler.single:
-            state = scheduler.current()
-            if state is None:
-                self.diverge(None, name, key, note="made by a thread the recording does not know")
-            self._await_turn(state)
+        while True:
+            if not scheduler.single:
+                state = scheduler.current()
+                if state is None:
+                    self.diverge(
+                        None, name, key, note="made by a thread the recording does not know"
+                    )
+                self._await_turn(state)
+            if not self._deliver_due(name, key):
+                break
         if self.position >= len(self.events):
             if self.parsed.stop is not None:
                 self._reached_stop()
