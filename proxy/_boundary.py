@@ -359,7 +359,8 @@ def call_wrapper(runtime: Runtime, name: str, original: Callable[..., Any]) -> C
     boundary.__wrapped__ = original  # type: ignore[attr-defined]
     twin = native_function(runtime, name, original, boundary)
     if twin is not None:
-        return twin  # (it binds as `original` does: a BoundaryFunction never)
+        found: Callable[..., Any] = twin  # (it binds as `original` does: a BoundaryFunction never)
+        return found
     # Kept as a class attribute (logging.Formatter.converter = time.localtime), a builtin
     # is called without the instance: so is its wrapper, which would otherwise bind.
     # (inspect.unwrap() reaches `original` through either.)

@@ -270,14 +270,14 @@ def install_signals(rt: Runtime, patcher: Patcher) -> None:
     handler is a no-op (no signal from outside reaches the program) and the recorded
     deliveries run the program's handler at their place (ReplayRuntime._deliver_due)."""
     base_signal, base_getsignal = signal.signal, signal.getsignal
-    kept: dict[int, Any] = rt.signal_handlers  # type: ignore[attr-defined]
+    kept: dict[int, Any] = rt.signal_handlers
 
     def delivering(signum: int, handler: Any) -> Any:
         if rt.replaying:
             return _ignored
 
         def deliver(number: int, frame: Any) -> Any:
-            return rt.deliver_signal(number, handler, frame)  # type: ignore[attr-defined]
+            return rt.deliver_signal(number, handler, frame)
 
         return deliver
 

@@ -523,11 +523,12 @@ class DirEntry:
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
         path = self.path
         base = inspect.unwrap(os.stat)  # the real one, under the boundary's wrapper
-        return self._rt.call(
+        result: os.stat_result = self._rt.call(
             "os.DirEntry.stat",
             (path, follow_symlinks),
             lambda: base(path, follow_symlinks=follow_symlinks),
         )
+        return result
 
     def __fspath__(self) -> Any:
         return self.path

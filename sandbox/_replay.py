@@ -205,7 +205,7 @@ class ReplayRuntime:
         handler = self.signal_handlers.get(signum)
         if handler is None:
             self.diverge(event, f"no handler of the program's for signal {signum}", None)
-        frame = sys._getframe(1)
+        frame: Any = sys._getframe(1)
         while frame is not None and is_own_code(frame.f_code.co_filename):
             frame = frame.f_back
         try:
