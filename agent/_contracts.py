@@ -16,5 +16,6 @@ from sealtrace.proxy.format import SESSION_BLOB_SIZE, open_session_key, seal_ses
 __all__ = ["ASSIGNMENT_TASK", "SESSION_BLOB_SIZE", "open_session_key", "seal_session_key"]
 
 # The Celery task an assignment travels as, on the assigned agent's own queue. Its kwargs:
-# session_id, run_id, store (s3://bucket/prefix), sealed_key (base64 of the seal_session_key blob).
+# session_id, run_id, store (s3://bucket/prefix), sealed_key (base64 of the seal_session_key blob),
+# process (the run's process the session replays: "" the recorded one, "1" the first it forked).
 ASSIGNMENT_TASK = "sealtrace.agent.session"

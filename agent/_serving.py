@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy import SealedReader, open_store
-from sealtrace.proxy.format import Identity, parse_stream, read_header
+from sealtrace.proxy import open_store
+from sealtrace.proxy.format import Identity, parse_stream, read_header, read_process
 from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
 
@@ -37,6 +37,7 @@ class Assignment:
     run_id: str
     store: str
     sealed_key: bytes
+    process: str = ""  # "" the recorded process, else a forked one's path ("1", "1.2")
 
     @classmethod
     def parse(cls, message: dict[str, Any]) -> Assignment:
@@ -45,6 +46,7 @@ class Assignment:
             run_id=str(message["run_id"]),
             store=str(message["store"]),
             sealed_key=base64.b64decode(message["sealed_key"], validate=True),
+            process=str(message.get("process") or ""),
         )
 
 
@@ -93,9 +95,11 @@ def serve(
             store=assignment.store,
             wrapped_key=header.wrapped_key,
         ) as key:
-            reader = SealedReader(source, None, expected_run_id=assignment.run_id,
-                                  recording_key=key)  # fmt: skip
-        data = reader.read_all()
+            # The run of the process the session is about (the recorded one, or one it
+            # forked: its ancestors' streams up to the fork, then its own).
+            data, _status = read_process(source, None, recording_key=key,
+                                         expected_run_id=assignment.run_id,
+                                         process=assignment.process)  # fmt: skip
         client = open_sandbox(data, parse_stream(data))
         del data
         server.state(agent_id, assignment.session_id, "ready")

@@ -42,14 +42,17 @@ from ._format import (
 from ._keys import Identity
 from ._secret import Secret
 from ._store import Listing, RecordingSource
+from ._stream import chain_streams
 
 __all__ = [
     "ChunkRecord",
     "RecordingStatus",
     "SealedReader",
     "iter_chunk_records",
+    "process_line",
     "process_paths",
     "read_header",
+    "read_process",
 ]
 
 
@@ -302,3 +305,34 @@ class SealedReader:
 
     def read_all(self) -> bytes:
         return b"".join(self)
+
+
+def process_line(process: str) -> list[str]:
+    """The processes a forked one's run goes through: "" (the recorded one), then each
+    ancestor, then itself ("1.2" -> ["", "1", "1.2"])."""
+    if not valid_process_path(process):
+        raise UsageError(f'{process!r} is not a process path ("1", "1.2", ...)')
+    parts = process.split(".") if process else []
+    return ["", *(".".join(parts[: n + 1]) for n in range(len(parts)))]
+
+
+def read_process(
+    source: RecordingSource,
+    identity: Identity | None,
+    *,
+    recording_key: Secret | None = None,
+    expected_run_id: str | None = None,
+    process: str = "",
+) -> tuple[bytes, RecordingStatus]:
+    """The event stream of one process's run, verified: the recorded process's stream, or a
+    forked one's as it ran (its ancestors' streams cut where each forked, then its own:
+    chain_streams), with the status of its own stream (an ancestor's needs to reach its
+    fork only, which parsing the chain checks)."""
+    streams: list[bytes] = []
+    status = RecordingStatus()
+    for path in process_line(process):
+        reader = SealedReader(source, identity, expected_run_id=expected_run_id,
+                              recording_key=recording_key, process=path)  # fmt: skip
+        streams.append(reader.read_all())
+        status = reader.status
+    return (chain_streams(streams) if len(streams) > 1 else streams[0]), status

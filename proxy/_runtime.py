@@ -122,6 +122,7 @@ _start_thread = _thread.start_new_thread  # captured before any patching
 _RLock = _thread.RLock  # the recorder's own lock: never a recorded one
 THREAD_SHIFT = 32  # an object id: the thread's index above these bits, its own count below
 _monotonic = time.monotonic
+_trip_again = _thread.interrupt_main  # PyErr_SetInterruptEx: the handler runs at the next check
 _write_fd = os.write
 
 
@@ -438,7 +439,6 @@ class RecordRuntime:
         self._oids = 0  # object ids handed out, all threads together (for reports)
         self.requests = RequestIndex(self)  # fed by the sockets accept() returns
         self.signal_handlers: dict[int, Any] = {}
-        self._deferred_signals: list[tuple[int, Callable[..., Any], Any]] = []
         self.requests_recorded = 0
         # A call is recorded when made on a recorded thread outside another boundary call:
         # the thread that installed the recorder is thread 0.
@@ -495,15 +495,15 @@ class RecordRuntime:
     # -- signals ------------------------------------------------------------------------------
 
     SIGNAL_DELIVERED = "signal.deliver"
-    _writing = 0  # > 0 while record_raw appends a record (a handler then waits for its end)
 
     def deliver_signal(self, signum: int, handler: Callable[..., Any], frame: Any) -> Any:
         if not self.active:
             return handler(signum, frame)
-        if self._writing:
-            # The interpreter ran it inside the recorder's own appending of a record: it runs
-            # once that record is whole, still before the program's next instruction.
-            self._deferred_signals.append((signum, handler, frame))
+        # The interpreter ran it while this thread frames a record (the recorder runs Python
+        # there: a callee's first NAME, a value an extension encodes): it is tripped again
+        # once the record is whole (as a signal sent twice meanwhile would be), and runs
+        # then, still before the program's next instruction.
+        if self._records_held() and self._defer_signal(signum):
             return None
         was_open = self._calls_open(True)
         if was_open is None:  # not a recorded thread (the main thread always is)
@@ -521,16 +521,20 @@ class RecordRuntime:
     def signals_due(self) -> None:
         pass
 
-    def _deliver_deferred(self) -> None:
-        while self._deferred_signals and not self._writing:
-            signum, handler, frame = self._deferred_signals.pop(0)
-            self.deliver_signal(signum, handler, frame)
-
     if TYPE_CHECKING:
 
         def _calls_open(self, open_: bool) -> bool | None:
             """This thread's calls recorded again (True) or passing through as inside a
             boundary call (False); what they did before, or None on a thread not recorded."""
+            ...
+
+        def _records_held(self) -> bool:
+            """Whether this thread holds the records lock (it is framing a record)."""
+            ...
+
+        def _defer_signal(self, signum: int) -> bool:
+            """Trip `signum` again when this thread releases the records lock; False if
+            it cannot (a number past 63)."""
             ...
 
     # -- forks --------------------------------------------------------------------------------
@@ -677,7 +681,6 @@ class RecordRuntime:
     def record_raw(self, kind: int, body: BytesLike) -> bool:
         """Append one record; a failure ends the recording (False), never the application."""
         self._hold_records()
-        self._writing += 1
         try:
             buf = self._buf
             if kind in (CALL, OUTPUT):
@@ -697,10 +700,7 @@ class RecordRuntime:
             self._failed(exc)
             return False
         finally:
-            self._writing -= 1
             self._release_records()
-            if self._deferred_signals and not self._writing:
-                self._deliver_deferred()
         return True
 
     def record_value(self, kind: int, value: Any) -> bool:
@@ -853,6 +853,7 @@ class PythonRecordRuntime(RecordRuntime):
         # thread ident -> [index, object ids handed out, in a boundary call now]
         self._states: dict[int, list[int]] = {}
         self._records_lock = _RLock()
+        self._signals_deferred: set[int] = set()  # (_defer_signal)
         super().__init__(*args, **kwargs)
 
     def call(self, name: str, key: Any, fn: Callable[[], T]) -> T:
@@ -893,11 +894,21 @@ class PythonRecordRuntime(RecordRuntime):
         state[2] = 0 if open_ else 1
         return was
 
+    def _records_held(self) -> bool:
+        return bool(self._records_lock._is_owned())  # type: ignore[attr-defined]
+
+    def _defer_signal(self, signum: int) -> bool:
+        self._signals_deferred.add(signum)
+        return True
+
     def _hold_records(self) -> None:
         self._records_lock.acquire()
 
     def _release_records(self) -> None:
         self._records_lock.release()
+        if self._signals_deferred and not self._records_lock._is_owned():  # type: ignore[attr-defined]
+            while self._signals_deferred:
+                _trip_again(self._signals_deferred.pop())  # type: ignore[arg-type]  # (runs here)
 
     def output(self, name: str, key: Any, data: BytesLike, fn: Callable[[], T]) -> T:
         return self._run(OUTPUT, name, key, data, fn)

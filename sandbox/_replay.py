@@ -14,6 +14,7 @@ runs past the point where replay stopped being faithful.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import importlib.abc
@@ -61,6 +62,7 @@ _getpid = os.getpid
 _exit_code = os.waitstatus_to_exitcode
 _sigmask = signal.pthread_sigmask
 _sigwait_for = signal.sigtimedwait
+_ALL_SIGNALS = signal.valid_signals()
 
 
 # What a served result brought into the program.
@@ -437,12 +439,12 @@ class ReplayRuntime:
             self.diverge(self.events[self.position], "os.fork", key)
         parent = _getpid()
         self._discarding = parent if becomes is None else None
-        # The program's signal handlers run only where the recording has them run (never,
-        # in v1): the SIGCHLD of a child the replay throws away is consumed here, not
-        # delivered to a handler the program installed (gunicorn's arbiter reaps on it).
+        # The SIGCHLD of a child the replay throws away is consumed here, not delivered to a
+        # handler the program installed (gunicorn's arbiter reaps on it; signals the program
+        # got are the recorded ones, see _deliver_due).
         mask = _sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         try:
-            pid = base()
+            pid = _fork_continuing() if becomes is not None else _fork_discarded()
         except BaseException:
             _sigmask(signal.SIG_SETMASK, mask)
             raise
@@ -450,14 +452,12 @@ class ReplayRuntime:
             self._discarding = None
         if pid == 0:
             _sigmask(signal.SIG_SETMASK, mask)
-            if becomes is None:
-                _exit(0)
         elif becomes is None:
             _waitpid(pid, 0)
             _sigwait_for([signal.SIGCHLD], 0)
             _sigmask(signal.SIG_SETMASK, mask)
         else:
-            self._outlive(pid)
+            self._outlive(pid)  # (the parent of the process replayed on: never returns)
         if becomes is not None:
             self.process, self._children = path, 0
             if state is not None:
@@ -483,8 +483,9 @@ class ReplayRuntime:
     def _outlive(pid: int) -> NoReturn:
         """The replay's parent side of a fork it goes on from as the child: the child now
         answers (its receipt, its frames) through what it inherited; this process waits, with
-        every signal blocked: no handler of the program's runs here any more."""
-        _sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        every signal blocked, and runs nothing of the program's nor of the interpreter's in
+        Python (a query pass's stop must fall in the child's instructions only)."""
+        _sigmask(signal.SIG_BLOCK, _ALL_SIGNALS)
         while True:
             try:
                 _, status = _waitpid(pid, 0)
@@ -566,6 +567,53 @@ class ReplayRuntime:
             view = view[_write(self.result_fd, view) :]
         _close(self.result_fd)
         _exit(code)
+
+
+# The interpreter's fork, in its three parts (os.fork is them, with fork() between), so that a
+# child the replay throws away runs nothing: the program's at-fork handlers run in the parent
+# as the recording ran them, and the child exits before any Python of the program's (a query
+# pass's stop falls in no instruction of it).
+_python = ctypes.PyDLL(None, use_errno=True)
+_before_fork, _after_fork_parent, _after_fork_child, _libc_fork = (
+    _python.PyOS_BeforeFork,
+    _python.PyOS_AfterFork_Parent,
+    _python.PyOS_AfterFork_Child,
+    _python.fork,
+)
+for _part in (_before_fork, _after_fork_parent, _after_fork_child, _libc_fork):
+    _part.argtypes = []
+_before_fork.restype = _after_fork_parent.restype = _after_fork_child.restype = None
+_libc_fork.restype = ctypes.c_int
+
+
+def _fork_continuing() -> int:
+    """os.fork() for a replay that goes on as the child: the child runs the at-fork handlers
+    as the recording's did; the parent, which only waits for it (_outlive), runs none."""
+    sys.audit("os.fork")
+    _before_fork()
+    pid = int(_libc_fork())
+    if pid == 0:
+        _after_fork_child()
+        return 0
+    if pid < 0:
+        errno = ctypes.get_errno()
+        _after_fork_parent()
+        raise OSError(errno, os.strerror(errno))
+    return pid
+
+
+def _fork_discarded() -> int:
+    """os.fork() whose child exits at once, with no at-fork handler of its own."""
+    sys.audit("os.fork")
+    _before_fork()
+    pid = int(_libc_fork())
+    if pid == 0:  # pragma: no cover - the child
+        _exit(0)
+    errno = ctypes.get_errno()
+    _after_fork_parent()
+    if pid < 0:
+        raise OSError(errno, os.strerror(errno))
+    return pid
 
 
 def _jsonable(value: Any) -> Any:

@@ -19,14 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sealtrace.proxy import Identity, IncompleteRecordingError, SealedReader, open_store
-from sealtrace.proxy.format import (
-    CodecError,
-    ParsedStream,
-    chain_streams,
-    parse_stream,
-    read_meta,
-)
+from sealtrace.proxy import Identity, IncompleteRecordingError, open_store
+from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_meta, read_process
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 from ._layout import unrandomized_children
@@ -106,22 +100,16 @@ def load_recording(
 
 
 def _plaintext(location: str, identity: Identity, run_id: str | None, process: str = "") -> bytes:
-    store = open_store(location)
-    parts = process.split(".") if process else []
-    line = ["", *(".".join(parts[: n + 1]) for n in range(len(parts)))]
-    streams = []
-    for path in line:
-        reader = SealedReader(store, identity, expected_run_id=run_id, process=path)
-        streams.append(reader.read_all())
-        # An ancestor's stream needs to reach its fork only (chain_streams checks it does).
-        if path == process and not reader.status.complete:
-            whose = f"process {process} of recording" if process else "recording"
-            raise IncompleteRecordingError(
-                f"{whose} {reader.run_id!r} is {reader.status.describe()}; replay needs the "
-                "whole run",
-                chunks=reader.status.chunks,
-            )
-    return chain_streams(streams) if process else streams[0]
+    data, status = read_process(
+        open_store(location), identity, expected_run_id=run_id, process=process
+    )
+    if not status.complete:
+        whose = f"process {process} of the recording" if process else "the recording"
+        raise IncompleteRecordingError(
+            f"{whose} at {location} is {status.describe()}; replay needs the whole run",
+            chunks=status.chunks,
+        )
+    return data
 
 
 def _child_env(meta: dict[str, Any]) -> dict[str, str]:

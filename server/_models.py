@@ -213,6 +213,8 @@ class PlatformSession(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
     status: Mapped[str] = mapped_column(String(20))  # assigned, ready, closed, failed
+    # The process of the run it replays: "" the recorded one, "1" the first it forked, ...
+    process: Mapped[str] = mapped_column(String(100), default="", server_default="")
     opened: Mapped[dt.datetime] = mapped_column(UtcDateTime(), default=_now)
     closed: Mapped[dt.datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)

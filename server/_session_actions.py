@@ -43,18 +43,22 @@ NOT_FOUND, CONFLICT, UNPROCESSABLE = 404, 409, 422
 BAD_GATEWAY, UNAVAILABLE, GATEWAY_TIMEOUT = 502, 503, 504
 
 
-def open_session(services: Services, who: Principal, run_id: str) -> PlatformSession:
-    """Assign an idle agent to `run_id` for `who` (a user holding sessions:open)."""
+def open_session(
+    services: Services, who: Principal, run_id: str, process: str = ""
+) -> PlatformSession:
+    """Assign an idle agent to `run_id` for `who` (a user holding sessions:open), to replay
+    its recorded process or one it forked (`process`, a path checked by the caller)."""
     assert who.user_id is not None  # sessions:* are user permissions only
     try:
-        session = services.sessions.open(who.tenant_id, who.user_id, run_id)
+        session = services.sessions.open(who.tenant_id, who.user_id, run_id, process)
     except RunNotFound as exc:
         services.audit(who, "session.open", run_id, "denied", str(exc))
         raise ActionRefused(NOT_FOUND, str(exc)) from None
     except (NoAgent, KeyServiceError, DispatchError) as exc:
         services.audit(who, "session.open", run_id, "failed", str(exc))
         raise ActionRefused(UNAVAILABLE, str(exc)) from None
-    services.audit(who, "session.open", f"{run_id} {session.id}", "ok")
+    where = f"{run_id} process {process}" if process else run_id
+    services.audit(who, "session.open", f"{where} {session.id}", "ok")
     return session
 
 

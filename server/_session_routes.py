@@ -19,8 +19,9 @@ import datetime as dt
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Response, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from sealtrace.proxy.format import valid_process_path
 from sealtrace.sandbox.questions import json_schema
 
 from . import _session_actions as actions
@@ -47,6 +48,7 @@ UNPROCESSABLE = 422
 class SessionView(BaseModel):
     session_id: str
     run_id: str
+    process: str  # "" the recorded process, else the forked one it replays ("1", "1.2")
     status: str  # assigned, ready, closed, failed
     opened: dt.datetime
     closed: dt.datetime | None
@@ -57,6 +59,7 @@ def _view(session: PlatformSession) -> SessionView:
     return SessionView(
         session_id=session.id,
         run_id=session.run_id,
+        process=session.process,
         status=session.status,
         opened=session.opened,
         closed=session.closed,
@@ -66,6 +69,15 @@ def _view(session: PlatformSession) -> SessionView:
 
 class OpenSession(BaseModel):
     run_id: str = Field(max_length=64)
+    # A process the recorded one forked, by its path (`sealtrace inspect` lists them).
+    process: str = Field(default="", max_length=100)
+
+    @field_validator("process")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        if not valid_process_path(value):
+            raise ValueError('a process path is "" or "1", "1.2", ... (numbers from 1)')
+        return value
 
 
 def _refused(exc: ActionRefused) -> HTTPException:
@@ -82,7 +94,7 @@ def open_session(
     """Open a replay session on a recorded run: an idle agent is assigned and sent the
     run's key sealed to it. Poll the session until it is `ready`."""
     try:
-        return _view(actions.open_session(services, who, body.run_id))
+        return _view(actions.open_session(services, who, body.run_id, body.process))
     except ActionRefused as exc:
         raise _refused(exc) from None
 

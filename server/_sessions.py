@@ -104,7 +104,7 @@ class SessionService:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def open(self, tenant_id: int, user_id: int, run_id: str) -> PlatformSession:
+    def open(self, tenant_id: int, user_id: int, run_id: str, process: str = "") -> PlatformSession:
         """Assign an enrolled, live, idle agent; KeyServiceError if KMS refuses (the session is
         then failed), NoAgent if there is none, RunNotFound for a run that is not this
         tenant's."""
@@ -121,7 +121,8 @@ class SessionService:
                 )
             agent.status = "busy"
             session = PlatformSession(id=session_id, tenant_id=tenant_id, run_id=run_id,
-                              user_id=user_id, agent_id=agent.id, status="assigned")  # fmt: skip
+                              user_id=user_id, agent_id=agent.id, status="assigned",
+                              process=process)  # fmt: skip
             db.add(session)
             db.commit()
             store, queue, public_key = run.store, agent.queue, agent.public_key
@@ -135,7 +136,7 @@ class SessionService:
             self.dispatcher.send(
                 queue,
                 {"session_id": session_id, "run_id": run_id, "store": store,
-                 "sealed_key": base64.b64encode(sealed).decode()},
+                 "sealed_key": base64.b64encode(sealed).decode(), "process": process},
             )  # fmt: skip
         except Exception as exc:  # kombu's and redis's connection errors alike
             self._end(tenant_id, session_id, "failed", "the task queue is unreachable",

@@ -28,10 +28,17 @@ from .._format import (
     open_session_key,
     seal_session_key,
     unwrap_recording_key,
+    valid_process_path,
     wrap_recording_key,
 )
 from .._keys import Identity, Recipient, generate_identity, write_keypair
-from .._reader import RecordingStatus, SealedReader, process_paths, read_header
+from .._reader import (
+    RecordingStatus,
+    SealedReader,
+    process_paths,
+    read_header,
+    read_process,
+)
 from .._secret import Secret
 from .._store import (
     DiscardSink,
@@ -88,9 +95,11 @@ __all__ = [
     "process_paths",
     "read_header",
     "read_meta",
+    "read_process",
     "register_extension",
     "seal_session_key",
     "unwrap_recording_key",
+    "valid_process_path",
     "wrap_recording_key",
     "write_keypair",
 ]

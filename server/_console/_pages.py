@@ -20,6 +20,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from sealtrace.proxy.format import valid_process_path
+
 from .. import _session_actions as actions
 from .._audit import verify
 from .._deps import DB, Browser, FormFields, Posted, ServicesDep, permitted
@@ -162,11 +164,17 @@ def run(run_id: str, request: Request, services: ServicesDep, db: DB, visitor: B
 
 
 @router.post("/runs/{run_id}/sessions")
-def open_session(run_id: str, request: Request, services: ServicesDep, visitor: Posted) -> Response:
+def open_session(
+    run_id: str, request: Request, services: ServicesDep, visitor: Posted, form: FormFields
+) -> Response:
     if not permitted(services, visitor.principal, "sessions:open", request):
         return _refused(request, visitor, FORBIDDEN, "your role may not open replay sessions")
+    process = form.get("process", "").strip()
+    if not valid_process_path(process):
+        return _refused(request, visitor, 422, f"{process!r} is not a process of a run: "
+                        "leave it blank for the recorded process, or 1, 1.2, ...")  # fmt: skip
     try:
-        session = actions.open_session(services, visitor.principal, run_id)
+        session = actions.open_session(services, visitor.principal, run_id, process)
     except ActionRefused as exc:
         retry = f"/console/runs/{run_id}/sessions" if exc.status == 503 else ""
         return _refused(request, visitor, exc.status, exc.detail, retry)

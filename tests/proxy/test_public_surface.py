@@ -102,10 +102,12 @@ FORMAT_EXPORTED = [
     "parse_stream",
     "process_paths",
     "read_header",
+    "read_process",
     "read_meta",
     "register_extension",
     "seal_session_key",
     "unwrap_recording_key",
+    "valid_process_path",
     "wrap_recording_key",
     "write_keypair",
 ]

@@ -109,6 +109,16 @@ if pid == 0:
 print(os.waitid(os.P_PID, pid, os.WEXITED).si_status)
 """
 
+SIGNALS = """
+import os, signal, time
+got = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+os.kill(os.getpid(), signal.SIGUSR1)
+while not got:
+    time.sleep(0.01)
+print("got", got, signal.getsignal(signal.SIGUSR1) is not None)
+"""
+
 MULTIPROCESSING = """
 import multiprocessing as mp
 ctx = mp.get_context("fork")
@@ -312,6 +322,7 @@ CASES: dict[str, Case] = {
         "getpid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getlogin", "cpu_count",
         "times", "uname", "get_terminal_size", "getloadavg", "system", "getpgrp", "getpgid",
         "getsid", "fork", "waitpid", "kill", "killpg", "wait", "waitid"))),
+    "signals": Case(SIGNALS, ("signal.deliver",)),
     "multiprocessing": Case(MULTIPROCESSING, ("multiprocessing.SemLock", "semlock.acquire",
                                               "semlock.release", "semlock._get_value",
                                               "os.fork", "os.waitpid")),

@@ -128,3 +128,33 @@ def test_a_session_the_user_closed_stays_closed(
     with pytest.raises(SessionMoveRefused):
         sessions.agent_state(acme, agent_id, session_id, "ready")
     assert _status(http, tokens["ada"], session_id) == "closed"
+
+
+def test_a_session_opens_a_process_the_run_forked(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    # A run's recording holds a stream for each process it forked (tests/sandbox/
+    # test_forks.py); a session replays one of them, named by its path, and its agent is
+    # told which. A path that is not one is refused before anything is assigned.
+    http, tokens = api
+    services: Any = http.app.state.services  # type: ignore[attr-defined]
+    services.keys.seal_for_agent = lambda *_args: b"sealed"
+    for _agent in range(2):  # an agent serves one session
+        enroll_agent(http, tokens["launcher"])
+    run_id = recorded_run(http, tokens["record"])
+    ada = auth(tokens["ada"])
+    sent = services.sessions.dispatcher.sent
+    for bad in ("0", "1.", "x", "1.0", "-1", "1" * 101):
+        refused = http.post("/v1/sessions", json={"run_id": run_id, "process": bad}, headers=ada)
+        assert refused.status_code == 422, (bad, refused.text)
+    assert sent == []
+    opened = http.post("/v1/sessions", json={"run_id": run_id, "process": "1.2"}, headers=ada)
+    assert opened.status_code == 201, opened.text
+    assert opened.json()["process"] == "1.2"
+    session_id = opened.json()["session_id"]
+    assert http.get(f"/v1/sessions/{session_id}", headers=ada).json()["process"] == "1.2"
+    assert sent[-1][1]["process"] == "1.2" and sent[-1][1]["session_id"] == session_id
+    # Control: without one, the recorded process ("").
+    plain = http.post("/v1/sessions", json={"run_id": run_id}, headers=ada)
+    assert plain.status_code == 201 and plain.json()["process"] == ""
+    assert sent[-1][1]["process"] == ""

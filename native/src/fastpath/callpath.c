@@ -28,8 +28,18 @@ void hold_records(CallPath* self) {
 }
 
 void release_records(CallPath* self) {
-  if (self->records_owner == PyThread_get_thread_ident() && --self->records_depth == 0)
+  if (self->records_owner == PyThread_get_thread_ident() && --self->records_depth == 0) {
     self->records_owner = 0;
+    /* A signal's handler that ran while this thread framed a record (_defer_signal): trip it
+     * again, to run at the interpreter's next check, the record now whole. */
+    for (int signum = 1; self->signals_deferred != 0 && signum < 64; signum++) {
+      uint64_t bit = (uint64_t)1 << signum;
+      if (self->signals_deferred & bit) {
+        self->signals_deferred &= ~bit;
+        (void)PyErr_SetInterruptEx(signum);
+      }
+    }
+  }
 }
 
 static PyObject* callpath_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
@@ -335,6 +345,24 @@ static PyObject* callpath_calls_open(CallPath* self, PyObject* arg) {
   return PyBool_FromLong(was);
 }
 
+/* _records_held(): whether this thread holds the records lock now (it is framing a record,
+ * and may run Python while it does: a signal's handler must wait for the record's end). */
+static PyObject* callpath_records_held(CallPath* self, PyObject* unused) {
+  (void)unused;
+  return PyBool_FromLong(self->records_owner == PyThread_get_thread_ident());
+}
+
+/* _defer_signal(signum): the handler of `signum` ran while this thread held the records lock
+ * and did nothing: it is tripped again when the lock is released (release_records). False
+ * for a signal number this cannot hold (the caller then runs the handler as it is). */
+static PyObject* callpath_defer_signal(CallPath* self, PyObject* arg) {
+  long signum = PyLong_AsLong(arg);
+  if (signum == -1 && PyErr_Occurred()) return NULL;
+  if (signum < 1 || signum >= 64) Py_RETURN_FALSE;
+  self->signals_deferred |= (uint64_t)1 << signum;
+  Py_RETURN_TRUE;
+}
+
 static PyObject* callpath_hold_records(CallPath* self, PyObject* unused) {
   (void)unused;
   hold_records(self);
@@ -358,6 +386,10 @@ static PyMethodDef callpath_methods[] = {
      "leave_thread(): stop recording this thread's calls."},
     {"_calls_open", (PyCFunction)callpath_calls_open, METH_O,
      "_calls_open(flag): record this thread's calls again, or not; what it did before."},
+    {"_records_held", (PyCFunction)callpath_records_held, METH_NOARGS,
+     "_records_held(): whether this thread holds the records lock."},
+    {"_defer_signal", (PyCFunction)callpath_defer_signal, METH_O,
+     "_defer_signal(signum): trip the signal again once the records lock is released."},
     {"_hold_records", (PyCFunction)callpath_hold_records, METH_NOARGS,
      "_hold_records(): take the records lock (recursive)."},
     {"_release_records", (PyCFunction)callpath_release_records, METH_NOARGS,

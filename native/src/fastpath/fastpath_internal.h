@@ -281,6 +281,8 @@ typedef struct {
   unsigned long threads;            /* _threads_started: the highest thread index given */
   unsigned long records_owner;      /* the thread holding the records lock, or 0 */
   long records_depth;               /* how many times it holds it */
+  uint64_t signals_deferred;        /* signals whose handler ran while a record was framed:
+                                     * tripped again when the records lock is released */
   PyObject* buf;                    /* _buf: the bytearray of records not yet handed over */
   PyObject* heads;                  /* _heads: callee name -> its index, encoded */
   PyObject* recent;                 /* key of shape 0 -> its digest */

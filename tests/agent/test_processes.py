@@ -1,0 +1,99 @@
+"""An agent opens the process of the run its assignment names: the recorded process's run, or
+a forked one's (its parent's stream up to the fork, then its own), with the session's key.
+
+A real recording of a program that forks, a session key sealed to the agent as the server
+seals it, and the in-process answerer: the agent's answer to a question about the run's end
+is the child's end when the assignment names process 1, and the parent's when it names none.
+A process the recording does not hold fails the session, closed.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace.agent._serving import Assignment, serve
+from sealtrace.proxy.format import LocalDirStore, generate_identity, read_header, seal_session_key
+from sealtrace.proxy.format import unwrap_recording_key as unwrap
+from sealtrace.sandbox import Inquiry
+
+from ..conftest import KeyFiles
+from ..sandbox.replaying import PYTHON, record, write_app
+
+pytestmark = pytest.mark.integration
+
+PROGRAM = """\
+import os
+
+
+def main():
+    pid = os.fork()
+    if pid == 0:
+        where = "child"
+        os._exit(0)
+    os.waitpid(pid, 0)
+    where = "parent"
+    os.getpid()
+
+
+main()
+"""
+
+
+class Server:
+    """What the agent tells the server, and one question, then the close."""
+
+    def __init__(self) -> None:
+        self.states: list[tuple[str, str | None]] = []
+        self.answers: list[dict[str, Any]] = []
+        self._asked = False
+
+    def state(self, agent: str, session: str, status: str, detail: str | None = None) -> None:
+        self.states.append((status, detail))
+
+    def next(self, agent: str, session: str, wait: float) -> dict[str, Any]:
+        if self._asked:
+            return {"id": 2, "request": {"kind": "close"}}
+        self._asked = True
+        return {"id": 1, "request": {"kind": "inspect-stack", "at": "end"}}
+
+    def answer(self, agent: str, session: str, message_id: int, answer: dict[str, Any]) -> None:
+        self.answers.append(answer)
+
+
+def _assignment(store: Path, keys: KeyFiles, agent: Any, process: str) -> Assignment:
+    header, _ = read_header(LocalDirStore(store), LocalDirStore(store).list())
+    with unwrap(header.wrapped_key, keys.identity, header.run_id) as key:
+        sealed = seal_session_key(key, agent.recipient, session_id="sess-1",
+                                  run_id=header.run_id, store=str(store),
+                                  wrapped_key=header.wrapped_key)  # fmt: skip
+    return Assignment.parse({"session_id": "sess-1", "run_id": header.run_id,
+                             "store": str(store), "process": process,
+                             "sealed_key": base64.b64encode(sealed).decode()})  # fmt: skip
+
+
+def _where(server: Server) -> str:
+    frame = server.answers[0]["document"]["frames"][0]
+    return {local["name"]: local["value"]["repr"] for local in frame["locals"]}["where"]
+
+
+def test_the_agent_opens_the_process_its_assignment_names(tmp_path: Path, keys: KeyFiles) -> None:
+    app = write_app(tmp_path / "app", PROGRAM)
+    store = tmp_path / "rec"
+    assert record(keys, store, [PYTHON, str(app)]).proc.returncode == 0
+    agent = generate_identity()
+    for process, expected in (("1", "'child'"), ("", "'parent'")):
+        server = Server()
+        ended = serve(_assignment(store, keys, agent, process), agent, "agent-1", server,  # type: ignore[arg-type]
+                      lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+        assert ended == "closed", server.states
+        assert _where(server) == expected, process
+    # A process the recording does not hold: the session fails, closed.
+    server = Server()
+    ended = serve(_assignment(store, keys, agent, "2"), agent, "agent-1", server,  # type: ignore[arg-type]
+                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    assert ended == "failed" and server.states[-1][0] == "failed"
+    assert "no process 2" in str(server.states[-1][1])
