@@ -346,3 +346,30 @@ def test_an_admin_manages_the_tenants_users_and_tokens(
     csrf = sign_in(http, "root")
     refused = http.post("/console/admin/tokens/revoke", data={"csrf": csrf, "token": "nope"})
     assert refused.status_code == 404
+
+
+def test_the_run_page_opens_a_session_on_a_process_the_run_forked(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    # The *Process* box: a forked process's path opens a session on it (as the API's
+    # `process`), shown on the session's page and in the run's list of sessions; a path that
+    # is not one is refused before an agent is assigned.
+    http, tokens = api
+    _services(http).keys.seal_for_agent = lambda *_args: b"sealed"
+    enroll_agent(http, tokens["launcher"])
+    run_id = recorded_run(http, tokens["record"])
+    csrf = sign_in(http, "ada")
+    assert 'name="process"' in http.get(f"/console/runs/{run_id}").text
+    refused = http.post(f"/console/runs/{run_id}/sessions",
+                        data={"csrf": csrf, "process": "1.x"})  # fmt: skip
+    assert refused.status_code == 422 and "not a process" in refused.text
+    assert _services(http).sessions.dispatcher.sent == []
+    opened = http.post(f"/console/runs/{run_id}/sessions",
+                       data={"csrf": csrf, "process": "1"}, follow_redirects=False)  # fmt: skip
+    assert opened.status_code == 303
+    session_id = opened.headers["location"].rsplit("/", 1)[1]
+    assert 'id="session-process"' in http.get(opened.headers["location"]).text
+    assert _services(http).sessions.dispatcher.sent[-1][1]["process"] == "1"
+    via_api = http.get(f"/v1/sessions/{session_id}", headers=auth(tokens["ada"]))
+    assert via_api.json()["process"] == "1"
+    assert "process 1" in http.get(f"/console/runs/{run_id}").text
