@@ -156,6 +156,9 @@ BUILTIN_LIBRARIES: tuple[Library, ...] = (
                 "os:readlink",
                 "os:getcwd",
                 "os:getcwdb",
+                # The working directory the program moves to (gunicorn's --chdir): the
+                # recorded one may not exist where it replays, and is never needed there.
+                "os:chdir",
                 "os.path:realpath",
                 # Directories made or removed by the program: on replay they are served,
                 # never made (makedirs and Path.mkdir come through os.mkdir).

@@ -160,6 +160,7 @@ except FileNotFoundError as exc:
 st = os.stat(root / "input.bin")
 print(st.st_size, os.lstat(root / "link").st_size, sorted(os.listdir(root)))
 print(os.access(root, os.R_OK), os.readlink(root / "link"), os.getcwd(), os.getcwdb())
+here = os.getcwd(); os.chdir(root); print(os.getcwd() == str(root)); os.chdir(here)
 print(os.path.realpath(root / "link"), os.path.exists(root / "nope"), os.path.isdir(root))
 with os.scandir(root) as it:
     for entry in sorted(it, key=lambda e: e.name):
@@ -333,6 +334,7 @@ CASES: dict[str, Case] = {
                           "os.open", "os.write", "os.read", "os.close", "os.pipe", "os.lseek",
                           "open.fd",
                           "os.listdir", "os.access", "os.readlink", "os.getcwd", "os.getcwdb",
+                          "os.chdir",
                           "os.path.realpath", "os.scandir", "os.DirEntry.stat")),
     "stdio": Case(STDIO, ("stdin.read", "stdout.write", "stderr.write"),
                   stdin=b"first line\nand the rest\n"),
