@@ -18,12 +18,13 @@ import fnmatch
 import gc
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import re
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ DEFAULT_ENV_ALLOW = (
 REPLAYING = False  # set by the replaying process: start_recording() is then a no-op
 _SEGMENT_SIZE = 1024 * 1024
 _getpid = os.getpid  # captured: the recorder's own calls are never recorded
+_spec_from_file_location = importlib.util.spec_from_file_location
 
 
 def _canonical(name: str) -> str:
@@ -238,6 +240,30 @@ class SourceRecorder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def recording_file_specs(recording: Recording) -> Callable[..., Any]:
+    """importlib.util.spec_from_file_location, for a recording: a module loaded from an
+    application file by its path (gunicorn's --config file, a plugin loaded by path) gets a
+    RecordingLoader, so its source is recorded as an import's is, and replay runs those
+    bytes (sealtrace.sandbox's replay serves them by path), never the file on disk."""
+    base = _spec_from_file_location
+
+    def spec_from_file_location(name: str, location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        spec = base(name, location, *args, **kwargs)
+        origin = getattr(spec, "origin", None)
+        if (
+            spec is not None
+            and kwargs.get("loader") is None
+            and not args
+            and isinstance(origin, str)
+            and origin.endswith(".py")
+            and recording.is_app_file(origin, None)
+        ):
+            spec.loader = RecordingLoader(name, origin, recording)
+        return spec
+
+    return spec_from_file_location
+
+
 class RecordingLoader(importlib.machinery.SourceFileLoader):
     def __init__(self, fullname: str, path: str, recording: Recording) -> None:
         super().__init__(fullname, path)
@@ -333,6 +359,7 @@ class Recording:
                     with open(origin, "rb") as f:
                         self.record_source(name, origin, hasattr(module, "__path__"), f.read())
             sys.meta_path.insert(0, SourceRecorder(self))
+            importlib.util.spec_from_file_location = recording_file_specs(self)
             forget_distribution_lookups()
             self._patcher = install(rt, libs)
             # The recorder's own objects are long-lived: keep them out of every collection.
@@ -400,6 +427,7 @@ class Recording:
             self._patcher.restore()
             self._patcher = None
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, SourceRecorder)]
+        importlib.util.spec_from_file_location = _spec_from_file_location
 
     # -- used by the import hook -------------------------------------------------------------
 

@@ -508,8 +508,16 @@ class ReplayRuntime:
         if self.parsed.stop is not None:
             self.finish("stopped", None, status)
         state = self.scheduler.current()
-        if not self.scheduler.single and state is not None:
-            self._await_turn(state)  # the events other threads made before the exit first
+        while True:
+            if not self.scheduler.single and state is not None:
+                self._await_turn(state)  # the events other threads made before the exit first
+            # A signal handled after the program's last instruction, before its end (a
+            # server's SIGCHLD as it exits): the recording has it, and so does the replay.
+            try:
+                if not self._deliver_due(None, None):
+                    break
+            except BaseException:  # noqa: S112 - as the interpreter's exit would ignore it
+                continue
         if self.position < len(self.events):
             self.diverge(self.events[self.position], "the program's exit", ...)
         recorded = self.parsed.exit.get("status") if self.parsed.exit else None
@@ -656,6 +664,14 @@ class RecordedSourceFinder(importlib.abc.MetaPathFinder):
         self._roots = app_roots
         self._passthrough = passthrough
 
+    def by_path(self, path: str) -> RecordedSourceLoader | None:
+        """The loader of the recorded source read from `path` (a module loaded by its file's
+        path), if there is one."""
+        for source in self._sources.values():
+            if source.path == path and not source.path.endswith(os.sep):
+                return RecordedSourceLoader(source, self._blobs[source.digest])
+        return None
+
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         source = self._sources.get(fullname)
         if source is None:
@@ -686,6 +702,24 @@ class RecordedSourceFinder(importlib.abc.MetaPathFinder):
             else None,
         )
         return spec
+
+
+def _replayed_file_specs(finder: RecordedSourceFinder) -> Callable[..., Any]:
+    """importlib.util.spec_from_file_location, on replay: a module the recording loaded from
+    an application file by its path (recorded: sealtrace.proxy's recording_file_specs) runs
+    its recorded bytes, as imports by name do (the file may have changed, or not be here)."""
+    base = importlib.util.spec_from_file_location
+
+    def spec_from_file_location(name: str, location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        spec = base(name, location, *args, **kwargs)
+        origin = getattr(spec, "origin", None)
+        if spec is not None and kwargs.get("loader") is None and not args:
+            recorded = finder.by_path(origin) if isinstance(origin, str) else None
+            if recorded is not None:
+                spec.loader = recorded
+        return spec
+
+    return spec_from_file_location
 
 
 class RecordedSourceLoader(importlib.abc.SourceLoader):
@@ -769,6 +803,7 @@ def main() -> None:
     main_source = parsed.sources.get("__main__")
     sys.path[:] = list(meta["path"])
     sys.meta_path.insert(0, finder)
+    importlib.util.spec_from_file_location = _replayed_file_specs(finder)
     # The recorder computed these before installing the boundary, which filled sysconfig's
     # and site's caches with unrecorded calls; fill them here too, or the program's first
     # sysconfig.get_path() would make boundary calls the recording does not have.

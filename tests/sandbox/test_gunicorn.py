@@ -72,7 +72,7 @@ def _order(port: int, code: str, answers: dict[str, str]) -> None:
 
 
 def test_a_gunicorn_gthread_worker_replays_bit_exact_and_traces_a_request(
-    tmp_path: Path, keys: KeyFiles
+    tmp_path: Path, keys: KeyFiles, replay_image: str
 ) -> None:
     database = promotions_database(tmp_path / "promotions.db")
     app_dir = tmp_path / "app"
@@ -103,6 +103,8 @@ def test_a_gunicorn_gthread_worker_replays_bit_exact_and_traces_a_request(
     assert b"process 1 " in processes.stdout, processes.stdout
     worker = assert_bit_exact(*replay(keys, store, "--process", "1"))
     assert worker["exit_status"]["recorded"] == 0  # it ended itself after --max-requests
+    # In the sandbox too, where the directory gunicorn changed to (--chdir) does not exist.
+    assert_bit_exact(*replay(keys, store, "--sandbox", "--process", "1"))
     listed = run_cli(
         "requests", str(store), "--identity", str(keys.identity_path), "--process", "1"
     )

@@ -123,6 +123,31 @@ def test_replay_uses_recorded_sources_not_the_tree_on_disk(tmp_path: Path, keys:
     assert b"CHANGED" in fresh.proc.stdout
 
 
+def test_a_module_loaded_by_its_path_replays_its_recorded_source(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    # gunicorn's --config file, a plugin: importlib.util.spec_from_file_location, then
+    # exec_module. Its source is recorded as an import's, and replay runs it, not the file
+    # on disk (gone here).
+    tree = tmp_path / "app"
+    plugin = write_app(tree, "RATE = 7\n", "plugin_conf.py")
+    source = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('__conf__', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print('rate', module.RATE)\n"
+    )
+    app = write_app(tree, source)
+    rec = record(keys, tmp_path / "rec", [PYTHON, str(app), str(plugin)])
+    assert rec.proc.returncode == 0 and rec.proc.stdout == b"rate 7\n", rec.proc.stderr
+    plugin.unlink()
+    assert_bit_exact(*replay(keys, tmp_path / "rec"))
+    # Control: without the recorded source the file is gone, and a fresh run fails on it.
+    fresh = record(keys, tmp_path / "rec2", [PYTHON, str(app), str(plugin)])
+    assert fresh.proc.returncode != 0
+
+
 def test_import_of_a_module_never_recorded_is_refused(tmp_path: Path, keys: KeyFiles) -> None:
     tree = tmp_path / "app"
     app = write_app(tree, "import sys\nif len(sys.argv) > 5:\n    import extra\nprint('ok')\n")
