@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sealtrace.proxy import Identity
+from sealtrace.proxy._codec import Decoder, _write_varint, decode_value, encode_value
+from sealtrace.proxy._stream import EXIT, stream_prefix
 from sealtrace.sandbox._replay_process import load_recording
 
 from ..conftest import KeyFiles, run_cli
@@ -151,3 +154,31 @@ def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node["inputs"]:
         yield from walk(child)
+
+
+def stream_records(data: bytes) -> list[tuple[int, bytes]]:
+    """The (kind, body) records of a plaintext event stream, in order."""
+    dec = Decoder(data)
+    dec.pos = len(stream_prefix())
+    out = []
+    while dec.pos < len(data):
+        kind = dec.take(1)[0]
+        out.append((kind, dec.take(dec.varint())))
+    return out
+
+
+def rebuilt_stream(records: list[tuple[int, bytes]]) -> bytes:
+    """Re-assemble a stream with a correct EXIT digest (a forger who has the plaintext)."""
+    out = bytearray(stream_prefix())
+    hasher = hashlib.blake2b(digest_size=32)
+    for kind, body in records:
+        if kind == EXIT:
+            value = decode_value(body)
+            value["digest"] = hasher.digest()
+            body = encode_value(value)
+        rec = bytearray((kind,))
+        _write_varint(rec, len(body))
+        rec += body
+        hasher.update(rec)
+        out += rec
+    return bytes(out)

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -22,11 +21,21 @@ from typing import Any
 import pytest
 
 from sealtrace.proxy import Recipient
-from sealtrace.proxy._codec import Decoder, _write_varint, decode_value, encode_value
-from sealtrace.proxy._stream import EXIT, META, stream_prefix
+from sealtrace.proxy._codec import decode_value, encode_value
+from sealtrace.proxy._stream import META
 
 from ..conftest import KeyFiles, run_cli, seal_cli
-from .replaying import PYTHON, assert_bit_exact, record, replay, trace_json, walk, write_app
+from .replaying import (
+    PYTHON,
+    assert_bit_exact,
+    rebuilt_stream,
+    record,
+    replay,
+    stream_records,
+    trace_json,
+    walk,
+    write_app,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,39 +46,12 @@ def _plaintext(keys: KeyFiles, location: Path) -> bytes:
     return proc.stdout
 
 
-def _records(data: bytes) -> list[tuple[int, bytes]]:
-    dec = Decoder(data)
-    dec.pos = len(stream_prefix())
-    out = []
-    while dec.pos < len(data):
-        kind = dec.take(1)[0]
-        out.append((kind, dec.take(dec.varint())))
-    return out
-
-
-def _rebuild(records: list[tuple[int, bytes]]) -> bytes:
-    """Re-assemble a stream with a correct EXIT digest (a forger who has the plaintext)."""
-    out = bytearray(stream_prefix())
-    hasher = hashlib.blake2b(digest_size=32)
-    for kind, body in records:
-        if kind == EXIT:
-            value = decode_value(body)
-            value["digest"] = hasher.digest()
-            body = encode_value(value)
-        rec = bytearray((kind,))
-        _write_varint(rec, len(body))
-        rec += body
-        hasher.update(rec)
-        out += rec
-    return bytes(out)
-
-
 def _reseal(keys: KeyFiles, location: Path, plaintext: bytes, run_id: str) -> None:
     seal_cli(keys, str(location), plaintext, run_id=run_id)
 
 
 def _run_id(keys: KeyFiles, location: Path) -> str:
-    meta = _records(_plaintext(keys, location))[0]
+    meta = stream_records(_plaintext(keys, location))[0]
     assert meta[0] == META
     return str(decode_value(meta[1])["run_id"])
 
@@ -235,11 +217,11 @@ def test_concurrency_stops_recording_and_replay_says_where(
 
 
 def _forge_meta(keys: KeyFiles, source: Path, target: Path, change: Any) -> None:
-    records = _records(_plaintext(keys, source))
+    records = stream_records(_plaintext(keys, source))
     meta = decode_value(records[0][1])
     change(meta)
     records[0] = (META, encode_value(meta))
-    _reseal(keys, target, _rebuild(records), str(meta["run_id"]))
+    _reseal(keys, target, rebuilt_stream(records), str(meta["run_id"]))
 
 
 @pytest.mark.parametrize(

@@ -11,21 +11,22 @@ deleted; a recording with a delivery taken out diverges instead of answering oth
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 
-from sealtrace.proxy._codec import Decoder, _write_varint, decode_value, encode_value
-from sealtrace.proxy._stream import CALL, EXIT, NAME, stream_prefix
+from sealtrace.proxy._codec import Decoder, decode_value
+from sealtrace.proxy._stream import CALL, NAME
 
 from ..conftest import KeyFiles, run_cli, seal_cli
 from .replaying import (
     PYTHON,
     assert_bit_exact,
     line_of,
+    rebuilt_stream,
     record,
     replay,
+    stream_records,
     trace_json,
     walk,
     write_app,
@@ -91,33 +92,6 @@ def test_signal_handlers_replay_at_their_place_and_their_reads_trace(
     assert reads == ["'5\\n'"], reads  # read by the handler, inside the interrupted sleep
 
 
-def _records(data: bytes) -> list[tuple[int, bytes]]:
-    dec = Decoder(data)
-    dec.pos = len(stream_prefix())
-    out = []
-    while dec.pos < len(data):
-        kind = dec.take(1)[0]
-        out.append((kind, dec.take(dec.varint())))
-    return out
-
-
-def _rebuilt(records: list[tuple[int, bytes]]) -> bytes:
-    out = bytearray(stream_prefix())
-    hasher = hashlib.blake2b(digest_size=32)
-    for kind, body in records:
-        if kind == EXIT:
-            value = decode_value(body)
-            value["digest"] = hasher.digest()
-            body = encode_value(value)
-        rec = bytearray((kind,))
-        _write_varint(rec, len(body))
-        rec += body
-        if kind != EXIT:
-            hasher.update(rec)
-        out += rec
-    return bytes(out)
-
-
 def test_a_delivery_taken_out_of_the_recording_is_a_divergence(
     tmp_path: Path, keys: KeyFiles
 ) -> None:
@@ -128,7 +102,7 @@ def test_a_delivery_taken_out_of_the_recording_is_a_divergence(
     _app, store, _ = _recorded(tmp_path, keys)
     opened = run_cli("open", str(store), "--identity", str(keys.identity_path))
     assert opened.returncode == 0, opened.stderr
-    records = _records(opened.stdout)
+    records = stream_records(opened.stdout)
     names = [decode_value(body) for kind, body in records if kind == NAME]
     deliver = names.index("signal.deliver")
     first = next(
@@ -137,7 +111,7 @@ def test_a_delivery_taken_out_of_the_recording_is_a_divergence(
         if kind == CALL and Decoder(body).varint() == deliver
     )
     run_id = decode_value(records[0][1])["run_id"]
-    seal_cli(keys, str(tmp_path / "cut"), _rebuilt(records[:first] + records[first + 1 :]),
+    seal_cli(keys, str(tmp_path / "cut"), rebuilt_stream(records[:first] + records[first + 1 :]),
              run_id=run_id)  # fmt: skip
     proc, receipt = replay(keys, tmp_path / "cut")
     assert proc.returncode == 3 and receipt is not None, proc.stderr.decode()
