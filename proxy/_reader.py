@@ -42,7 +42,6 @@ from ._format import (
 from ._keys import Identity
 from ._secret import Secret
 from ._store import Listing, RecordingSource
-from ._stream import chain_streams
 
 __all__ = [
     "ChunkRecord",
@@ -328,6 +327,8 @@ def read_process(
     forked one's as it ran (its ancestors' streams cut where each forked, then its own:
     chain_streams), with the status of its own stream (an ancestor's needs to reach its
     fork only, which parsing the chain checks)."""
+    from ._stream import chain_streams  # (the recorder never loads the stream's parser)
+
     streams: list[bytes] = []
     status = RecordingStatus()
     for path in process_line(process):

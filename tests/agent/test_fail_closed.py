@@ -69,15 +69,8 @@ def test_a_sandbox_that_breaks_mid_session_is_closed_and_reported(
         def close(self) -> None:
             closed.append(True)
 
-    class Reader:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-        def read_all(self) -> bytes:
-            return b"plaintext"
-
     monkeypatch.setattr(serving, "open_session_key", lambda *a, **k: Secret.copy_of(b"k" * 32))
-    monkeypatch.setattr(serving, "SealedReader", Reader)
+    monkeypatch.setattr(serving, "read_process", lambda *a, **k: (b"plaintext", None))
     monkeypatch.setattr(serving, "open_store", lambda location: Store())
     monkeypatch.setattr(serving, "read_header", lambda source, listing: (Header(), b""))
     monkeypatch.setattr(serving, "parse_stream", lambda data: None)

@@ -2,8 +2,9 @@
 a forked one's (its parent's stream up to the fork, then its own), with the session's key.
 
 A real recording of a program that forks, a session key sealed to the agent as the server
-seals it, and the in-process answerer: the agent's answer to a question about the run's end
-is the child's end when the assignment names process 1, and the parent's when it names none.
+seals it, and the in-process answerer: the agent's answer to a question about where the run
+marked itself is the child's mark when the assignment names process 1, and the parent's when
+it names none.
 A process the recording does not hold fails the session, closed.
 """
 
@@ -29,14 +30,17 @@ PROGRAM = """\
 import os
 
 
+def mark(where):
+    return where
+
+
 def main():
     pid = os.fork()
     if pid == 0:
-        where = "child"
+        mark("child")
         os._exit(0)
     os.waitpid(pid, 0)
-    where = "parent"
-    os.getpid()
+    mark("parent")
 
 
 main()
@@ -58,7 +62,7 @@ class Server:
         if self._asked:
             return {"id": 2, "request": {"kind": "close"}}
         self._asked = True
-        return {"id": 1, "request": {"kind": "inspect-stack", "at": "end"}}
+        return {"id": 1, "request": {"kind": "inspect-stack", "at": "return:mark"}}
 
     def answer(self, agent: str, session: str, message_id: int, answer: dict[str, Any]) -> None:
         self.answers.append(answer)
