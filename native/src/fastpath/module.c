@@ -165,8 +165,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   PyObject* proxy = PyType_FromSpec(&proxy_spec);
   PyObject* cursor = proxy != NULL ? PyType_FromSpecWithBases(&cursor_state_spec, proxy) : NULL;
   PyObject* sock = proxy != NULL ? PyType_FromSpecWithBases(&socket_state_spec, proxy) : NULL;
-  if (type == NULL || method == NULL || function == NULL || proxy == NULL || cursor == NULL || sock == NULL ||
-      PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
+  if (type == NULL || method == NULL || function == NULL || proxy == NULL || cursor == NULL ||
+      sock == NULL || PyModule_AddObjectRef(module, "CallPath", type) < 0 ||
       PyModule_AddObjectRef(module, "BoundaryMethod", method) < 0 ||
       PyModule_AddObjectRef(module, "BoundaryFunction", function) < 0 ||
       PyModule_AddObjectRef(module, "ProxyState", proxy) < 0 ||
