@@ -427,7 +427,9 @@ class ReplayRuntime:
         in the recording's child) and the parent waits for it and ends with its status,
         saying nothing. Any other fork's child is thrown away at once, before it can touch
         the recording (it is another process's run), and the program is served its
-        recorded pid."""
+        recorded pid. `base` (os.fork) is not called: the replay forks in the interpreter's
+        three parts itself (_fork_continuing, _fork_discarded), so that the side it does
+        not go on as runs no Python."""
         self._children += 1
         path = f"{self.process}.{self._children}" if self.process else str(self._children)
         key = (path,)
