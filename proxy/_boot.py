@@ -16,6 +16,7 @@ from typing import Any
 from ._keys import Recipient
 from ._launch import Target, run_target
 from ._recorder import Recording
+from ._rotation import LeasedRuns
 from ._runtime import _report_stderr
 from ._store import open_store
 
@@ -74,6 +75,9 @@ def main() -> None:
             run_id=config["run_id"],
             app_roots=config["app_roots"],
             env_allow=config["env_allow"],
+            rotate_requests=config.get("rotate_requests"),
+            rotate_bytes=config.get("rotate_bytes"),
+            next_run=LeasedRuns(config["lease_fifo"]) if config.get("lease_fifo") else None,
         )
     except Exception as exc:
         _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")
@@ -90,5 +94,7 @@ def main() -> None:
     if recording is not None:
         outcome = recording.finish(status, uncaught)
         if outcome != "not recording" and recording.runtime is not None and not recording.process:
-            summary.write({"requests": recording.runtime.requests_recorded})
+            # The latest runs' counts only: the summary is one small write (4 KiB).
+            summary.write({"requests": recording.runtime.requests_recorded,
+                           "runs": recording.run_requests()[-32:]})  # fmt: skip
     raise SystemExit(status)

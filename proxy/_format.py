@@ -10,6 +10,9 @@ Objects of one recording (names relative to the recording's prefix or directory)
     proc-1-seg-000000 ...
                     the same, for a process the recorded one forked (process "1", its own
                     child "1.2", ...): its stream under its own body key (process_body_cipher)
+    continues       a run the recorder rotated to (a continuation): which run, process and
+                    location it goes on from, and that run's recording key, sealed under a
+                    key derived from this run's (seal_continuation); absent from other runs
 
 A chunk record is CHUNK_PREFIX (ciphertext length, flags) then AES-256-GCM ciphertext+tag.
 Chunk counters run across segments; the nonce is STREAM-style (counter, final flag); the AAD
@@ -72,6 +75,7 @@ MAX_SEGMENT_SIZE = 64 * 1024 * 1024
 MAX_RUN_ID_BYTES = 200
 
 HEADER_OBJECT = "header"
+CONTINUES_OBJECT = "continues"
 SEGMENT_PREFIX = "seg-"
 PROCESS_PREFIX = "proc-"
 # A process path: the root process is "", its first child "1", that child's second "1.2".
@@ -100,6 +104,9 @@ HPKE_INFO_LABEL = b"sealtrace/recording-key"
 SESSION_INFO_LABEL = b"sealtrace-session-key-v2\x00"
 SESSION_BLOB_SIZE = ENC_SIZE + WRAPPED_KEY_SIZE  # enc || ciphertext || tag
 BODY_KEY_LABEL = b"sealtrace/body-key"
+CONTINUES_KEY_LABEL = b"sealtrace/continues-key"
+CONTINUES_MAGIC = b"SEALTRC\x00"
+MAX_CONTINUES_BYTES = 1024
 PROCESS_KEY_LABEL = b"/process/"
 
 
@@ -321,3 +328,109 @@ def validate_run_id(run_id: str) -> None:
     raw = run_id.encode("utf-8")
     if not raw or len(raw) > MAX_RUN_ID_BYTES or not run_id.isprintable():
         raise ValueError(f"a run id is 1..{MAX_RUN_ID_BYTES} bytes of printable text")
+
+
+def valid_location_name(name: str) -> bool:
+    """A run's location as its continuation names it: one path component (a directory's or a
+    key prefix's last part) beside the continuation's own, never a path elsewhere."""
+    return (
+        0 < len(name.encode("utf-8")) <= MAX_RUN_ID_BYTES
+        and name.isprintable()
+        and "/" not in name
+        and "\\" not in name
+        and name not in (".", "..")
+    )
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What a rotated-to run says of the run it goes on from (the `continues` object): that
+    run's id, its location's name beside this one's, the process whose stream goes on here,
+    its header digest and its recording key (a Secret the caller wipes)."""
+
+    run_id: str
+    location: str
+    process: str
+    header_digest: bytes
+    key: Secret
+
+
+def _continues_cipher(recording_key: Key, header_digest: bytes) -> AESGCM:
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=CONTINUES_KEY_LABEL + header_digest
+    )
+    with Secret(32) as key:
+        hkdf.derive_into(_view(recording_key), key.view())
+        return AESGCM(key.view())
+
+
+def _text_field(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">H", len(raw)) + raw
+
+
+def seal_continuation(recording_key: Key, header_digest: bytes, previous: Continuation) -> bytes:
+    """The `continues` object of the run whose key and header these are. The previous run's key
+    is sealed under a key derived from this run's (one use: the nonce is fixed), bound to this
+    run's header, so it opens exactly for whoever may open this run (who must replay the
+    previous one to replay this one)."""
+    validate_run_id(previous.run_id)
+    if not (
+        valid_location_name(previous.location)
+        and valid_process_path(previous.process)
+        and len(previous.header_digest) == DIGEST_SIZE
+        and len(previous.key) == RECORDING_KEY_SIZE
+    ):
+        raise ValueError("malformed continuation")
+    plain = bytearray(previous.header_digest)
+    plain += previous.key.view()
+    for text in (previous.run_id, previous.location, previous.process):
+        plain += _text_field(text)
+    try:
+        sealed = _continues_cipher(recording_key, header_digest).encrypt(
+            bytes(NONCE.size), bytes(plain), CONTINUES_MAGIC + header_digest
+        )
+    finally:
+        plain[:] = bytes(len(plain))
+    return CONTINUES_MAGIC + sealed
+
+
+def open_continuation(raw: bytes, recording_key: Key, header_digest: bytes) -> Continuation:
+    """The run a continuation goes on from; TamperedError if the object is not this run's
+    (another run's, altered, cut) or malformed."""
+    if len(raw) > MAX_CONTINUES_BYTES or not raw.startswith(CONTINUES_MAGIC):
+        raise TamperedError("the continues object is malformed")
+    try:
+        plain = bytearray(
+            _continues_cipher(recording_key, header_digest).decrypt(
+                bytes(NONCE.size), raw[len(CONTINUES_MAGIC) :], CONTINUES_MAGIC + header_digest
+            )
+        )
+    except InvalidTag:
+        raise TamperedError(
+            "the continues object failed authentication: another run's, or altered"
+        ) from None
+    try:
+        digest = bytes(plain[:DIGEST_SIZE])
+        key = Secret.copy_of(memoryview(plain)[DIGEST_SIZE : DIGEST_SIZE + RECORDING_KEY_SIZE])
+        pos, texts = DIGEST_SIZE + RECORDING_KEY_SIZE, []
+        for _ in range(3):
+            (length,) = struct.unpack_from(">H", plain, pos)
+            texts.append(bytes(plain[pos + 2 : pos + 2 + length]).decode("utf-8"))
+            pos += 2 + length
+            if pos > len(plain):
+                raise ValueError
+    except (struct.error, ValueError, UnicodeDecodeError):
+        raise TamperedError("the continues object is malformed") from None
+    finally:
+        plain[:] = bytes(len(plain))
+    run_id, location, process = texts
+    if pos != len(plain) or not valid_location_name(location) or not valid_process_path(process):
+        key.wipe()
+        raise TamperedError("the continues object is malformed")
+    try:
+        validate_run_id(run_id)
+    except ValueError:
+        key.wipe()
+        raise TamperedError("the continues object is malformed") from None
+    return Continuation(run_id, location, process, digest, key)

@@ -7,11 +7,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._errors import IntegrityError
-from ._format import FLAG_FINAL, HEADER_OBJECT, RecordingHeader, segment_name
+from ._format import (
+    CONTINUES_OBJECT,
+    FLAG_FINAL,
+    HEADER_OBJECT,
+    RecordingHeader,
+    segment_name,
+    unwrap_recording_key,
+)
 from ._keys import Identity
 from ._reader import (
     SealedReader,
     iter_chunk_records,
+    previous_runs,
     process_paths,
     read_header,
     read_segment,
@@ -52,6 +60,9 @@ class RecordingReport:
     # The processes the recorded one forked, each with its own stream: path -> completeness
     # (claimed without an identity, verified with one; "damaged: ..." if it is not whole).
     processes: dict[str, str] = field(default_factory=dict)
+    # A run the recorder rotated to: the run it goes on from ("sealed" without an identity:
+    # which run it is, the continuation's `continues` object says to the key's holder only).
+    continues: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,13 +89,15 @@ def describe_recording(
     )
     for path in process_paths(listing):
         report.processes[path] = _process_status(source, listing, header, digest, path, identity)
+    if CONTINUES_OBJECT in listing.objects:
+        report.continues = _continues(source, listing, header, identity)
     if identity is not None:
         return _verified_report(report, source, identity, listing)
     claims_final = False
     try:
         names = segment_names(listing)
     except IntegrityError as exc:
-        names = sorted(n for n in listing.objects if n != HEADER_OBJECT)
+        names = sorted(n for n in listing.objects if n not in (HEADER_OBJECT, CONTINUES_OBJECT))
         report.alarms.append(str(exc))
     for index, name in enumerate(names):
         obj = listing.objects[name]
@@ -114,6 +127,22 @@ def describe_recording(
         else "incomplete (no final chunk)"
     )
     return report
+
+
+def _continues(
+    source: RecordingSource, listing: Listing, header: RecordingHeader, identity: Identity | None
+) -> str:
+    """The run a rotated-to run goes on from, and the line before it (with an identity)."""
+    if identity is None:
+        return "a run before it (a rotated run; which one, its identity tells)"
+    with unwrap_recording_key(header.wrapped_key, identity, header.run_id) as key:
+        line = previous_runs(source, key, listing)
+    for _, before in line:
+        before.key.wipe()
+    there, last = line[-1]
+    process = f", its process {last.process}" if last.process else ""
+    return (f"run {last.run_id} at {there.location}{process}; the line holds "
+            f"{len(line)} run{'s' if len(line) > 1 else ''} before this one")  # fmt: skip
 
 
 def _process_status(

@@ -123,6 +123,17 @@ class StreamPipeline:
         of everything before it (EXIT), on the pipeline's thread."""
         self._queue(_END, last, None)
 
+    def retire(self, last: Callable[[bytes], bytes] | None = None) -> None:
+        """end(last), then let the thread finish by itself once it has stored everything (a
+        rotated run's: its recording goes on through another pipeline). close() still waits
+        for it and tells its error."""
+        self.end(last)
+        self._jobs.put((_STOP, None, None))
+
+    def finished(self) -> bool:
+        """Whether the thread has ended (after close() or retire())."""
+        return not self._finished.locked()
+
     def abort(self) -> None:
         """Make what was sealed so far durable without finishing: it opens as incomplete."""
         if self.error is None:
@@ -151,6 +162,7 @@ class StreamPipeline:
         self._jobs.put((_STOP, None, None))
         if not self._finished.acquire(timeout=timeout):
             return f"the store {self.location} did not finish within {timeout:g}s"
+        self._finished.release()  # (it stays finished: a second close returns at once)
         return self.error
 
     def _queue(self, job: int, item: Any, detail: Any) -> None:

@@ -20,18 +20,22 @@ from ._errors import RunIdMismatchError, TamperedError, UsageError
 from ._format import (
     AAD,
     CHUNK_PREFIX,
+    CONTINUES_OBJECT,
     FLAG_FINAL,
     FLAG_SEGMENT_END,
     FORMAT_VERSION,
     HEADER_OBJECT,
     KNOWN_FLAGS,
+    MAX_CONTINUES_BYTES,
     NONCE,
     SEGMENT_HEADER,
     SEGMENT_MAGIC,
     TAG_SIZE,
+    Continuation,
     RecordingHeader,
     body_cipher,
     header_digest,
+    open_continuation,
     parse_segment_name,
     segment_capacity,
     segment_name,
@@ -48,6 +52,7 @@ __all__ = [
     "RecordingStatus",
     "SealedReader",
     "iter_chunk_records",
+    "previous_runs",
     "process_line",
     "process_paths",
     "read_header",
@@ -315,6 +320,55 @@ def process_line(process: str) -> list[str]:
     return ["", *(".".join(parts[: n + 1]) for n in range(len(parts)))]
 
 
+MAX_LINE_RUNS = 10_000  # runs in one rotated line: more is a loop or a forgery, not a worker
+
+
+def previous_runs(
+    source: RecordingSource, key: Secret, listing: Listing | None = None
+) -> list[tuple[RecordingSource, Continuation]]:
+    """The runs a rotated-to run goes on from, the earliest first: each one's store (beside
+    this one's: the store's `beside`) and what its successor's `continues` object says of it
+    (its run, process, header digest and key: a Secret the caller wipes). [] for a run that
+    is no continuation. TamperedError if a `continues` object does not open under its run's
+    key, or names a run whose header is not the one it names; UsageError if the store cannot
+    reach the run before (a store with no `beside`, or nothing there)."""
+    found: list[tuple[RecordingSource, Continuation]] = []
+    here, here_key, seen = source, key, {source.location}
+    listing = listing if listing is not None else source.list()
+    try:
+        while CONTINUES_OBJECT in listing.objects:
+            _, digest = read_header(here, listing)
+            raw = _read_capped(here, listing, CONTINUES_OBJECT, MAX_CONTINUES_BYTES,
+                               "the continues object is too large")  # fmt: skip
+            before = open_continuation(raw, here_key, digest)
+            beside = getattr(here, "beside", None)
+            if beside is None:
+                before.key.wipe()
+                raise UsageError(
+                    f"the run at {here.location} goes on from run {before.run_id}, which a "
+                    "store of this kind cannot reach"
+                )
+            there = beside(before.location)
+            found.append((there, before))
+            if there.location in seen or len(found) > MAX_LINE_RUNS:
+                raise TamperedError(f"the runs before {source.location} go round in a loop")
+            seen.add(there.location)
+            listing = there.list()
+            header, digest = read_header(there, listing)
+            if header.run_id != before.run_id or digest != before.header_digest:
+                raise TamperedError(
+                    f"{there.location} is not the run {before.run_id} that the run after it "
+                    "goes on from (another header)"
+                )
+            here, here_key = there, before.key
+    except BaseException:
+        for _, before in found:
+            before.key.wipe()
+        raise
+    found.reverse()
+    return found
+
+
 def read_process(
     source: RecordingSource,
     identity: Identity | None,
@@ -326,14 +380,38 @@ def read_process(
     """The event stream of one process's run, verified: the recorded process's stream, or a
     forked one's as it ran (its ancestors' streams cut where each forked, then its own:
     chain_streams), with the status of its own stream (an ancestor's needs to reach its
-    fork only, which parsing the chain checks)."""
+    fork only, which parsing the chain checks). A run the recorder rotated to is read after
+    the runs it goes on from (previous_runs), each as far as the next goes on."""
     from ._stream import chain_streams  # (the recorder never loads the stream's parser)
 
+    listing = source.list()
+    line: list[tuple[RecordingSource, Secret | None, str]] = []
+    if CONTINUES_OBJECT in listing.objects:
+        key = recording_key
+        if key is None:
+            header, _ = read_header(source, listing)
+            assert identity is not None
+            key = unwrap_recording_key(header.wrapped_key, identity, header.run_id)
+        try:
+            line = [(there, before.key, before.process)
+                    for there, before in previous_runs(source, key, listing)]  # fmt: skip
+        finally:
+            if key is not recording_key:
+                key.wipe()
     streams: list[bytes] = []
     status = RecordingStatus()
-    for path in process_line(process):
-        reader = SealedReader(source, identity, expected_run_id=expected_run_id,
-                              recording_key=recording_key, process=path)  # fmt: skip
-        streams.append(reader.read_all())
-        status = reader.status
+    try:
+        for there, key, path in line:
+            for step in process_line(path):
+                streams.append(SealedReader(there, None, recording_key=key,
+                                            process=step).read_all())  # fmt: skip
+        for path in process_line(process):
+            reader = SealedReader(source, identity, expected_run_id=expected_run_id,
+                                  recording_key=recording_key, process=path)  # fmt: skip
+            streams.append(reader.read_all())
+            status = reader.status
+    finally:
+        for _, key, _ in line:
+            assert key is not None
+            key.wipe()
     return (chain_streams(streams) if len(streams) > 1 else streams[0]), status

@@ -35,6 +35,7 @@ from ._io_boundary import describe_stdio
 from ._keys import Recipient
 from ._launch import Target
 from ._pipeline import StreamPipeline
+from ._rotation import NextRun, NumberedRuns
 from ._runtime import (
     OWN_DIRECTORIES,
     RecordRuntime,
@@ -288,8 +289,19 @@ class Recording:
         app_roots: Sequence[str] = (),
         env_allow: Sequence[str] = (),
         sink_timeout: float = 60.0,
+        rotate_requests: int | None = None,
+        rotate_bytes: int | None = None,
+        next_run: NextRun | None = None,
     ) -> None:
+        """`rotate_requests`/`rotate_bytes`: rotate the run once its request index holds that
+        many requests, or its stream that many bytes (_rotated), to the runs `next_run` names
+        (by default the first run's id and location numbered on: _rotation.py)."""
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+        self.runs = [self.run_id]  # this one, then each it rotated to
+        self._run_starts = [0]  # requests recorded when each began
+        self._rotate = (rotate_requests, rotate_bytes)
+        self._retired: list[StreamPipeline] = []
+        self._next_run = next_run or NumberedRuns(recipient)
         self.target = target
         self._recipient = recipient
         self._sink = sink
@@ -333,6 +345,9 @@ class Recording:
             rt = self.runtime = record_runtime(pipeline)
             rt.finish_recording = self.finish
             rt.forked = self._forked
+            if any(limit is not None for limit in self._rotate):
+                rt.rotate_requests, rt.rotate_bytes = self._rotate
+                rt.rotation = self._rotated
             rt.env_allowed, rt.env_names = meta["env"], meta["env_names"]  # type: ignore[attr-defined]
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
@@ -390,8 +405,8 @@ class Recording:
             )
         rt.finish(status, exception)
         self._uninstall()
-        if self._pipeline is not None:
-            error = self._pipeline.close(self._sink_timeout)
+        for pipeline in [*self._retired, self._pipeline]:
+            error = pipeline.close(self._sink_timeout) if pipeline is not None else None
             if error is not None and rt.outcome == "complete":
                 rt.outcome = f"failed: {error}"
                 _report_stderr(f"recording failed: {error}")
@@ -420,7 +435,69 @@ class Recording:
         self._pipeline = pipeline
         self._sink = sink
         self._pid = _getpid()
+        self.runs, self._retired = [self.run_id], []
+        self._run_starts = [self.runtime.requests_recorded if self.runtime is not None else 0]
+        self._next_run = self._next_run.forked()
         return pipeline
+
+    def _rotated(self) -> tuple[StreamPipeline, dict[str, Any], str] | None:
+        """The run this one rotates to (RecordRuntime.rotation; the records held): a new
+        recording beside this one, sealed to the recipient `next_run` gives under a key of its
+        own, whose `continues` object carries this run's key. None if no run is ready yet
+        (a lease still to come): the run goes on."""
+        pipeline, sink = self._pipeline, self._sink
+        writer = pipeline.writer if pipeline is not None else None
+        beside, name = getattr(sink, "beside", None), getattr(sink, "name", None)
+        if not isinstance(writer, SealedWriter) or beside is None or not isinstance(name, str):
+            raise ValueError(f"{sink.location} cannot hold a run beside it")
+        following_run = self._next_run(self.run_id, name, self.process)
+        if following_run is None:
+            return None
+        run_id, recipient, location = following_run
+        with outside_the_program():
+            following = beside(location)
+            if getattr(following, "path", None) is not None and following.list().objects:
+                raise ValueError(f"{following.location} already holds a recording")
+            previous = writer.continuation(name)
+            try:
+                new = StreamPipeline(following)
+                new.attach(
+                    SealedWriter(
+                        new,
+                        recipient,
+                        run_id,
+                        chunk_size=DEFAULT_CHUNK_SIZE,
+                        segment_size=_SEGMENT_SIZE,
+                        previous=previous,
+                    )
+                )
+            finally:
+                previous.key.wipe()
+        continues = {
+            "run": run_id,
+            "previous": self.run_id,
+            "process": self.process,
+            "header": writer.header_digest,
+        }
+        # The old pipeline retires once the runtime has ended its stream (it still holds
+        # buffers being sealed); those finished without an error are let go.
+        self._retired = [p for p in self._retired if not p.finished() or p.error is not None]
+        assert pipeline is not None
+        self._retired.append(pipeline)
+        self._pipeline, self._sink, self.run_id = new, following, run_id
+        self.runs.append(run_id)
+        if self.runtime is not None:
+            self._run_starts.append(self.runtime.requests_recorded)
+        return new, continues, location
+
+    def run_requests(self) -> list[tuple[str, int]]:
+        """Each run of this process's line and how many requests its index recorded."""
+        total = self.runtime.requests_recorded if self.runtime is not None else 0
+        ends = [*self._run_starts[1:], total]
+        return [
+            (run, end - start)
+            for run, start, end in zip(self.runs, self._run_starts, ends, strict=True)
+        ]
 
     def _uninstall(self) -> None:
         if self._patcher is not None:
@@ -468,10 +545,14 @@ def start_recording(
     run_id: str | None = None,
     app_roots: Sequence[str] | None = None,
     env_allow: Sequence[str] = (),
+    rotate_requests: int | None = None,
+    rotate_bytes: int | None = None,
 ) -> Recording | None:
     """Record the rest of this process (embedding API). Call it before importing the
     application; it finishes at interpreter exit. Returns None when replaying (the call is
-    then a no-op) or when recording could not start (reported once on stderr)."""
+    then a no-op) or when recording could not start (reported once on stderr). With
+    `rotate_requests` or `rotate_bytes` the run rotates to a new one (beside it in the store)
+    after that many requests or stream bytes (docs/replay.md, *Rotation*)."""
     if REPLAYING:
         return None
     try:
@@ -482,7 +563,8 @@ def start_recording(
         _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")
         return None
     roots = list(app_roots) if app_roots is not None else [_default_root(target)]
-    recording = Recording(key, sink, target, run_id=run_id, app_roots=roots, env_allow=env_allow)
+    recording = Recording(key, sink, target, run_id=run_id, app_roots=roots, env_allow=env_allow,
+                          rotate_requests=rotate_requests, rotate_bytes=rotate_bytes)  # fmt: skip
     if not recording.start():
         return None
     atexit.register(recording.finish, None)

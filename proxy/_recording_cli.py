@@ -12,6 +12,7 @@ while the recorder has one thread, so that preexec_fn is safe.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +35,7 @@ from ._keys import Recipient
 from ._launch import parse_command
 from ._platform import PlatformClient, PlatformError
 from ._record_token import refuse_if_visible, restore_in_child
+from ._rotation import LEASE_RECORD, decode_lease, encode_lease
 from ._store import open_store
 
 __all__ = ["run_recorded", "run_through_platform"]
@@ -46,10 +49,14 @@ def run_through_platform(
     service: str | None = None,
     app_roots: Sequence[str] = (),
     env_allow: Sequence[str] = (),
+    rotate_requests: int | None = None,
+    rotate_bytes: int | None = None,
 ) -> int:
     """Record under a key leased from the server, register the run once its header is
     written, and finish it when the program ends. Without a lease the program runs
-    unrecorded, and says so once."""
+    unrecorded, and says so once. A rotated recording's runs (`rotate_requests`,
+    `rotate_bytes`) go on under keys leased here too (LeaseFeed), each registered as its
+    header appears and finished at the end."""
     _python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")
@@ -67,50 +74,154 @@ def run_through_platform(
               file=sys.stderr, flush=True)  # fmt: skip
         platform.finish(lease.run_id, "failed", detail="no store")
         return _run_child(list(command), dict(os.environ))
-    output = f"{base.rstrip('/')}/{lease.run_id}"
-    store = open_store(output)
-    done = threading.Event()
-    registered = threading.Event()
+    base = base.rstrip("/")
     name = service or (os.path.basename(target.value) if target.kind != "code" else "python -c")
+    runs = PlatformRuns(platform, base, service=name, first=lease.run_id)
+    rotating = rotate_requests is not None or rotate_bytes is not None
+    done = threading.Event()
 
-    def register() -> None:
+    def watch() -> None:
         while True:
-            with contextlib.suppress(Exception):  # the store may not be reachable at all
-                if HEADER_OBJECT in store.list().objects:
-                    wrapped = RecordingHeader.decode(store.get(HEADER_OBJECT)).wrapped_key
-                    platform.register(lease.run_id, wrapped, store=output, service=name,
-                                      host=socket.gethostname())  # fmt: skip
-                    registered.set()
-                    return
+            runs.register_new()
+            if rotating:
+                runs.top_up()
             if done.wait(0.2):
                 return
 
-    watcher = threading.Thread(target=register, name="sealtrace-register", daemon=True)
+    watcher = threading.Thread(target=watch, name="sealtrace-register", daemon=True)
     # A freshly leased run's location is new: no need to look first, and a store that cannot
     # be reached must not keep the program from running (the recorder reports it once). The
     # watcher starts once the program has: no thread of ours runs while it is forked.
     summary: dict[str, Any] = {}
-    code = run_recorded(lease.recipient, output, command, app_roots=app_roots,
-                        env_allow=env_allow, run_id=lease.run_id, look_first=False,
-                        on_start=watcher.start, summary=summary)  # fmt: skip
-    requests = summary.get("requests")
-    requests = requests if isinstance(requests, int) and not isinstance(requests, bool) else None
-    done.set()
-    watcher.join()
-    if not registered.is_set():
-        register()  # the header may have come at the very end
-    try:
-        if not registered.is_set():
-            platform.finish(lease.run_id, "failed", exit_status=code,
-                            detail="the recording never reached the store")  # fmt: skip
-        else:
-            claims = describe_recording(store).completeness.startswith("claims complete")
-            platform.finish(lease.run_id, "complete" if claims else "incomplete",
-                            exit_status=code, requests=requests)  # fmt: skip
-    except (PlatformError, IntegrityError, OSError) as exc:
-        print(f"sealtrace: could not tell the server how run {lease.run_id} ended: {exc}",
-              file=sys.stderr, flush=True)  # fmt: skip
+    with _private_directory() as private:
+        if rotating:
+            runs.open_feed(os.path.join(private, "leases"))
+        code = run_recorded(lease.recipient, f"{base}/{lease.run_id}", command,
+                            app_roots=app_roots, env_allow=env_allow, run_id=lease.run_id,
+                            look_first=False, on_start=watcher.start, summary=summary,
+                            rotate_requests=rotate_requests, rotate_bytes=rotate_bytes,
+                            lease_fifo=runs.feed_path)  # fmt: skip
+        done.set()
+        watcher.join()
+        runs.close_feed()
+    runs.register_new()  # a header may have come at the very end
+    runs.finish_all(code, summary)
     return code
+
+
+class PlatformRuns:
+    """The runs of one recorded program, as `sealtrace record --server` tells the server of
+    them: the first run's lease, then (rotating) each lease handed to the recorder through the
+    feed (a FIFO: _rotation.py), each registered once its header is in the store and finished
+    when the program ends. A lease handed out but never taken is finished as unused."""
+
+    AHEAD = 2  # leases kept waiting in the feed: a rotation does not wait on the server
+
+    def __init__(self, platform: PlatformClient, base: str, *, service: str, first: str) -> None:
+        self._platform = platform
+        self._base = base
+        self._service = service
+        self.handed = [first]  # run ids, in the order their leases were handed out
+        self.registered: dict[str, Any] = {}  # run id -> its store
+        self.feed_path: str | None = None
+        self._feed: int | None = None
+
+    def open_feed(self, path: str) -> None:
+        os.mkfifo(path, 0o600)
+        # Read-write, so the FIFO holds what is written whether or not a reader has it open.
+        self._feed = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.feed_path = path
+        self.top_up()
+
+    def top_up(self) -> None:
+        if self._feed is None:
+            return
+        waiting = int.from_bytes(fcntl.ioctl(self._feed, termios.FIONREAD, b"\0" * 4), "little")
+        while waiting < self.AHEAD * LEASE_RECORD:
+            lease = self._platform.lease()
+            if lease is None:
+                return  # (the server's back-off applies; the next rotation waits for one)
+            os.write(self._feed, encode_lease(lease.run_id, lease.recipient.raw))
+            self.handed.append(lease.run_id)
+            waiting += LEASE_RECORD
+
+    def close_feed(self) -> None:
+        """Take back the leases never taken, and close the feed."""
+        if self._feed is None:
+            return
+        unused = []
+        with contextlib.suppress(OSError):
+            while len(record := os.read(self._feed, LEASE_RECORD)) == LEASE_RECORD:
+                lease = decode_lease(record)
+                if lease is not None:
+                    unused.append(lease[0])
+        os.close(self._feed)
+        self._feed = None
+        for run_id in unused:
+            if run_id in self.handed:
+                self.handed.remove(run_id)
+                self._tell(run_id, "failed", detail="leased for a rotation that never came")
+
+    def register_new(self) -> None:
+        for run_id in self.handed:
+            if run_id in self.registered:
+                continue
+            store = open_store(f"{self._base}/{run_id}")
+            with contextlib.suppress(Exception):  # the store may not be reachable at all
+                if HEADER_OBJECT in store.list().objects:
+                    wrapped = RecordingHeader.decode(store.get(HEADER_OBJECT)).wrapped_key
+                    self._platform.register(run_id, wrapped, store=f"{self._base}/{run_id}",
+                                            service=self._service,
+                                            host=socket.gethostname())  # fmt: skip
+                    self.registered[run_id] = store
+
+    def finish_all(self, code: int, summary: dict[str, Any]) -> None:
+        counts = _run_counts(summary, self.handed[0])
+        for run_id in self.handed:
+            store = self.registered.get(run_id)
+            if store is None:
+                self._tell(run_id, "failed", exit_status=code,
+                           detail="the recording never reached the store")  # fmt: skip
+                continue
+            try:
+                claims = describe_recording(store).completeness.startswith("claims complete")
+            except (IntegrityError, OSError) as exc:
+                self._tell(run_id, "incomplete", exit_status=code, detail=str(exc))
+                continue
+            self._tell(run_id, "complete" if claims else "incomplete", exit_status=code,
+                       requests=counts.get(run_id))  # fmt: skip
+
+    def _tell(self, run_id: str, status: str, **fields: Any) -> None:
+        try:
+            self._platform.finish(run_id, status, **fields)
+        except (PlatformError, OSError) as exc:
+            print(f"sealtrace: could not tell the server how run {run_id} ended: {exc}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _run_counts(summary: dict[str, Any], first: str) -> dict[str, int]:
+    """Each run's request count, as the recorder summed them up (its latest runs; a recorder
+    that did not rotate may say only the total, the first run's)."""
+    counts: dict[str, int] = {}
+    runs = summary.get("runs")
+    for entry in runs if isinstance(runs, list) else []:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and type(entry[1]) is int
+        ):
+            counts[entry[0]] = entry[1]
+    total = summary.get("requests")
+    if not counts and type(total) is int:
+        counts[first] = total
+    return counts
+
+
+@contextlib.contextmanager
+def _private_directory() -> Any:
+    with tempfile.TemporaryDirectory(prefix="sealtrace-record-") as private:
+        yield private
 
 
 def run_recorded(
@@ -124,9 +235,13 @@ def run_recorded(
     look_first: bool = True,
     on_start: Callable[[], None] | None = None,
     summary: dict[str, Any] | None = None,
+    rotate_requests: int | None = None,
+    rotate_bytes: int | None = None,
+    lease_fifo: str | None = None,
 ) -> int:
     """Run `command` recorded into `output`; the program's exit status. With `summary`, the
-    recorder's account of the run (its request count) is put there when the run ends."""
+    recorder's account of the run (its request count) is put there when the run ends. With
+    `rotate_requests`/`rotate_bytes` the run rotates to runs beside `output` (OUTPUT.2, ...)."""
     python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")
@@ -150,6 +265,9 @@ def run_recorded(
         "app_roots": [os.path.abspath(r) for r in roots],
         "env_allow": list(env_allow),
         "target": target.as_dict(),
+        "rotate_requests": rotate_requests,
+        "rotate_bytes": rotate_bytes,
+        "lease_fifo": lease_fifo,
     }
     if summary is None:
         argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]

@@ -193,6 +193,10 @@ class RequestIndex:
     def thread(self) -> int:
         return self._recorder.thread_index()
 
+    def in_flight(self) -> bool:
+        """Whether a request is under way (a run rotates between requests)."""
+        return bool(self._open)
+
     def opened(self, exchange: Exchange) -> None:
         self._open[id(exchange)] = exchange
 

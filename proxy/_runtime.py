@@ -50,6 +50,7 @@ from ._stream import (
     ARGS_DIGEST_SIZE,
     BLOB,
     CALL,
+    CONTINUES,
     EXIT,
     FORK,
     FORKED,
@@ -57,6 +58,7 @@ from ._stream import (
     NOTE,
     OUTPUT,
     REQUEST,
+    ROTATED,
     STATUS_RAISED,
     STATUS_RETURNED,
     STOP,
@@ -396,6 +398,8 @@ class StreamOut(Protocol):
 
     def end(self, last: Callable[[bytes], bytes] | None = None) -> None: ...
 
+    def retire(self, last: Callable[[bytes], bytes] | None = None) -> None: ...
+
     def abort(self) -> None: ...
 
 
@@ -578,7 +582,7 @@ class RecordRuntime:
         self._fork_held = True
         self._fork_at = None
         try:
-            self._drain()
+            self._drain(rotate=False)
             self._fork_at = (self._out.settle(self.SETTLE_TIMEOUT), self.events)  # type: ignore[attr-defined]
         except Exception as exc:
             self._failed(exc)
@@ -617,12 +621,98 @@ class RecordRuntime:
             _write_varint(start, len(body))
             self._buf = start + body + self._buf
             self.process, self._children = path, 0
+            self._run_bytes = 0
             # Stored at once: a child killed before it flushes (a pool's worker, terminated)
             # still leaves its stream's beginning, and reads as incomplete, not as absent.
-            self._drain(flush=True)
+            self._drain(flush=True, rotate=False)
         finally:
             if held:
                 self._release_records()
+
+    # -- rotation -----------------------------------------------------------------------------
+
+    # Set by the recorder (sealtrace.proxy._recorder): makes the run this one rotates to and
+    # returns where its records go and its CONTINUES fields but `events` (the run, the one it
+    # goes on from, the process, that run's header digest) and its location's name. None: the
+    # run is not rotated. `rotate_requests`/`rotate_bytes`: after how many requests the index
+    # recorded, or how many stream bytes, a run rotates (None: never).
+    rotation: Callable[[], tuple[StreamOut, dict[str, Any], str] | None] | None = None
+    rotate_requests: int | None = None
+    rotate_bytes: int | None = None
+    _run_bytes = 0  # stream bytes handed to this run's pipeline
+    _run_requests = 0  # requests_recorded when this run began
+    runs_rotated = 0
+
+    def _rotation_due(self) -> bool:
+        if self.rotation is None or not self.active:
+            return False
+        if self.rotate_bytes is not None and self._run_bytes >= self.rotate_bytes:
+            return True
+        return (
+            self.rotate_requests is not None
+            and self.requests_recorded - self._run_requests >= self.rotate_requests
+        )
+
+    def _rotate(self) -> None:
+        """Records held, the buffer just handed over (a record boundary): end this run with a
+        ROTATED record and go on in the next, whose stream begins with CONTINUES. Nothing is
+        lost between them: the next stream takes the very next record, and the callee names,
+        blobs and threads so far stay known (its line is read after this stream). A next run
+        that cannot be made leaves this one going, and rotation off (said once)."""
+        make = self.rotation
+        if make is None:
+            return
+        was_open = self._calls_open(False)  # the recorder's own calls are not the program's
+        try:
+            made = make()
+        except Exception as exc:
+            self.rotation = None
+            self._report(f"the run is no longer rotated: {exc.__class__.__name__}: {exc}")
+            return
+        finally:
+            if was_open:
+                self._calls_open(True)
+        if made is None:
+            return  # no run ready yet: this one goes on, and rotates at the next chance
+        out, continues, location = made
+        ending = {"next": continues["run"], "location": location, "events": self.events}
+
+        def rotated_record(digest: bytes) -> bytes:
+            # Made on the old pipeline's thread, once it has hashed every record before it.
+            body = bytearray()
+            Encoder().encode(body, {**ending, "digest": digest})
+            record = bytearray((ROTATED,))
+            _write_varint(record, len(body))
+            return bytes(record + body)
+
+        old, self._out = self._out, out
+        old.retire(rotated_record)
+        body = bytearray()
+        Encoder().encode(body, {**continues, "events": self.events})
+        start = bytearray(stream_prefix())
+        start.append(CONTINUES)
+        _write_varint(start, len(body))
+        self._buf = start + body + self._buf
+        self._unhashed = len(stream_prefix())
+        self.process, self._children = "", 0
+        self._run_bytes, self._run_requests = 0, self.requests_recorded
+        self.runs_rotated += 1
+        # The new run's beginning is stored at once: it reads as incomplete, not as absent.
+        self._drain(flush=True, rotate=False)
+
+    def rotate_if_due(self) -> None:
+        """Rotate now if the run is due (between requests: the request index calls it)."""
+        if not self._rotation_due():
+            return
+        self._hold_records()
+        try:
+            self._drain(rotate=False)
+            if self._rotation_due():
+                self._rotate()
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            self._release_records()
 
     def sync(self, name: str, key: Any, fn: Callable[[], T], replay: Callable[[Any], T]) -> T:
         # Recorded as any call: the order of these events across threads is what replay
@@ -675,6 +765,14 @@ class RecordRuntime:
         """One REQUEST record (see _requests.py); nothing once the recording has ended."""
         if self.active and self.record_value(REQUEST, fields):
             self.requests_recorded += 1
+            # Between requests if the run ever is; a server never idle rotates anyway once
+            # past twice the count (the requests under way go on in the next run, whole).
+            limit = self.rotate_requests
+            if limit is not None and (
+                not self.requests.in_flight()
+                or self.requests_recorded - self._run_requests >= 2 * limit
+            ):
+                self.rotate_if_due()
 
     # -- records ------------------------------------------------------------------------------
 
@@ -781,13 +879,18 @@ class RecordRuntime:
     _args_digest = staticmethod(args_digest)  # for keys the per-call path does not digest
     _finish_records: Finisher | None = None  # what the pipeline does to each buffer first
 
-    def _drain(self, *, flush: bool = False) -> None:
+    def _drain(self, *, flush: bool = False, rotate: bool = True) -> None:
+        """Hand the buffer (whole records) to the pipeline; the records are held. A run due
+        to rotate by size rotates here (`rotate`: the caller is the recording of a record)."""
         # The pipeline takes the buffer as it is; a new one collects what follows.
         buf, self._buf = self._buf, bytearray()
         unhashed, self._unhashed = self._unhashed, 0
+        self._run_bytes += len(buf)
         self._out.send(buf, unhashed, flush=flush, finish=self._finish_records)
         if flush:
             self._last_flush = _monotonic()
+        if rotate and self.rotate_bytes is not None and self._rotation_due():
+            self._rotate()
 
     # -- endings ------------------------------------------------------------------------------
 
@@ -837,7 +940,7 @@ class RecordRuntime:
 
     def _seal_end(self, last: Callable[[bytes], bytes] | None) -> None:
         try:
-            self._drain()
+            self._drain(rotate=False)
             self._out.end(last)
         except Exception as exc:
             self.outcome = f"failed: {exc.__class__.__name__}: {exc}"

@@ -75,6 +75,17 @@ class S3Store:
         the inherited client's connections are the parent's."""
         return S3Store(self.bucket, self.prefix, self.options)
 
+    @property
+    def name(self) -> str:
+        """The last part of the prefix: the run's location as a continuation names it."""
+        return self.prefix.rstrip("/").rpartition("/")[2]
+
+    def beside(self, name: str) -> S3Store:
+        """The location `name` next to this one (same bucket, the prefix's last part
+        replaced), with a client of its own: where a rotated run's next or previous run is."""
+        parent = self.prefix.rstrip("/").rpartition("/")[0]
+        return S3Store(self.bucket, f"{parent}/{name}" if parent else name, self.options)
+
     @classmethod
     def from_url(cls, url: str, options: S3Options) -> S3Store:
         rest = url[len("s3://") :]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._errors import StorageError, UsageError
-from ._format import HEADER_OBJECT, segment_process
+from ._format import CONTINUES_OBJECT, HEADER_OBJECT, segment_process
 
 if TYPE_CHECKING:
     from ._s3 import S3Options, S3Store
@@ -73,8 +73,9 @@ class RecordingSource(Protocol):
 
 
 def is_recording_object(name: str) -> bool:
-    """The header, or a segment of the recorded process's or a forked process's stream."""
-    return name == HEADER_OBJECT or segment_process(name) is not None
+    """The header, a continuation's `continues`, or a segment of the recorded process's or a
+    forked process's stream."""
+    return name in (HEADER_OBJECT, CONTINUES_OBJECT) or segment_process(name) is not None
 
 
 class LocalDirStore:
@@ -88,6 +89,16 @@ class LocalDirStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
+
+    @property
+    def name(self) -> str:
+        """The directory's own name: the run's location as a continuation names it."""
+        return self.path.name
+
+    def beside(self, name: str) -> LocalDirStore:
+        """The directory `name` next to this one: where a rotated run's next or previous
+        run is."""
+        return LocalDirStore(self.path.parent / name)
 
     def put(self, name: str, data: BytesLike) -> None:
         if not is_recording_object(name):

@@ -26,8 +26,17 @@
             at) and `events` (how many events the parent had recorded). The child's first
             event is its own `os.fork` call, which returned 0
 
+    ROTATED encoded dict: the last record of a run the recorder rotated (in place of EXIT):
+            the run it goes on in (`next`, its location's name `location`), how many events
+            this stream's line had recorded (`events`) and the stream `digest`, as EXIT's
+    CONTINUES encoded dict: the first record of a rotated-to run's stream: its own `run`,
+            the run it goes on from (`previous`, whose header digest is `header`), the
+            `process` of that run whose stream it continues, and `events` as ROTATED's
+
 A forked process's stream is read after its parent's up to that offset (chain_streams): the
-parent's stream cut there, then the child's whole stream, MAGIC and all. Parsing the chain
+parent's stream cut there, then the child's whole stream, MAGIC and all. A rotated-to run's
+stream is read after the whole stream it continues (which ends with ROTATED), so a run's line
+is every run before it, each cut where the next goes on. Parsing the chain
 continues the parent's state (callee names, blobs, threads, event numbers) into the child's
 records, as the child process continued the recorder's; each stream's EXIT digest covers its
 own records only.
@@ -61,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._codec import MALFORMED, CodecError, Decoder, blob_digest, decode_value, malformed
-from ._format import valid_process_path
+from ._format import valid_location_name, valid_process_path, validate_run_id
 
 __all__ = [
     "ARGS_DIGEST_SIZE",
@@ -79,14 +88,15 @@ __all__ = [
 ]
 
 MAGIC = b"STRACEv\x00"
-STREAM_VERSION = 4  # 2: THREAD records (a version 1 stream is one thread's); 3: REQUEST;
-# 4: FORK and FORKED (forked processes' streams)
-READ_VERSIONS = (1, 2, 3, 4)
+STREAM_VERSION = 5  # 2: THREAD records (a version 1 stream is one thread's); 3: REQUEST;
+# 4: FORK and FORKED (forked processes' streams); 5: ROTATED and CONTINUES (rotated runs)
+READ_VERSIONS = (1, 2, 3, 4, 5)
 ARGS_DIGEST_SIZE = 16
 
-META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD, REQUEST, FORK, FORKED = range(
-    1, 14
-)
+(
+    META, BLOB, SOURCE, NAME, CALL, OUTPUT, NOTE, STOP, EXIT, THREAD, REQUEST, FORK, FORKED,
+    ROTATED, CONTINUES,
+) = range(1, 16)  # fmt: skip
 MAX_THREADS = 1 << 20  # a THREAD index beyond this is malformed
 KIND_NAMES = {
     META: "META",
@@ -102,6 +112,8 @@ KIND_NAMES = {
     REQUEST: "REQUEST",
     FORK: "FORK",
     FORKED: "FORKED",
+    ROTATED: "ROTATED",
+    CONTINUES: "CONTINUES",
 }
 
 STATUS_RETURNED, STATUS_RAISED = 0, 1
@@ -206,6 +218,12 @@ class ParsedStream:
     process: str = ""
     switches: dict[int, str] = field(default_factory=dict)
     forks: list[dict[str, Any]] = field(default_factory=list)
+    # The run whose stream ends the chain (META's run, or the last continuation's); the
+    # ROTATED record that ends it, if the recorder rotated it; the runs the chain went on in
+    # (event where each began -> its run id).
+    run_id: str = ""
+    rotated: dict[str, Any] | None = None
+    rotations: dict[int, str] = field(default_factory=dict)
 
     @property
     def indexes_requests(self) -> bool:
@@ -292,20 +310,30 @@ def _parse_stream(data: bytes) -> ParsedStream:
     stream_start = 0  # where the stream being read began (a forked process's: its MAGIC)
     while reader.pos < len(view):
         if parsed is not None and view[reader.pos : reader.pos + len(MAGIC)] == MAGIC:
-            stream_start = _enter_forked(parsed, reader, view, stream_start)
-            hasher = stream_digest()  # from the FORKED record on: the child's own
+            stream_start = _enter_stream(parsed, reader, view, stream_start)
+            hasher = stream_digest()  # from the FORKED or CONTINUES record on: its own
             hasher.update(view[stream_start + len(stream_prefix()) : reader.pos])
             continue
         start, kind, body = _next_record(reader, view)
         if parsed is None:
             parsed = ParsedStream(meta=_meta(kind, body), version=_version(data))
+            run_id = parsed.meta.get("run_id")
+            parsed.run_id = run_id if isinstance(run_id, str) else ""
         elif parsed.exit is not None:
             raise CodecError("records follow EXIT")
-        elif kind == EXIT:
-            parsed.exit = _mapping(body, "EXIT")
+        elif parsed.rotated is not None:
+            raise CodecError("records follow ROTATED")
+        elif kind in (EXIT, ROTATED):
+            ending = _mapping(body, KIND_NAMES[kind])
             parsed.digest = hasher.digest()
-            if parsed.exit.get("digest") != parsed.digest:
-                raise CodecError("the event stream digest does not match its EXIT record")
+            if ending.get("digest") != parsed.digest:
+                raise CodecError(
+                    f"the event stream digest does not match its {KIND_NAMES[kind]} record"
+                )
+            if kind == EXIT:
+                parsed.exit = ending
+            else:
+                _rotated(parsed, ending, start)
             continue
         else:
             _parse_record(parsed, kind, body, names, start)
@@ -317,25 +345,95 @@ def _parse_stream(data: bytes) -> ParsedStream:
     return parsed
 
 
-def _enter_forked(
-    parsed: ParsedStream, reader: Decoder, view: memoryview, parent_start: int
+def _rotated(parsed: ParsedStream, fields: dict[str, Any], start: int) -> None:
+    """A ROTATED record, checked: the run ends here and goes on in another (replay stops
+    here: the continuation's line replays on)."""
+    nxt, location, events = fields.get("next"), fields.get("location"), fields.get("events")
+    if (
+        set(fields) != {"next", "location", "events", "digest"}
+        or not _run_id(nxt)
+        or not isinstance(location, str)
+        or not valid_location_name(location)
+        or events != len(parsed.events)
+    ):
+        raise CodecError(f"malformed ROTATED record at byte {start}")
+    parsed.rotated = fields
+    parsed.stop = {
+        "reason": f"the recorder rotated the run: it goes on in run {nxt}",
+        "where": f"the end of run {parsed.run_id}",
+        "events": events,
+        "continued_in": nxt,
+    }
+
+
+def _run_id(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        validate_run_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _enter_stream(
+    parsed: ParsedStream, reader: Decoder, view: memoryview, before_start: int
 ) -> int:
-    """At a MAGIC inside the chain: check the forked process's stream that begins here (its
-    version, its FORKED record, that it continues the stream before it where that forked)
-    and read on in it. Its start; the reader is left after its FORKED record."""
+    """At a MAGIC inside the chain: check the stream that begins here (its version, its first
+    record: FORKED for a forked process's, CONTINUES for a rotated-to run's; that it goes on
+    from the stream before it where that one forked or ended) and read on in it. Its start;
+    the reader is left after that first record."""
     start = reader.pos
-    if parsed.exit is not None or parsed.stop is not None:
-        raise CodecError(f"a forked process's stream at byte {start} follows its parent's end")
     version = int.from_bytes(view[start + len(MAGIC) : start + len(MAGIC) + 2], "little")
     if version < 4 or version not in READ_VERSIONS:
-        raise CodecError(f"the forked process's stream at byte {start} has version {version}")
+        raise CodecError(f"the chained stream at byte {start} has version {version}")
     reader.pos = start + len(stream_prefix())
     if reader.pos >= len(view):
-        raise CodecError(f"the forked process's stream at byte {start} is empty")
+        raise CodecError(f"the chained stream at byte {start} is empty")
     _, kind, body = _next_record(reader, view)
+    if kind == CONTINUES:
+        _enter_continued(parsed, _mapping(body, "CONTINUES"), start)
+        return start
+    if parsed.exit is not None or parsed.stop is not None:
+        raise CodecError(f"a forked process's stream at byte {start} follows its parent's end")
     if kind != FORKED:
-        raise CodecError(f"the forked process's stream at byte {start} has no FORKED record")
-    forked = _mapping(body, "FORKED")
+        raise CodecError(f"the chained stream at byte {start} has no FORKED or CONTINUES record")
+    _enter_forked(parsed, _mapping(body, "FORKED"), start, before_start)
+    return start
+
+
+def _enter_continued(parsed: ParsedStream, fields: dict[str, Any], start: int) -> None:
+    """A rotated-to run's stream: it must go on from exactly where the run before it ended."""
+    run, previous, process = fields.get("run"), fields.get("previous"), fields.get("process")
+    header = fields.get("header")
+    if (
+        set(fields) != {"run", "previous", "process", "header", "events"}
+        or not _run_id(run)
+        or not isinstance(process, str)
+        or not isinstance(header, bytes)
+        or len(header) != 32
+    ):
+        raise CodecError(f"malformed CONTINUES record at byte {start}")
+    rotated = parsed.rotated
+    if (
+        rotated is None
+        or rotated.get("next") != run
+        or previous != parsed.run_id
+        or process != parsed.process
+        or fields.get("events") != len(parsed.events)
+    ):
+        raise CodecError(f"run {run}'s stream does not go on from where the run before it ended")
+    assert isinstance(run, str)  # (_run_id checked it)
+    parsed.run_id = run
+    parsed.process = ""
+    parsed.rotated = parsed.stop = None
+    parsed.rotations[len(parsed.events)] = run
+
+
+def _enter_forked(
+    parsed: ParsedStream, forked: dict[str, Any], start: int, parent_start: int
+) -> None:
+    """A forked process's stream: it must go on from its parent's where the parent forked."""
     path, parent = forked.get("path"), forked.get("parent")
     if (
         set(forked) != {"path", "parent", "offset", "events"}
@@ -352,7 +450,6 @@ def _enter_forked(
         )
     parsed.process = path
     parsed.switches[len(parsed.events)] = path
-    return start
 
 
 def chain_streams(streams: list[bytes]) -> bytes:
@@ -364,6 +461,9 @@ def chain_streams(streams: list[bytes]) -> bytes:
     parts: list[bytes | memoryview] = []
     for parent, child in itertools.pairwise(streams):
         offset = _fork_offset(child)
+        if offset is None:  # a rotated-to run's: it goes on after the whole stream before it
+            parts.append(parent)
+            continue
         if offset > len(parent):
             raise CodecError(
                 "the parent's stream ends before the fork its child's stream continues from"
@@ -373,16 +473,20 @@ def chain_streams(streams: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def _fork_offset(stream: bytes) -> int:
+def _fork_offset(stream: bytes) -> int | None:
+    """Where in the stream before it a forked process's stream goes on from; None for a
+    rotated-to run's (after the whole of it)."""
     try:
         reader = _records(stream)
         view = memoryview(stream)
         _, kind, body = _next_record(reader, view)
+        if kind == CONTINUES:
+            return None
         offset = _mapping(body, "FORKED").get("offset") if kind == FORKED else None
     except MALFORMED as exc:
-        raise malformed("a forked process's stream", exc) from exc
+        raise malformed("a chained stream", exc) from exc
     if type(offset) is not int or offset < len(stream_prefix()):
-        raise CodecError("a forked process's stream does not begin with its FORKED record")
+        raise CodecError("a chained stream begins with neither FORKED nor CONTINUES")
     return offset
 
 
@@ -437,8 +541,10 @@ def _parse_record(
         ):
             raise CodecError(f"malformed FORK record at byte {start}")
         parsed.forks.append(fork)
-    elif kind == FORKED:
-        raise CodecError(f"a FORKED record at byte {start} does not begin a forked stream")
+    elif kind in (FORKED, CONTINUES):
+        raise CodecError(
+            f"a {KIND_NAMES[kind]} record at byte {start} does not begin a chained stream"
+        )
     elif kind == THREAD:
         dec = Decoder(body)
         index = dec.varint()

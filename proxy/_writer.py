@@ -27,6 +27,7 @@ from ._errors import StorageError
 from ._format import (
     AAD,
     CHUNK_PREFIX,
+    CONTINUES_OBJECT,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SEGMENT_SIZE,
     FLAG_FINAL,
@@ -38,10 +39,12 @@ from ._format import (
     SEGMENT_HEADER,
     SEGMENT_MAGIC,
     TAG_SIZE,
+    Continuation,
     RecordingHeader,
     body_cipher,
     check_sizes,
     header_digest,
+    seal_continuation,
     segment_capacity,
     segment_name,
     valid_process_path,
@@ -64,11 +67,15 @@ class SealedWriter:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
+        previous: Continuation | None = None,
     ) -> None:
+        """A new recording. With `previous` it is a continuation (a run the recorder rotated
+        to): its `continues` object names that run and carries its key (seal_continuation)."""
         validate_run_id(run_id)
         check_sizes(chunk_size, segment_size)
         self._sink = sink
         self._chunk_size = chunk_size
+        self.run_id = run_id
         recording_key = os.urandom(RECORDING_KEY_SIZE)
         header = RecordingHeader(
             run_id=run_id,
@@ -80,6 +87,20 @@ class SealedWriter:
         self._start(Secret.copy_of(recording_key), header_digest(header), segment_size, "")
         del recording_key
         self._put(HEADER_OBJECT, header)
+        if previous is not None:
+            assert self._key is not None
+            self._put(CONTINUES_OBJECT, seal_continuation(self._key, self.header_digest, previous))
+
+    def continuation(self, location: str) -> Continuation:
+        """This recording as the run it rotates to names it (its stream goes on there from
+        where it ends): a copy of the key, for seal_continuation, which the caller wipes.
+        `location`: this run's location's name (the store's `name`)."""
+        if self._key is None:
+            raise ValueError("the writer has closed")
+        return Continuation(
+            self.run_id, location, self.process, self.header_digest,
+            Secret.copy_of(self._key.view()),
+        )  # fmt: skip
 
     @classmethod
     def for_process(cls, parent: SealedWriter, sink: RecordingSink, process: str) -> SealedWriter:
@@ -94,6 +115,7 @@ class SealedWriter:
         child = cls.__new__(cls)
         child._sink = sink
         child._chunk_size = parent._chunk_size
+        child.run_id = parent.run_id
         child._start(
             Secret.copy_of(parent._key.view()),
             parent.header_digest,

@@ -244,6 +244,8 @@ def inspect(
         detail = seg.problem or f"{seg.chunks} chunk{plural}" + (", final" if seg.has_final else "")
         typer.echo(f"  {seg.name}  {seg.size:>10} bytes  versions {seg.versions}  {detail}")
     typer.echo(f"status      {report.completeness}")
+    if report.continues is not None:
+        typer.echo(f"continues   {report.continues}")
     for path, status in report.processes.items():
         typer.echo(f"process {path:<4}{status}  (a forked process: --process {path})")
     for alarm in report.alarms:
@@ -297,6 +299,24 @@ def record(
     service: Annotated[
         str | None, typer.Option("--service", help="With --server: the service's name.")
     ] = None,
+    rotate_requests: Annotated[
+        int | None,
+        typer.Option(
+            "--rotate-requests",
+            min=1,
+            help="Rotate to a new run (beside the first: OUTPUT.2, OUTPUT.3, ...; with "
+            "--server, under a key leased for it) once the run's request index holds this "
+            "many requests.",
+        ),
+    ] = None,
+    rotate_size: Annotated[
+        str | None,
+        typer.Option(
+            "--rotate-size",
+            help="Rotate to a new run once the run's event stream is this large "
+            "(bytes, or with K, M or G).",
+        ),
+    ] = None,
 ) -> None:
     """Run a Python program and record it at the call boundary into a sealed recording.
 
@@ -316,6 +336,7 @@ def record(
                          f"line (/proc/PID/cmdline); set {TOKEN_ENV} or pass the token on a "
                          "descriptor with --token-fd")  # fmt: skip
     roots, allow = [str(p) for p in app_root or []], list(env_allow or [])
+    rotate_bytes = None if rotate_size is None else _size(rotate_size, "--rotate-size")
     if server is not None:
         if recipient is not None or output is not None or run_id is not None:
             raise UsageError("--server leases the key and names the run: no --recipient, "
@@ -326,15 +347,33 @@ def record(
         from ._platform import PlatformClient
 
         code = run_through_platform(PlatformClient(server, secret), store, command or [],
-                                    service=service, app_roots=roots, env_allow=allow)  # fmt: skip
+                                    service=service, app_roots=roots, env_allow=allow,
+                                    rotate_requests=rotate_requests,
+                                    rotate_bytes=rotate_bytes)  # fmt: skip
     else:
         if token_fd is not None:
             raise UsageError("--token-fd goes with --server")
         if recipient is None or output is None:
             raise UsageError("record needs --recipient and --output (or --server)")
         code = run_recorded(Recipient.load(recipient), output, command or [], app_roots=roots,
-                            env_allow=allow, run_id=run_id)  # fmt: skip
+                            env_allow=allow, run_id=run_id, rotate_requests=rotate_requests,
+                            rotate_bytes=rotate_bytes)  # fmt: skip
     raise typer.Exit(code)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MIN_ROTATE_BYTES = 64 * 1024  # one drain of the recorder's buffer: less would rotate at each
+
+
+def _size(text: str, option: str) -> int:
+    """A size as `--rotate-size` takes it: 1048576, 512K, 256M, 2G (binary units)."""
+    number, unit = text.strip().upper().rstrip("B"), ""
+    if number[-1:] in _UNITS:
+        number, unit = number[:-1], number[-1]
+    if not number.isdigit() or int(number) * _UNITS[unit] < MIN_ROTATE_BYTES:
+        raise UsageError(f"{option} takes a size of at least 64K (bytes, or with K, M or G), "
+                         f"not {text!r}")  # fmt: skip
+    return int(number) * _UNITS[unit]
 
 
 def _version(value: bool) -> None:

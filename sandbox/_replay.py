@@ -508,7 +508,7 @@ class ReplayRuntime:
     def end(self, status: int) -> NoReturn:
         """The program's exit: every recorded event replayed, and the recorded exit status."""
         if self.parsed.stop is not None:
-            self.finish("stopped", None, status)
+            self.finish("bit-exact" if self.parsed.rotated is not None else "stopped", None, status)
         state = self.scheduler.current()
         while True:
             if not self.scheduler.single and state is not None:
@@ -539,11 +539,13 @@ class ReplayRuntime:
 
     def _reached_stop(self) -> NoReturn:
         """Every recorded event matched, up to where the recording stopped (a fork): a query
-        pass answers with what it found up to here; a replay says it stopped."""
+        pass answers with what it found up to here; a replay says it stopped. A rotated run's
+        end is no stop of the recorder's: every event of the run matched, which is bit-exact
+        (the receipt's `stop` names the run it goes on in)."""
         assert self.parsed.stop is not None
         if self.on_stop is not None:
             self.on_stop(self.parsed.stop)
-        self.finish("stopped", None)
+        self.finish("bit-exact" if self.parsed.rotated is not None else "stopped", None)
 
     def finish(
         self, status: str, divergence: dict[str, Any] | None, exit_status: int | None = None
@@ -551,7 +553,7 @@ class ReplayRuntime:
         recorded_exit = self.parsed.exit
         receipt = {
             "status": status,
-            "run_id": self.parsed.meta.get("run_id"),
+            "run_id": self.parsed.run_id or self.parsed.meta.get("run_id"),
             "events_replayed": self.position,
             "events_recorded": len(self.events),
             "outputs_matched": self.outputs_matched,

@@ -60,6 +60,9 @@ class Receipt:
                 f"{stop.get('where')}; replay matched everything up to there but cannot go on"
             )
         if div is None:
+            rotated = (d.get("stop") or {}).get("continued_in")
+            if rotated:
+                return f"replay is bit-exact to the end of the run, which goes on in run {rotated}"
             return "replay is bit-exact"
         where = div.get("location")
         if div.get("app_location") and div.get("app_location") != where:

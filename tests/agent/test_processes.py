@@ -101,3 +101,47 @@ def test_the_agent_opens_the_process_its_assignment_names(tmp_path: Path, keys: 
                   lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
     assert ended == "failed" and server.states[-1][0] == "failed"
     assert "no process 2" in str(server.states[-1][1])
+
+
+ROTATED = """\
+import time
+
+
+def mark(where):
+    return where
+
+
+with open({prices!r}) as f:
+    base = f.read().strip()
+for _ in range(300):
+    with open({lines!r}) as f:
+        f.read()
+    time.time()
+mark(base)
+"""
+
+
+def test_the_agent_opens_a_rotated_run_after_the_runs_it_goes_on_from(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """A run the recorder rotated to is replayed after its line: the session key opens the
+    run the assignment names, whose `continues` object opens the run before it, and so on;
+    the value read in the first run is there at the end of the last."""
+    prices, lines = tmp_path / "prices.txt", tmp_path / "lines.txt"
+    prices.write_text("'fourty-one'\n")
+    lines.write_text("z" * 2000)
+    app = write_app(tmp_path / "app", ROTATED.format(prices=str(prices), lines=str(lines)))
+    store = tmp_path / "rec"
+    done = record(keys, store, [PYTHON, str(app)], "--rotate-size", "64K")
+    assert done.proc.returncode == 0, done.proc.stderr
+    prices.unlink()
+    lines.unlink()
+    runs = [store, *sorted(tmp_path.glob("rec.*"), key=lambda p: int(p.suffix[1:]))]
+    assert len(runs) >= 3
+    last = runs[-1]
+    agent = generate_identity()
+    server = Server()
+    ended = serve(_assignment(last, keys, agent, ""), agent, "agent-1", server,  # type: ignore[arg-type]
+                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    assert ended == "closed", server.states
+    assert _where(server) == "\"'fourty-one'\""

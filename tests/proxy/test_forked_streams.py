@@ -190,5 +190,5 @@ def test_a_child_stream_needs_its_forked_record_and_a_parent_long_enough() -> No
     with pytest.raises(CodecError, match="ends before the fork"):
         chain_streams([parent[: offset - 3], _child(offset)])
     # A FORKED record anywhere but at a forked stream's start is malformed.
-    with pytest.raises(CodecError, match="does not begin a forked stream"):
+    with pytest.raises(CodecError, match="does not begin a chained stream"):
         parse_stream(parent + _record(FORKED, {"path": "1"}))

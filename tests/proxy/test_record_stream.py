@@ -201,8 +201,8 @@ def test_an_event_stream_is_unchanged(implementation: str) -> None:
     assert pipeline.close(10) is None
     stream = bytearray(writer.data)
     assert (
-        stream[VERSION_AT] == STREAM_VERSION.to_bytes(2, "little") == b"\x04\x00"
-    )  # 3: REQUEST records, 4: FORK and FORKED (none here)
+        stream[VERSION_AT] == STREAM_VERSION.to_bytes(2, "little") == b"\x05\x00"
+    )  # 3: REQUEST records, 4: FORK and FORKED, 5: ROTATED and CONTINUES (none here)
     stream[VERSION_AT] = (1).to_bytes(2, "little")
     assert (hashlib.sha256(stream).hexdigest(), len(stream)) == EXPECTED_STREAM
     parsed = parse_stream(stream)

@@ -290,7 +290,8 @@ def _summary_of(
 
 def test_the_recorder_reports_how_many_requests_it_indexed(tmp_path: Path, keys: Any) -> None:
     summary, lines = _summary_of(tmp_path, keys, SERVES, "3", clients=3)
-    assert summary == {"requests": 3}
+    ((run_id, counted),) = summary.pop("runs")  # the one run (no rotation) and its count
+    assert summary == {"requests": 3} and counted == 3 and run_id.startswith("run-")
     # The program's first descriptor is the one it gets without a summary: the summary's
     # pipe is out of its way.
     _none, plain = _summary_of(tmp_path, keys, SERVES, "0", summary=False)

@@ -126,3 +126,43 @@ def test_a_gunicorn_gthread_worker_replays_bit_exact_and_traces_a_request(
     processes_now = run_cli("inspect", str(store)).stdout
     if b"process 2 " in processes_now:  # the worker it forked after the first one ended
         assert_bit_exact(*replay(keys, store, "--process", "2"))
+
+
+def test_a_gunicorn_worker_rotated_by_requests_replays_each_of_its_runs(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """`--rotate-requests` in a forked worker: the worker's runs are its own ("rec-p1.2",
+    "rec-p1.3", ...: the recording's name, the process's path, the run's number), each read
+    after the arbiter's run up to the fork and the worker's stream before it; each replays
+    bit-exact with the database deleted, and the last one's request index holds every
+    request the worker served."""
+    database = promotions_database(tmp_path / "promotions.db")
+    app_dir = tmp_path / "app"
+    write_app(app_dir, APP.format(database=str(database)), "shop.py")
+    config = write_app(app_dir, CONFIG, "gunicorn_conf.py")
+    store = tmp_path / "rec"
+    command = [
+        PYTHON, "-m", "gunicorn", "--config", str(config), "--chdir", str(app_dir),
+        "--workers", "1", "--worker-class", "gthread", "--threads", "2",
+        "--no-control-socket", "--bind", "127.0.0.1:0", "shop:application",
+    ]  # fmt: skip
+    options = ("--app-root", str(app_dir), "--rotate-requests", "2")
+    with recorded_server(keys, store, command, *options) as (recorder, port):
+        answers: dict[str, str] = {}
+        for _ in range(3):
+            for code in ORDERS:  # one after another: each run ends between requests
+                _order(port, code, answers)
+        recorder.terminate()
+        _out, err = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, err.decode()
+    assert answers == {code: str(total) for code, total in ORDERS.items()}
+    database.unlink()
+    worker_runs = sorted(tmp_path.glob("rec-p1.*"), key=lambda p: int(p.suffix[1:]))
+    assert [p.name for p in worker_runs] == [f"rec-p1.{n}" for n in range(2, 6)]
+    for run in worker_runs:
+        assert_bit_exact(*replay(keys, run))
+    listed = run_cli("requests", str(worker_runs[-1]), "--identity", str(keys.identity_path),
+                     "--json")  # fmt: skip
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert listed.stdout.count(b'"/price"') == 9
+    assert_bit_exact(*replay(keys, store))  # the arbiter's run did not rotate
