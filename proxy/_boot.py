@@ -78,6 +78,7 @@ def main() -> None:
             rotate_requests=config.get("rotate_requests"),
             rotate_bytes=config.get("rotate_bytes"),
             next_run=LeasedRuns(config["lease_fifo"]) if config.get("lease_fifo") else None,
+            parent=config.get("parent"),
         )
     except Exception as exc:
         _report_stderr(f"recording did not start: {exc}; the application runs unrecorded")

@@ -32,7 +32,7 @@ from typing import Any
 
 from ._errors import UsageError
 from ._keys import Recipient
-from ._lease_pool import LeasePool, PooledKey, pool_key
+from ._lease_pool import LeasePool, PooledKey, PoolState, pool_key
 
 __all__ = ["Lease", "PlatformClient", "PlatformError"]
 
@@ -125,13 +125,7 @@ class PlatformClient:
         """A key for one run, or None (the reason in `self.why`)."""
         self.why = self.notice = ""
         with self.pool.locked() as pool:
-            if pool.dropped:
-                self.notice = (f"dropped {pool.dropped} entr{'y' if pool.dropped == 1 else 'ies'}"
-                               f" of the lease pool {self.pool.path} that did not verify as the"
-                               " server's (altered, planted, or written by an older sealtrace);"
-                               " no key of theirs is used")  # fmt: skip
-            elif pool.problem:
-                self.notice = f"{pool.problem}; leasing without it"
+            self.notice = self._pool_notice(pool)
             if not pool.keys:
                 if time.time() < pool.retry_after:
                     self.why = "the server did not answer lately; not asking again yet"
@@ -149,6 +143,27 @@ class PlatformClient:
         if taken is None:
             return None
         return Lease(taken.run_id, _recipient(taken.public_key), taken.store)
+
+    def _pool_notice(self, pool: PoolState) -> str:
+        """What to say once of the pool as it was found (entries dropped, or unusable)."""
+        if pool.dropped:
+            return (f"dropped {pool.dropped} entr{'y' if pool.dropped == 1 else 'ies'}"
+                    f" of the lease pool {self.pool.path} that did not verify as the"
+                    " server's (altered, planted, or written by an older sealtrace);"
+                    " no key of theirs is used")  # fmt: skip
+        return f"{pool.problem}; leasing without it" if pool.problem else ""
+
+    def give_back(self, leases: list[Lease]) -> None:
+        """Leases taken but never used (a rotation or a child that never came), back to the
+        front of the pool for the next runs on this host, MACed as every entry is."""
+        self.notice = ""
+        if not leases:
+            return
+        with self.pool.locked() as pool:
+            self.notice = self._pool_notice(pool)
+            back = [PooledKey(lease.run_id, base64.urlsafe_b64encode(lease.recipient.raw)
+                              .decode().rstrip("="), lease.store) for lease in leases]  # fmt: skip
+            pool.keys[:0] = back
 
     def _fetch(self, count: int) -> list[PooledKey]:
         """Keys straight from the server, over the token's authenticated call: the only

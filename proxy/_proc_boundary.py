@@ -12,13 +12,20 @@ from __future__ import annotations
 import contextlib
 import io
 import subprocess
+import types
 from typing import Any
 
 from ._boundary import Patcher
 from ._io_boundary import BoundaryRaw, _layers
 from ._runtime import Runtime, args_digest
 
-__all__ = ["Popen", "SemLockProxy", "install_semaphores", "install_subprocess"]
+__all__ = [
+    "Popen",
+    "SemLockProxy",
+    "install_children",
+    "install_semaphores",
+    "install_subprocess",
+]
 
 _BasePopen = subprocess.Popen
 
@@ -35,6 +42,15 @@ def _translate(data: bytes | None, encoding: str | None, errors: str | None) -> 
 
 class Popen:
     _rt: Runtime
+    __class_getitem__: Any = classmethod(types.GenericAlias)  # subprocess.Popen[bytes]
+
+    @property
+    def universal_newlines(self) -> bool:
+        return self.text_mode
+
+    @universal_newlines.setter
+    def universal_newlines(self, value: bool) -> None:
+        self.text_mode = bool(value)
 
     def __init__(
         self,
@@ -263,10 +279,26 @@ class SemLockProxy:
 
     @classmethod
     def _rebuild(cls, *state: Any) -> Any:
-        cls.runtime.unsupported(
-            "a multiprocessing semaphore passed to a spawned process is not recorded"
+        """A semaphore a spawned process was given by its parent (unpickled): a proxy like
+        one the program made, its operations recorded calls; replay rebuilds no semaphore."""
+        rt = cls.runtime
+        if not rt.intercepting():
+            return cls.real_class._rebuild(*state)
+        self = object.__new__(cls)
+        self._rt, self._oid = rt, rt.new_oid()
+        made: list[Any] = []
+
+        def rebuild() -> tuple[int, int, int, str | None]:
+            real = cls.real_class._rebuild(*state)
+            made.append(real)
+            return real.handle, real.kind, real.maxvalue, real.name
+
+        # (handle, kind, maxvalue, name): the handle is a descriptor number, not in the key
+        self.handle, self.kind, self.maxvalue, self.name = rt.call(
+            "multiprocessing.SemLock._rebuild", tuple(state[1:]), rebuild
         )
-        return cls.real_class._rebuild(*state)
+        self._real = made[0] if made else None
+        return self
 
 
 def install_semaphores(rt: Runtime, patcher: Patcher) -> None:
@@ -285,3 +317,32 @@ def install_semaphores(rt: Runtime, patcher: Patcher) -> None:
         },
     )
     patcher.replace(_multiprocessing, "SemLock", proxy)
+
+
+def install_children(rt: Runtime, patcher: Patcher) -> None:
+    """`_posixsubprocess.fork_exec`, through which Python starts every program it runs
+    (subprocess's Popen, inside its own boundary call; multiprocessing's spawn and forkserver
+    starts and its resource tracker, directly): a start the program makes itself is a call
+    that returned the child's pid, and replay starts nothing. When recording, a child that is
+    this interpreter running Python is started under the recorder as a run of its own
+    (`rt.python_child` rewrites its command line: _recorder.py's _child_command), and its
+    parent's recording names it."""
+    import _posixsubprocess
+
+    real = _posixsubprocess.fork_exec
+
+    def fork_exec(args: Any, executable_list: Any, *rest: Any) -> Any:
+        def start() -> Any:  # (inside the call: the recorder's own calls are not recorded)
+            child = getattr(rt, "python_child", None)
+            command = (child(args, executable_list, rest) if child is not None else None) or args
+            return real(command, executable_list, *rest)
+
+        # The key is the command line's length only: the interpreter's path and the
+        # descriptors named in it differ where the run replays.
+        return rt.call(
+            "_posixsubprocess.fork_exec",
+            (len(args) if isinstance(args, list | tuple) else -1,),
+            start,
+        )
+
+    patcher.replace(_posixsubprocess, "fork_exec", fork_exec)

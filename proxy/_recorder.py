@@ -19,6 +19,8 @@ import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import io
+import json
 import os
 import re
 import secrets
@@ -31,7 +33,7 @@ from typing import Any
 from ._boundary import Patcher, install, libraries
 from ._codec import blob_digest
 from ._format import DEFAULT_CHUNK_SIZE
-from ._io_boundary import describe_stdio
+from ._io_boundary import describe_stdio, tracked_descriptors
 from ._keys import Recipient
 from ._launch import Target
 from ._pipeline import StreamPipeline
@@ -81,6 +83,7 @@ REPLAYING = False  # set by the replaying process: start_recording() is then a n
 _SEGMENT_SIZE = 1024 * 1024
 _getpid = os.getpid  # captured: the recorder's own calls are never recorded
 _spec_from_file_location = importlib.util.spec_from_file_location
+_open_code = io.open_code
 
 
 def _canonical(name: str) -> str:
@@ -265,6 +268,24 @@ def recording_file_specs(recording: Recording) -> Callable[..., Any]:
     return spec_from_file_location
 
 
+def recording_open_code(recording: Recording) -> Callable[[Any], Any]:
+    """io.open_code, for a recording: an application file read as code by its path (runpy's
+    run_path: how a multiprocessing spawn child runs its parent's main module) has its bytes
+    recorded as a source, and the program gets exactly those (replay serves them by path)."""
+    base = _open_code
+
+    def open_code(path: Any) -> Any:
+        if isinstance(path, str) and path.endswith(".py") and recording.is_app_file(path, None):
+            with base(path) as f:
+                source = f.read()
+            name = os.path.abspath(path)
+            recording.record_source(f"<code:{name}>", name, False, source)
+            return io.BytesIO(source)
+        return base(path)
+
+    return open_code
+
+
 class RecordingLoader(importlib.machinery.SourceFileLoader):
     def __init__(self, fullname: str, path: str, recording: Recording) -> None:
         super().__init__(fullname, path)
@@ -292,6 +313,7 @@ class Recording:
         rotate_requests: int | None = None,
         rotate_bytes: int | None = None,
         next_run: NextRun | None = None,
+        parent: dict[str, Any] | None = None,
     ) -> None:
         """`rotate_requests`/`rotate_bytes`: rotate the run once its request index holds that
         many requests, or its stream that many bytes (_rotated), to the runs `next_run` names
@@ -302,6 +324,8 @@ class Recording:
         self._rotate = (rotate_requests, rotate_bytes)
         self._retired: list[StreamPipeline] = []
         self._next_run = next_run or NumberedRuns(recipient)
+        self._parent = parent  # a child's run: the run (process, event) that started it
+        self._rotate_settings = (rotate_requests, rotate_bytes, next_run)
         self.target = target
         self._recipient = recipient
         self._sink = sink
@@ -331,6 +355,11 @@ class Recording:
                 hash_seed=os.environ.get("PYTHONHASHSEED"),
                 libs=[lib.name for lib in libs],
             )
+            if self._parent is not None:
+                meta["parent"] = self._parent
+            inherited = _inherited_descriptors()
+            if inherited:
+                meta["descriptors"] = inherited
             self._passthrough = meta["passthrough"]
             pipeline = self._pipeline = StreamPipeline(self._sink)
             pipeline.attach(
@@ -343,8 +372,10 @@ class Recording:
                 )
             )
             rt = self.runtime = record_runtime(pipeline)
+            tracked_descriptors(rt).update(meta.get("descriptors", ()))
             rt.finish_recording = self.finish
             rt.forked = self._forked
+            rt.python_child = self._child_command  # type: ignore[attr-defined]
             if any(limit is not None for limit in self._rotate):
                 rt.rotate_requests, rt.rotate_bytes = self._rotate
                 rt.rotation = self._rotated
@@ -352,7 +383,10 @@ class Recording:
             rt.stdio = meta["stdio"]  # type: ignore[attr-defined]
             rt.passthrough_prefixes = tuple(self._passthrough)  # type: ignore[attr-defined]
             rt.record_value(META, meta)
-            if meta["hash_seed"] in (None, "random"):
+            if meta["hash_seed"] in (None, "random") and self._parent is not None:
+                # (a child's stderr is its own output: said in the recording, not there)
+                rt.note("hash-seed", "PYTHONHASHSEED is not set: set ordering may differ")
+            elif meta["hash_seed"] in (None, "random"):
                 _report_stderr(
                     "PYTHONHASHSEED is not set: set ordering may differ on replay "
                     "(`sealtrace record` sets it for you)"
@@ -375,8 +409,11 @@ class Recording:
                         self.record_source(name, origin, hasattr(module, "__path__"), f.read())
             sys.meta_path.insert(0, SourceRecorder(self))
             importlib.util.spec_from_file_location = recording_file_specs(self)
+            io.open_code = recording_open_code(self)  # type: ignore[assignment]
             forget_distribution_lookups()
             self._patcher = install(rt, libs)
+            if self._parent is not None:
+                rt.store_now()  # a child its parent may kill (a pool's worker) leaves this
             # The recorder's own objects are long-lived: keep them out of every collection.
             gc.freeze()
         except Exception as exc:
@@ -490,6 +527,51 @@ class Recording:
             self._run_starts.append(self.runtime.requests_recorded)
         return new, continues, location
 
+    def _child_command(self, args: Any, executables: Any, rest: tuple[Any, ...]) -> Any:
+        """The command line a child this interpreter runs as Python is started with instead
+        of `args` (fork_exec's), so that it records itself as a run of its own, linked to this
+        one (its META's `parent`), beside this run in the store, under the next run the
+        source gives (`NextRun.child`); None to start it as it is (not this interpreter, not
+        a program `sealtrace record` could record, no run ready: said in a NOTE). Runs on
+        the program's thread inside the start (calls closed: nothing here is recorded)."""
+        from ._boot import BOOT_CODE  # (the boot imports this module)
+        from ._launch import parse_command
+
+        rt, sink = self.runtime, self._sink
+        beside, name = getattr(sink, "beside", None), getattr(sink, "name", None)
+        if rt is None or not rt.active or beside is None or not isinstance(name, str):
+            return None
+        try:
+            argv = [os.fsdecode(a) for a in args]
+            program = os.fsdecode(executables[0])
+            if os.path.realpath(program) != os.path.realpath(sys.executable) or not argv:
+                return None
+            python, target = parse_command(argv)
+        except Exception:  # (not a Python command line sealtrace records: started as is)
+            return None
+        made = self._next_run.child(self.run_id, name, self.process)
+        if made is None:
+            rt.note("child-process", f"a Python child ({target.value}) is not recorded: no run")
+            return None
+        run_id, recipient, location = made
+        cwd = os.fsdecode(rest[2]) if len(rest) > 2 and rest[2] is not None else os.getcwd()
+        if target.kind == "script" and not os.path.isabs(target.value):
+            target.file = os.path.join(cwd, target.value)
+        rotate_requests, rotate_bytes, next_run = self._rotate_settings
+        config = {
+            "recipient": recipient.to_text(),
+            "store": beside(location).location,
+            "run_id": run_id,
+            "app_roots": self._app_roots,
+            "env_allow": self._env_allow,
+            "target": target.as_dict(),
+            "rotate_requests": rotate_requests,
+            "rotate_bytes": rotate_bytes,
+            "lease_fifo": getattr(next_run, "path", None),
+            "parent": {"run": self.run_id, "process": self.process, "event": rt.events},
+        }
+        return [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+
     def run_requests(self) -> list[tuple[str, int]]:
         """Each run of this process's line and how many requests its index recorded."""
         total = self.runtime.requests_recorded if self.runtime is not None else 0
@@ -505,6 +587,7 @@ class Recording:
             self._patcher = None
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, SourceRecorder)]
         importlib.util.spec_from_file_location = _spec_from_file_location
+        io.open_code = _open_code
 
     # -- used by the import hook -------------------------------------------------------------
 
@@ -526,6 +609,26 @@ class Recording:
     def note(self, what: str, detail: str) -> None:
         if self.runtime is not None:
             self.runtime.note(what, detail)
+
+
+def _inherited_descriptors() -> list[int]:
+    """The descriptors beyond stdio this process was started with (before the boundary is
+    installed, and before the recorder opens any): what another process handed it (a spawned
+    child's pipes from its parent: multiprocessing names them on its command line). They are
+    inputs from outside, tracked like descriptors that came through the boundary."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.isdigit() and int(name) > 2:
+            try:
+                os.fstat(int(name))  # (the listing's own descriptor is closed by now)
+            except OSError:
+                continue
+            found.append(int(name))
+    return sorted(found)
 
 
 def _native_modules(preloaded: set[str]) -> list[str]:

@@ -33,7 +33,7 @@ from ._format import HEADER_OBJECT, RecordingHeader
 from ._inspect import describe_recording
 from ._keys import Recipient
 from ._launch import parse_command
-from ._platform import PlatformClient, PlatformError
+from ._platform import Lease, PlatformClient, PlatformError
 from ._record_token import refuse_if_visible, restore_in_child
 from ._rotation import LEASE_RECORD, decode_lease, encode_lease
 from ._store import open_store
@@ -76,15 +76,16 @@ def run_through_platform(
         return _run_child(list(command), dict(os.environ))
     base = base.rstrip("/")
     name = service or (os.path.basename(target.value) if target.kind != "code" else "python -c")
-    runs = PlatformRuns(platform, base, service=name, first=lease.run_id)
     rotating = rotate_requests is not None or rotate_bytes is not None
+    runs = PlatformRuns(
+        platform, base, service=name, first=lease.run_id, ahead=2 if rotating else 1
+    )
     done = threading.Event()
 
     def watch() -> None:
         while True:
             runs.register_new()
-            if rotating:
-                runs.top_up()
+            runs.top_up()
             if done.wait(0.2):
                 return
 
@@ -94,8 +95,7 @@ def run_through_platform(
     # watcher starts once the program has: no thread of ours runs while it is forked.
     summary: dict[str, Any] = {}
     with _private_directory() as private:
-        if rotating:
-            runs.open_feed(os.path.join(private, "leases"))
+        runs.open_feed(os.path.join(private, "leases"))
         code = run_recorded(lease.recipient, f"{base}/{lease.run_id}", command,
                             app_roots=app_roots, env_allow=env_allow, run_id=lease.run_id,
                             look_first=False, on_start=watcher.start, summary=summary,
@@ -111,16 +111,20 @@ def run_through_platform(
 
 class PlatformRuns:
     """The runs of one recorded program, as `sealtrace record --server` tells the server of
-    them: the first run's lease, then (rotating) each lease handed to the recorder through the
-    feed (a FIFO: _rotation.py), each registered once its header is in the store and finished
-    when the program ends. A lease handed out but never taken is finished as unused."""
+    them: the first run's lease, then each lease handed to the recorder through the feed (a
+    FIFO: _rotation.py) for a rotation or a Python child, each registered once its header is
+    in the store and finished when the program ends. A lease handed out but never taken goes
+    back to the host's lease pool, for the next run."""
 
-    AHEAD = 2  # leases kept waiting in the feed: a rotation does not wait on the server
-
-    def __init__(self, platform: PlatformClient, base: str, *, service: str, first: str) -> None:
+    def __init__(
+        self, platform: PlatformClient, base: str, *, service: str, first: str, ahead: int
+    ) -> None:
         self._platform = platform
         self._base = base
         self._service = service
+        self._ahead = ahead  # leases kept waiting in the feed: a rotation does not wait
+        self._leases: dict[str, Lease] = {}
+        self._said = {platform.notice}  # what the pool's state was said to be, once each
         self.handed = [first]  # run ids, in the order their leases were handed out
         self.registered: dict[str, Any] = {}  # run id -> its store
         self.feed_path: str | None = None
@@ -137,12 +141,14 @@ class PlatformRuns:
         if self._feed is None:
             return
         waiting = int.from_bytes(fcntl.ioctl(self._feed, termios.FIONREAD, b"\0" * 4), "little")
-        while waiting < self.AHEAD * LEASE_RECORD:
+        while waiting < self._ahead * LEASE_RECORD:
             lease = self._platform.lease()
+            self._say(self._platform.notice)
             if lease is None:
                 return  # (the server's back-off applies; the next rotation waits for one)
             os.write(self._feed, encode_lease(lease.run_id, lease.recipient.raw))
             self.handed.append(lease.run_id)
+            self._leases[lease.run_id] = lease
             waiting += LEASE_RECORD
 
     def close_feed(self) -> None:
@@ -152,15 +158,24 @@ class PlatformRuns:
         unused = []
         with contextlib.suppress(OSError):
             while len(record := os.read(self._feed, LEASE_RECORD)) == LEASE_RECORD:
-                lease = decode_lease(record)
-                if lease is not None:
-                    unused.append(lease[0])
+                found = decode_lease(record)
+                if found is not None:
+                    unused.append(found[0])
         os.close(self._feed)
         self._feed = None
-        for run_id in unused:
-            if run_id in self.handed:
-                self.handed.remove(run_id)
-                self._tell(run_id, "failed", detail="leased for a rotation that never came")
+        back = [self._leases[run_id] for run_id in unused if run_id in self._leases]
+        for taken in back:
+            self.handed.remove(taken.run_id)
+        try:
+            self._platform.give_back(back)
+            self._say(self._platform.notice)
+        except (PlatformError, OSError) as exc:  # (the pool unusable: the leases lapse)
+            self._say(f"could not keep {len(back)} unused lease(s): {exc}")
+
+    def _say(self, notice: str) -> None:
+        if notice and notice not in self._said:
+            self._said.add(notice)
+            print(f"sealtrace: {notice}", file=sys.stderr, flush=True)
 
     def register_new(self) -> None:
         for run_id in self.handed:

@@ -1,11 +1,13 @@
-"""Where a rotated recording goes on: the next run's id, recipient and location.
+"""Where a rotated recording goes on, and where a Python child records: the next run's id,
+recipient and location.
 
 A run the recorder rotates (`--rotate-requests`, `--rotate-size`) goes on in a new run beside
 it in the store, sealed to a recipient under a key of its own (_recorder.py's _rotated). Who
 names that run depends on how the recording was started:
 
 - with a recipient file (`--recipient`, `start_recording`): `NumberedRuns`, the first run's
-  id and location numbered on, "<first>.2", "<first>.3", ..., all sealed to that recipient;
+  id and location numbered on, "<first>.2", "<first>.3", ..., all sealed to that recipient
+  (and a Python child's own run: "<run>-c1", ...);
 - through the server (`--server`): `LeasedRuns`, keys the server leased. The `sealtrace record`
   process, which holds the record token and leases them (`LeaseFeed`), keeps a lease or two
   ahead in a FIFO the recorder reads when it rotates; each is one fixed-size record
@@ -49,6 +51,10 @@ class NextRun(Protocol):
         """The source for a process the program forked."""
         ...
 
+    def child(self, run_id: str, location: str, process: str) -> tuple[str, Recipient, str] | None:
+        """A run for a Python child the program starts (its own run: `run_id`'s child)."""
+        ...
+
 
 class NumberedRuns:
     """Runs named for the process's first: "<run>.2", "<run>.3", ... at "<location>.2", ...
@@ -70,6 +76,16 @@ class NumberedRuns:
     def forked(self) -> NumberedRuns:
         """The source of a forked process: its own names."""
         return NumberedRuns(self._recipient)
+
+    def child(self, run_id: str, location: str, process: str) -> tuple[str, Recipient, str]:
+        """A Python child's run: "<run>-c1", "<run>-c2", ... (a forked process's children
+        "<run>-p1-c1", ...) at "<location>-c1", ..."""
+        self._children += 1
+        own = f"-p{process}" if process else ""
+        suffix = f"{own}-c{self._children}"
+        return f"{run_id}{suffix}", self._recipient, f"{location}{suffix}"
+
+    _children = 0
 
 
 def encode_lease(run_id: str, public_key: bytes) -> bytes:
@@ -128,3 +144,6 @@ class LeasedRuns:
 
     def forked(self) -> LeasedRuns:
         return self
+
+    def child(self, run_id: str, location: str, process: str) -> tuple[str, Recipient, str] | None:
+        return self(run_id, location, process)

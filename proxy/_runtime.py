@@ -700,6 +700,17 @@ class RecordRuntime:
         # The new run's beginning is stored at once: it reads as incomplete, not as absent.
         self._drain(flush=True, rotate=False)
 
+    def store_now(self) -> None:
+        """Seal and store what is recorded so far (a child's beginning: one killed before its
+        first flush reads as incomplete, not as absent)."""
+        self._hold_records()
+        try:
+            self._drain(flush=True, rotate=False)
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            self._release_records()
+
     def rotate_if_due(self) -> None:
         """Rotate now if the run is due (between requests: the request index calls it)."""
         if not self._rotation_due():

@@ -162,6 +162,11 @@ class RLockProxy(_LockProxy):
     def _release_save(self) -> Any:
         return self._real._release_save()
 
+    def _recursion_count(self) -> int:
+        # This thread's own acquisitions (0 for another thread's lock): decided by its own
+        # calls, which are in the recorded order (multiprocessing's resource tracker asks).
+        return int(self._real._recursion_count())
+
     def _acquire_restore(self, state: Any) -> None:
         real = self._real
         if _outside[0]:

@@ -20,6 +20,7 @@ import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -94,6 +95,10 @@ class ReplayRuntime:
         self.env_names: list[str] = meta["env_names"]
         self.stdio: dict[str, Any] = meta["stdio"]
         self.passthrough_prefixes = tuple(meta["passthrough"])
+        # Descriptors the process was started with beyond stdio (a spawned child's pipes from
+        # its parent): their calls were recorded, and are served (absent from older ones).
+        inherited = meta.get("descriptors") or []
+        self._tracked_descriptors = {fd for fd in inherited if type(fd) is int and 2 < fd < 1 << 20}
         self.app_files = {s.path for s in parsed.sources.values()}
         # A recording made before threads were recorded stopped at the first one, and has no
         # lock or queue events (_thread_boundary installs the old guard for it).
@@ -726,6 +731,21 @@ def _replayed_file_specs(finder: RecordedSourceFinder) -> Callable[..., Any]:
     return spec_from_file_location
 
 
+def _replayed_open_code(finder: RecordedSourceFinder) -> Callable[[Any], Any]:
+    """io.open_code, on replay: an application file the recording read as code by its path
+    (runpy's run_path; recorded: sealtrace.proxy's recording_open_code) gives its recorded
+    bytes, wherever the replay runs (the file may have changed, or not be here)."""
+    base = io.open_code
+
+    def open_code(path: Any) -> Any:
+        recorded = finder.by_path(os.path.abspath(path)) if isinstance(path, str) else None
+        if recorded is not None:
+            return io.BytesIO(recorded.get_data(os.path.abspath(path)))
+        return base(path)
+
+    return open_code
+
+
 class RecordedSourceLoader(importlib.abc.SourceLoader):
     def __init__(self, source: SourceFile, data: bytes) -> None:
         self._source = source
@@ -808,6 +828,7 @@ def main() -> None:
     sys.path[:] = list(meta["path"])
     sys.meta_path.insert(0, finder)
     importlib.util.spec_from_file_location = _replayed_file_specs(finder)
+    io.open_code = _replayed_open_code(finder)  # type: ignore[assignment]
     # The recorder computed these before installing the boundary, which filled sysconfig's
     # and site's caches with unrecorded calls; fill them here too, or the program's first
     # sysconfig.get_path() would make boundary calls the recording does not have.

@@ -10,6 +10,7 @@ is not listed as a recording.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -62,13 +63,16 @@ def test_a_rotated_run_goes_on_in_runs_the_server_leased(
         assert (listed["status"], listed["store"]) == ("complete", str(location)), listed
         assert listed["exit_status"] == 0
     assert continuations == len(runs) - 1  # every run but the first goes on from another
-    # Only the runs that were recorded are listed: the lease still waiting in the feed when
-    # the program ended was told to the server as unused, not as a recording.
+    # The leases still waiting in the feed when the program ended went back to the host's
+    # pool, for the next runs: the server lists none of them.
     code, listed_runs = record_server.request("GET", "/v1/runs?limit=1000",
                                               record_server.user_token)  # fmt: skip
     assert code == 200
-    assert {r["run_id"] for r in listed_runs} >= {p.name for p in runs}
-    assert not {r["run_id"] for r in listed_runs if r["store"] is None} & {p.name for p in runs}
+    [pool] = (tmp_path / "cache" / "sealtrace").glob("leases-*.json")
+    pooled = {entry[0] if isinstance(entry, list) else entry["run_id"]
+              for entry in json.loads(pool.read_text())["keys"]}  # fmt: skip
+    assert pooled and not pooled & {r["run_id"] for r in listed_runs}
+    assert not pooled & {p.name for p in runs}
 
 
 def test_the_lease_feed_carries_whole_leases_and_refuses_anything_else(tmp_path: Path) -> None:
@@ -100,3 +104,39 @@ def test_the_lease_feed_carries_whole_leases_and_refuses_anything_else(tmp_path:
     finally:
         os.close(holder)
     assert LeasedRuns(str(tmp_path / "missing"))("run-0", "run-0", "") is None
+
+
+PARENT = """
+import subprocess, sys
+child = subprocess.run([sys.executable, "-c", "import sys; print(sum(map(int, sys.argv[1:])))",
+                        "20", "22"], capture_output=True, text=True)
+print("child said", child.stdout.strip())
+"""
+
+
+@pytest.mark.integration
+def test_a_python_child_records_under_a_key_the_server_leased(
+    record_server: RecordServer, tmp_path: Path
+) -> None:
+    """Without rotation too, `record --server` keeps a lease waiting for a Python child the
+    program starts: the child's run is one the server leased and lists, stored beside its
+    parent's; the lease left over goes back to the pool."""
+    app, store = tmp_path / "app.py", tmp_path / "store"
+    app.write_text(textwrap.dedent(PARENT))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "SEALTRACE_TOKEN": record_server.record_token}  # fmt: skip
+    proc = subprocess.run(
+        [SEALTRACE, "record", "--server", record_server.url, "--store", str(store), "--",
+         sys.executable, str(app)],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, b"child said 42\n"), proc.stderr.decode()
+    runs = sorted(store.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert len(runs) == 2  # the parent's and the child's
+    for location in runs:
+        report = describe_recording(open_store(str(location)))
+        assert report.run_id == location.name and report.continues is None
+        listed = record_server.run(report.run_id)
+        assert (listed["status"], listed["store"]) == ("complete", str(location)), listed
+    [pool] = (tmp_path / "cache" / "sealtrace").glob("leases-*.json")
+    assert json.loads(pool.read_text())["keys"]  # the lease kept waiting, given back
