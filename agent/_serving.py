@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import open_store
-from sealtrace.proxy.format import Identity, parse_stream, read_header, read_process
+from sealtrace.proxy.format import (
+    Identity,
+    incomplete_stream,
+    parse_stream,
+    read_header,
+    read_process,
+)
 from sealtrace.sandbox import DivergenceError, QueryError
 from sealtrace.sandbox.questions import Answerer, ask, parse_question
 
@@ -97,9 +103,11 @@ def serve(
         ) as key:
             # The run of the process the session is about (the recorded one, or one it
             # forked: its ancestors' streams up to the fork, then its own).
-            data, _status = read_process(source, None, recording_key=key,
-                                         expected_run_id=assignment.run_id,
-                                         process=assignment.process)  # fmt: skip
+            data, status = read_process(source, None, recording_key=key,
+                                        expected_run_id=assignment.run_id,
+                                        process=assignment.process)  # fmt: skip
+        if not status.complete:  # (a killed process's: answered as far as it goes)
+            data = incomplete_stream(data)
         client = open_sandbox(data, parse_stream(data))
         del data
         server.state(agent_id, assignment.session_id, "ready")

@@ -612,14 +612,8 @@ class RecordRuntime:
                 self._report(f"the forked process {path} is not recorded: {exc}")
                 return
             offset, events = at
-            body = bytearray()
             fields = {"path": path, "parent": self.process, "offset": offset, "events": events}
-            Encoder().encode(body, fields)
-            start = bytearray(stream_prefix())
-            self._unhashed = len(start)
-            start.append(FORKED)
-            _write_varint(start, len(body))
-            self._buf = start + body + self._buf
+            self._begin_stream(FORKED, fields)
             self.process, self._children = path, 0
             self._run_bytes = 0
             # Stored at once: a child killed before it flushes (a pool's worker, terminated)
@@ -676,29 +670,25 @@ class RecordRuntime:
             return  # no run ready yet: this one goes on, and rotates at the next chance
         out, continues, location = made
         ending = {"next": continues["run"], "location": location, "events": self.events}
-
-        def rotated_record(digest: bytes) -> bytes:
-            # Made on the old pipeline's thread, once it has hashed every record before it.
-            body = bytearray()
-            Encoder().encode(body, {**ending, "digest": digest})
-            record = bytearray((ROTATED,))
-            _write_varint(record, len(body))
-            return bytes(record + body)
-
         old, self._out = self._out, out
-        old.retire(rotated_record)
-        body = bytearray()
-        Encoder().encode(body, {**continues, "events": self.events})
-        start = bytearray(stream_prefix())
-        start.append(CONTINUES)
-        _write_varint(start, len(body))
-        self._buf = start + body + self._buf
-        self._unhashed = len(stream_prefix())
+        old.retire(_ending_record(ROTATED, ending))
+        self._begin_stream(CONTINUES, {**continues, "events": self.events})
         self.process, self._children = "", 0
         self._run_bytes, self._run_requests = 0, self.requests_recorded
         self.runs_rotated += 1
         # The new run's beginning is stored at once: it reads as incomplete, not as absent.
         self._drain(flush=True, rotate=False)
+
+    def _begin_stream(self, kind: int, fields: dict[str, Any]) -> None:
+        """A new stream from here (a forked child's, FORKED; a rotated-to run's, CONTINUES):
+        its prefix and first record before whatever is buffered; the prefix is unhashed."""
+        body = bytearray()
+        Encoder().encode(body, fields)
+        start = bytearray(stream_prefix())
+        self._unhashed = len(start)
+        start.append(kind)
+        _write_varint(start, len(body))
+        self._buf = start + body + self._buf
 
     def store_now(self) -> None:
         """Seal and store what is recorded so far (a child's beginning: one killed before its
@@ -936,18 +926,9 @@ class RecordRuntime:
             return
         self.requests.close()
         summary = {"status": status, "exception": exception, "events": self.events}
-
-        def exit_record(digest: bytes) -> bytes:
-            # Made on the pipeline's thread, once it has hashed every record before it.
-            body = bytearray()
-            Encoder().encode(body, {**summary, "digest": digest})
-            record = bytearray((EXIT,))
-            _write_varint(record, len(body))
-            return bytes(record + body)
-
         self._end()
         self.outcome = "complete"
-        self._seal_end(exit_record)
+        self._seal_end(_ending_record(EXIT, summary))
 
     def _seal_end(self, last: Callable[[bytes], bytes] | None) -> None:
         try:
@@ -956,6 +937,20 @@ class RecordRuntime:
         except Exception as exc:
             self.outcome = f"failed: {exc.__class__.__name__}: {exc}"
             self._report(f"recording failed while sealing its end: {exc}")
+
+
+def _ending_record(kind: int, fields: dict[str, Any]) -> Callable[[bytes], bytes]:
+    """The last record of a stream (EXIT, ROTATED) with the stream's digest, which the
+    pipeline's thread makes once it has hashed every record before it."""
+
+    def record_of(digest: bytes) -> bytes:
+        body = bytearray()
+        Encoder().encode(body, {**fields, "digest": digest})
+        record = bytearray((kind,))
+        _write_varint(record, len(body))
+        return bytes(record + body)
+
+    return record_of
 
 
 class PythonRecordRuntime(RecordRuntime):

@@ -11,7 +11,8 @@
     OUTPUT  callee (varint), args digest (16 bytes), encoded data, status (u8), encoded result
     NOTE    encoded dict: something replay should report (native code loaded, ctypes used)
     STOP    encoded dict: the recorder stopped early (fork, internal error); no CALL/OUTPUT
-            follows, and replay cannot go past this point
+            follows, and replay cannot go past this point. The reader ends a recording that
+            never got its end with one too (`incomplete`: incomplete_stream)
     EXIT    encoded dict: the application's exit status, event count, stream digest
     THREAD  varint: the recorded thread (0 the main one, then in the order they were started)
             that made the CALL/OUTPUT records after it, until the next THREAD
@@ -69,7 +70,16 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._codec import MALFORMED, CodecError, Decoder, blob_digest, decode_value, malformed
+from ._codec import (
+    MALFORMED,
+    CodecError,
+    Decoder,
+    Encoder,
+    _write_varint,
+    blob_digest,
+    decode_value,
+    malformed,
+)
 from ._format import valid_location_name, valid_process_path, validate_run_id
 
 __all__ = [
@@ -82,6 +92,7 @@ __all__ = [
     "Request",
     "SourceFile",
     "chain_streams",
+    "incomplete_stream",
     "parse_stream",
     "read_meta",
     "stream_prefix",
@@ -450,6 +461,51 @@ def _enter_forked(
         )
     parsed.process = path
     parsed.switches[len(parsed.events)] = path
+
+
+INCOMPLETE_REASON = (
+    "the recording ends here, incomplete: the process ended without finishing it (killed, "
+    "or its store failed)"
+)
+
+
+def incomplete_stream(data: bytes) -> bytes:
+    """The stream of a recording that never got its end (its final chunk), as far as it goes:
+    cut after its last whole record, then a STOP saying it ends there. Replay then matches
+    every event up to that point and stops, as at any STOP; questions are answered up to it.
+    Made by the reader, not read from the recording (a recording can hold a STOP of its own:
+    nothing here is more trusted than that). CodecError if not even META is whole."""
+    try:
+        reader = _records(data)
+        view = memoryview(data)
+        end = events = 0
+        while reader.pos < len(view):
+            if end and view[reader.pos : reader.pos + len(MAGIC)] == MAGIC:
+                if len(view) - reader.pos < len(stream_prefix()):
+                    break
+                reader.pos += len(stream_prefix())
+                continue
+            try:
+                _, kind, _body = _next_record(reader, view)
+            except MALFORMED:
+                break  # the record the recording was cut in
+            end = reader.pos
+            events += kind in (CALL, OUTPUT)
+            if kind in (EXIT, STOP, ROTATED):
+                return data  # (it has its end after all)
+    except MALFORMED as exc:
+        raise malformed("the event stream", exc) from exc
+    if not end:
+        raise CodecError("the recording ends before its first record is whole")
+    body = bytearray()
+    Encoder().encode(
+        body,
+        {"reason": INCOMPLETE_REASON, "where": f"event {events}", "events": events,
+         "incomplete": True},
+    )  # fmt: skip
+    record = bytearray((STOP,))
+    _write_varint(record, len(body))
+    return bytes(data[:end]) + bytes(record) + bytes(body)
 
 
 def chain_streams(streams: list[bytes]) -> bytes:

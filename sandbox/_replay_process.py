@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealtrace.proxy import Identity, IncompleteRecordingError, open_store
-from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream, read_meta, read_process
+from sealtrace.proxy.format import (
+    CodecError,
+    ParsedStream,
+    incomplete_stream,
+    parse_stream,
+    read_meta,
+    read_process,
+)
 
 from ._errors import DivergenceError, ReplayCrashedError, ReplayEnvironmentError
 from ._layout import unrandomized_children
@@ -93,25 +100,41 @@ class Receipt:
 
 
 def load_recording(
-    location: str, identity: Identity, run_id: str | None = None, process: str = ""
+    location: str,
+    identity: Identity,
+    run_id: str | None = None,
+    process: str = "",
+    *,
+    allow_incomplete: bool = False,
 ) -> tuple[bytes, ParsedStream]:
     """The verified plaintext and its parsed event stream: the recorded process's, or a
     forked process's (`process`: "1", "1.2", ...; its ancestors' streams up to their forks,
-    then its own)."""
-    data = _plaintext(location, identity, run_id, process)
+    then its own). `allow_incomplete`: a recording that never got its end (a killed process)
+    is read as far as it goes, ending in a STOP that says so (incomplete_stream)."""
+    data = _plaintext(location, identity, run_id, process, allow_incomplete=allow_incomplete)
     return data, parse_stream(data)
 
 
-def _plaintext(location: str, identity: Identity, run_id: str | None, process: str = "") -> bytes:
+def _plaintext(
+    location: str,
+    identity: Identity,
+    run_id: str | None,
+    process: str = "",
+    *,
+    allow_incomplete: bool = False,
+) -> bytes:
     data, status = read_process(
         open_store(location), identity, expected_run_id=run_id, process=process
     )
     if not status.complete:
         whose = f"process {process} of the recording" if process else "the recording"
-        raise IncompleteRecordingError(
-            f"{whose} at {location} is {status.describe()}; replay needs the whole run",
-            chunks=status.chunks,
-        )
+        if not allow_incomplete or not status.chunks:
+            raise IncompleteRecordingError(
+                f"{whose} at {location} is {status.describe()}; replay needs the whole run "
+                "(--allow-incomplete replays it as far as it goes)",
+                chunks=status.chunks,
+            )
+        return incomplete_stream(data)
     return data
 
 
@@ -269,9 +292,10 @@ def replay_location(
     run_id: str | None = None,
     timeout: float | None = None,
     process: str = "",
+    allow_incomplete: bool = False,
 ) -> Receipt:
     # The replaying process parses and verifies the whole stream; here only META is needed.
-    data = _plaintext(location, identity, run_id, process)
+    data = _plaintext(location, identity, run_id, process, allow_incomplete=allow_incomplete)
     return replay(data, read_meta(data), timeout=timeout)
 
 

@@ -77,6 +77,14 @@ WholeRunOpt = Annotated[
         "connection; in the sandbox the trace starts from the session's nearest checkpoint.",
     ),
 ]
+AllowIncompleteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-incomplete",
+        help="A recording that never got its end (a killed process) is replayed as far as it "
+        "goes, and stops there (exit 3 for replay; questions answered up to it).",
+    ),
+]
 FromOpt = Annotated[
     str, typer.Option("--from", help="EXPR@LOCATION, or event:N for a recorded input.")
 ]
@@ -89,6 +97,7 @@ def replay(
     run_id: RunIdOpt = None,
     sandbox: SandboxOpt = True,
     process: ProcessOpt = "",
+    allow_incomplete: AllowIncompleteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Re-execute a recorded run, serving and checking every external call; print a receipt.
@@ -97,11 +106,13 @@ def replay(
     2 if this interpreter (or the sandbox's image) cannot replay it, 5 if the sandbox fails.
     """
     if sandbox:
-        data, parsed = load_recording(location, Identity.load(identity), run_id, process)
+        data, parsed = load_recording(location, Identity.load(identity), run_id, process,
+                                      allow_incomplete=allow_incomplete)  # fmt: skip
         with _sandboxed(data, parsed, receipt_only=True) as client:
             receipt = Receipt(dict(client.replay(Replay())))
     else:
-        receipt = replay_location(location, Identity.load(identity), run_id=run_id, process=process)
+        receipt = replay_location(location, Identity.load(identity), run_id=run_id,
+                                  process=process, allow_incomplete=allow_incomplete)  # fmt: skip
     d = receipt.data
     if as_json:
         typer.echo(json.dumps(d, indent=2, sort_keys=True))
@@ -124,6 +135,7 @@ def requests(
     identity: IdentityOpt,
     run_id: RunIdOpt = None,
     process: ProcessOpt = "",
+    allow_incomplete: AllowIncompleteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List the HTTP requests the recorded run served (its request index), in the order they
@@ -132,7 +144,9 @@ def requests(
 
     Exit 4 if the recording cannot be trusted (or is incomplete).
     """
-    _data, parsed = load_recording(location, Identity.load(identity), run_id, process)
+    _data, parsed = load_recording(location, Identity.load(identity), run_id, process,
+                                   allow_incomplete=allow_incomplete)  # fmt: skip
+    _say_where_it_ends(parsed)
     index = parsed.request_index()
     if as_json:
         doc = {
@@ -174,6 +188,7 @@ def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
 def _answerer(
     location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool,
     at: str | None = None, whole_run: bool = True, process: str = "",
+    allow_incomplete: bool = False,
 ) -> tuple[Answerer, SourceLines]:  # fmt: skip
     """The recording's answerer: in-process (Inquiry) or, with --sandbox, the sandbox
     client. Both answer every question of sealtrace.sandbox.questions with the same
@@ -186,7 +201,9 @@ def _answerer(
 
     if every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
-    data, parsed = load_recording(location, Identity.load(identity), run_id, process)
+    data, parsed = load_recording(location, Identity.load(identity), run_id, process,
+                                  allow_incomplete=allow_incomplete)  # fmt: skip
+    _say_where_it_ends(parsed)
     lines = SourceLines(parsed)
     answerer: Answerer
     if sandbox:
@@ -201,6 +218,20 @@ def _answerer(
     del data, parsed
     give_back_freed_memory()  # what decrypting and parsing took, while the passes run
     return answerer, lines
+
+
+def _say_where_it_ends(parsed: ParsedStream) -> None:
+    """Once, on stderr: a run that does not end with the program (it was rotated, or it is
+    incomplete) is answered up to where its recording ends, which `--at end` means."""
+    stop = parsed.stop or {}
+    if stop.get("incomplete"):
+        typer.echo(f"sealtrace: note: the recording ends at event {stop.get('events')}, "
+                   "incomplete (the process ended without finishing it): answers reach that "
+                   "far, and --at end is where it ends", err=True)  # fmt: skip
+    elif stop.get("continued_in"):
+        typer.echo(f"sealtrace: note: this run ends where the recorder rotated it (it goes "
+                   f"on in run {stop['continued_in']}): --at end is where it ends",
+                   err=True)  # fmt: skip
 
 
 def _answer(doc: Any, as_json: bool, text: Callable[[], str]) -> None:
@@ -220,6 +251,7 @@ def trace(
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,
     process: ProcessOpt = "",
+    allow_incomplete: AllowIncompleteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace a value back through every computation to the inputs that produced it.
@@ -230,7 +262,7 @@ def trace(
     from ._explain import render_trace
 
     answerer, src = _answerer(
-        location, identity, run_id, every, cap, sandbox, at, whole_run, process
+        location, identity, run_id, every, cap, sandbox, at, whole_run, process, allow_incomplete
     )
     with answerer:
         doc = answerer.trace(Trace(at=at, var=var, depth=depth, whole_run=whole_run))
@@ -247,12 +279,14 @@ def flows(
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     process: ProcessOpt = "",
+    allow_incomplete: AllowIncompleteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a value forward: every location that used it and every output it reached."""
     from ._explain import render_flows
 
-    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, process=process)
+    answerer, src = _answerer(location, identity, run_id, every, cap, sandbox, process=process,
+                              allow_incomplete=allow_incomplete)  # fmt: skip
     with answerer:
         doc = answerer.flows(Flows(source=source))
     _answer(doc, as_json, lambda: render_flows(doc, src))
@@ -269,13 +303,14 @@ def inspect_stack(
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,
     process: ProcessOpt = "",
+    allow_incomplete: AllowIncompleteOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the frames at a point of the run: every local's value and the step that made it."""
     from ._explain import render_stack
 
     answerer, src = _answerer(
-        location, identity, run_id, every, cap, sandbox, at, whole_run, process
+        location, identity, run_id, every, cap, sandbox, at, whole_run, process, allow_incomplete
     )
     with answerer:
         doc = answerer.inspect_stack(InspectStack(at=at))

@@ -56,6 +56,7 @@ from .._stream import (
     Request,
     SourceFile,
     chain_streams,
+    incomplete_stream,
     parse_stream,
     read_meta,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "StoredObject",
     "chain_streams",
     "generate_identity",
+    "incomplete_stream",
     "open_session_key",
     "open_store",
     "parse_stream",

@@ -50,10 +50,11 @@ main()
 class Server:
     """What the agent tells the server, and one question, then the close."""
 
-    def __init__(self) -> None:
+    def __init__(self, at: str = "return:mark") -> None:
         self.states: list[tuple[str, str | None]] = []
         self.answers: list[dict[str, Any]] = []
         self._asked = False
+        self._at = at
 
     def state(self, agent: str, session: str, status: str, detail: str | None = None) -> None:
         self.states.append((status, detail))
@@ -62,7 +63,7 @@ class Server:
         if self._asked:
             return {"id": 2, "request": {"kind": "close"}}
         self._asked = True
-        return {"id": 1, "request": {"kind": "inspect-stack", "at": "return:mark"}}
+        return {"id": 1, "request": {"kind": "inspect-stack", "at": self._at}}
 
     def answer(self, agent: str, session: str, message_id: int, answer: dict[str, Any]) -> None:
         self.answers.append(answer)
@@ -145,3 +146,42 @@ def test_the_agent_opens_a_rotated_run_after_the_runs_it_goes_on_from(
                   lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
     assert ended == "closed", server.states
     assert _where(server) == "\"'fourty-one'\""
+
+
+KILLED = """\
+import os, signal, time
+
+
+def mark(where):
+    return where
+
+
+mark("before the kill")
+for _ in range(300):  # past the recorder's flush: stored before the kill
+    time.time()
+    time.sleep(0.008)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_agent_answers_a_killed_run_as_far_as_it_goes(tmp_path: Path, keys: KeyFiles) -> None:
+    """A run the server lists as incomplete (its process was killed) is served up to where
+    its recording ends: a question about a point before it is answered."""
+    app = write_app(tmp_path / "app", KILLED)
+    store = tmp_path / "rec"
+    assert record(keys, store, [PYTHON, str(app)]).proc.returncode == 137
+    agent = generate_identity()
+    server = Server()
+    ended = serve(_assignment(store, keys, agent, ""), agent, "agent-1", server,  # type: ignore[arg-type]
+                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    assert ended == "closed", server.states
+    assert _where(server) == "'before the kill'"
+    # Where the recording ends: the run's last instruction recorded, answered (a replay that
+    # ran off the end of a cut recording would be a divergence).
+    at_end = Server(at="end")
+    ended = serve(_assignment(store, keys, agent, ""), agent, "agent-1", at_end,  # type: ignore[arg-type]
+                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    assert ended == "closed", at_end.states
+    document = at_end.answers[0]["document"]
+    assert "error" not in at_end.answers[0], at_end.answers[0]
+    assert document["frames"][0]["function"] == "<module>"

@@ -96,6 +96,7 @@ FORMAT_EXPORTED = [
     "StoredObject",
     "WRAPPED_KEY_SIZE",
     "chain_streams",
+    "incomplete_stream",
     "generate_identity",
     "open_session_key",
     "open_store",

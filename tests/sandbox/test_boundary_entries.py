@@ -133,6 +133,11 @@ child.start()
 print(queue.get())
 child.join()
 print(child.exitcode)
+from _multiprocessing import sem_unlink
+try:
+    sem_unlink("/sealtrace-no-such-semaphore")
+except FileNotFoundError as exc:
+    print("sem_unlink", type(exc).__name__)
 """
 
 ENVIRON = """
@@ -326,7 +331,8 @@ CASES: dict[str, Case] = {
     "signals": Case(SIGNALS, ("signal.deliver",)),
     "multiprocessing": Case(MULTIPROCESSING, ("multiprocessing.SemLock", "semlock.acquire",
                                               "semlock.release", "semlock._get_value",
-                                              "os.fork", "os.waitpid")),
+                                              "os.fork", "os.waitpid",
+                                              "_multiprocessing.sem_unlink")),
     "environ": Case(ENVIRON, ("os.environ.__getitem__",), env={
         "SEALTRACE_ALLOWED": "shown", "SEALTRACE_SECRET": "read lazily"},
         options=("--env-allow", "SEALTRACE_ALLOWED")),
