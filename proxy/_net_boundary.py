@@ -16,12 +16,17 @@ import select
 import selectors
 import socket as socket_module
 import ssl  # before socket.socket is replaced: ssl.SSLSocket must subclass the real one
+import struct
 from collections.abc import Iterable
 from typing import Any
 
 from ._boundary import Patcher
 from ._io_boundary import tracked_descriptors
 from ._runtime import Hot, Runtime, native_methods, proxy_bases
+
+_SOL_SOCKET = getattr(socket_module, "SOL_SOCKET", 1)
+_SCM_RIGHTS = getattr(socket_module, "SCM_RIGHTS", 1)
+_INT = struct.Struct("i")
 
 __all__ = [
     "Epoll",
@@ -91,6 +96,17 @@ def _fd_of(obj: Any) -> int:
 
 _get_inheritable = os.get_inheritable  # captured: the boundary's own calls are not the program's
 _set_inheritable = os.set_inheritable
+
+
+def _passed_descriptors(ancdata: list[tuple[Any, ...]]) -> list[int]:
+    """The descriptors an SCM_RIGHTS message carried (native-endian C ints)."""
+    found: list[int] = []
+    for item in ancdata:
+        if len(item) == 3 and item[0] == _SOL_SOCKET and item[1] == _SCM_RIGHTS:
+            raw = bytes(item[2])
+            size = _INT.size
+            found.extend(_INT.unpack_from(raw, at)[0] for at in range(0, len(raw) - size + 1, size))
+    return found
 
 
 class Socket:
@@ -352,7 +368,12 @@ class Socket:
             (bufsize, ancbufsize, flags),
             lambda: real.recvmsg(bufsize, ancbufsize, flags),
         )
-        return bytes(data), [tuple(item) for item in ancdata], msg_flags, address
+        received = [tuple(item) for item in ancdata]
+        # Descriptors another process sent (SCM_RIGHTS: multiprocessing's forkserver gets
+        # its clients' pipes so) came from outside: tracked, so their calls are recorded and,
+        # on replay, served where they do not exist.
+        tracked_descriptors(self._rt).update(_passed_descriptors(received))
+        return bytes(data), received, msg_flags, address
 
     def recvmsg_into(
         self, buffers: Iterable[Any], ancbufsize: int = 0, flags: int = 0

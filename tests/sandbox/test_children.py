@@ -169,3 +169,42 @@ def test_a_child_started_without_the_recorder_is_the_parents_boundary_only(
     assert not list(tmp_path.glob("rec-c*"))
     data.unlink()
     assert_bit_exact(*replay(keys, store))
+
+
+FORKSERVER = """\
+import multiprocessing as mp
+
+
+def work(q, n):
+    with open({data!r}) as f:
+        q.put(n * len(f.read()))
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("forkserver")
+    q = ctx.Queue()
+    p = ctx.Process(target=work, args=(q, 5))
+    p.start()
+    print("from the forkserver's child", q.get(), flush=True)
+    p.join()
+"""
+
+
+def test_a_forkservers_children_are_its_forked_processes(tmp_path: Path, keys: KeyFiles) -> None:
+    """The forkserver is a Python child (its own run); the processes it forks for the parent
+    are its forked processes (`--process 1`), which it hands their pipes over a Unix socket
+    (SCM_RIGHTS: descriptors from outside, so their calls are recorded)."""
+    data = tmp_path / "data.txt"
+    data.write_text("f" * 300)
+    app = write_app(tmp_path / "app", FORKSERVER.format(data=str(data)))
+    store = tmp_path / "rec"
+    done = record(keys, store, [PYTHON, str(app)])
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    assert done.proc.stdout == b"from the forkserver's child 1500\n"
+    data.unlink()
+    children = list(tmp_path.glob("rec-c*"))
+    (server,) = (c for c in children if "forkserver" in str(_meta(c, keys)["target"]["value"]))  # type: ignore[index]
+    for run in (store, *children):
+        assert_bit_exact(*replay(keys, run))
+    worker = assert_bit_exact(*replay(keys, server, "--process", "1"))
+    assert worker["exit_status"]["recorded"] == 0
