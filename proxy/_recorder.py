@@ -325,7 +325,6 @@ class Recording:
         self._retired: list[StreamPipeline] = []
         self._next_run = next_run or NumberedRuns(recipient)
         self._parent = parent  # a child's run: the run (process, event) that started it
-        self._rotate_settings = (rotate_requests, rotate_bytes, next_run)
         self.target = target
         self._recipient = recipient
         self._sink = sink
@@ -491,25 +490,26 @@ class Recording:
         if following_run is None:
             return None
         run_id, recipient, location = following_run
-        with outside_the_program():
-            following = beside(location)
-            if getattr(following, "path", None) is not None and following.list().objects:
-                raise ValueError(f"{following.location} already holds a recording")
-            previous = writer.continuation(name)
-            try:
-                new = StreamPipeline(following)
-                new.attach(
-                    SealedWriter(
-                        new,
-                        recipient,
-                        run_id,
-                        chunk_size=DEFAULT_CHUNK_SIZE,
-                        segment_size=_SEGMENT_SIZE,
-                        previous=previous,
-                    )
+        # (Calls are closed on this thread, so what it makes here is real and recorded
+        # nowhere; not outside_the_program(), which would hide the other threads' events.)
+        following = beside(location)
+        if getattr(following, "path", None) is not None and following.list().objects:
+            raise ValueError(f"{following.location} already holds a recording")
+        previous = writer.continuation(name)
+        try:
+            new = StreamPipeline(following)
+            new.attach(
+                SealedWriter(
+                    new,
+                    recipient,
+                    run_id,
+                    chunk_size=DEFAULT_CHUNK_SIZE,
+                    segment_size=_SEGMENT_SIZE,
+                    previous=previous,
                 )
-            finally:
-                previous.key.wipe()
+            )
+        finally:
+            previous.key.wipe()
         continues = {
             "run": run_id,
             "previous": self.run_id,
@@ -557,7 +557,7 @@ class Recording:
         cwd = os.fsdecode(rest[2]) if len(rest) > 2 and rest[2] is not None else os.getcwd()
         if target.kind == "script" and not os.path.isabs(target.value):
             target.file = os.path.join(cwd, target.value)
-        rotate_requests, rotate_bytes, next_run = self._rotate_settings
+        rotate_requests, rotate_bytes = self._rotate
         config = {
             "recipient": recipient.to_text(),
             "store": beside(location).location,
@@ -567,7 +567,7 @@ class Recording:
             "target": target.as_dict(),
             "rotate_requests": rotate_requests,
             "rotate_bytes": rotate_bytes,
-            "lease_fifo": getattr(next_run, "path", None),
+            "lease_fifo": getattr(self._next_run, "path", None),  # (LeasedRuns': the feed)
             "parent": {"run": self.run_id, "process": self.process, "event": rt.events},
         }
         return [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]

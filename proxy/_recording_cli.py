@@ -54,9 +54,9 @@ def run_through_platform(
 ) -> int:
     """Record under a key leased from the server, register the run once its header is
     written, and finish it when the program ends. Without a lease the program runs
-    unrecorded, and says so once. A rotated recording's runs (`rotate_requests`,
-    `rotate_bytes`) go on under keys leased here too (LeaseFeed), each registered as its
-    header appears and finished at the end."""
+    unrecorded, and says so once. A rotated recording's next runs (`rotate_requests`,
+    `rotate_bytes`) and a Python child's own run go on under keys leased here too
+    (PlatformRuns), each registered as its header appears and finished at the end."""
     _python, target = parse_command(list(command))
     if target.kind == "script" and not os.path.isfile(target.value):
         raise UsageError(f"can't open file {target.value!r}: no such file")

@@ -9,8 +9,9 @@ names that run depends on how the recording was started:
   id and location numbered on, "<first>.2", "<first>.3", ..., all sealed to that recipient
   (and a Python child's own run: "<run>-c1", ...);
 - through the server (`--server`): `LeasedRuns`, keys the server leased. The `sealtrace record`
-  process, which holds the record token and leases them (`LeaseFeed`), keeps a lease or two
-  ahead in a FIFO the recorder reads when it rotates; each is one fixed-size record
+  process, which holds the record token and leases them (_recording_cli.py's PlatformRuns),
+  keeps a lease or two ahead in a FIFO the recorder reads when it rotates or starts a Python
+  child; each is one fixed-size record
   (`LEASE_RECORD` bytes, written whole: a FIFO write that small is atomic, so the recorders of
   a forked program each take whole leases). A lease is public (a run id and a public key): the
   program can read the FIFO, and at worst take or plant leases, costing runs their rotation or
@@ -111,7 +112,7 @@ def decode_lease(record: bytes) -> tuple[str, Recipient] | None:
 
 class LeasedRuns:
     """Runs the server leased, read one lease at a time from the FIFO `path` that the
-    `sealtrace record` process keeps filled (LeaseFeed); each run is stored beside the run
+    `sealtrace record` process keeps filled (PlatformRuns); each run is stored beside the run
     before, under its run id (as the server names a run's location: <store>/<run id>)."""
 
     def __init__(self, path: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import sealtrace.agent._serving as serving
 from sealtrace.agent._serving import Assignment, serve
-from sealtrace.proxy.format import Secret, generate_identity
+from sealtrace.proxy.format import RecordingStatus, Secret, generate_identity
 
 
 class Server:
@@ -70,7 +70,9 @@ def test_a_sandbox_that_breaks_mid_session_is_closed_and_reported(
             closed.append(True)
 
     monkeypatch.setattr(serving, "open_session_key", lambda *a, **k: Secret.copy_of(b"k" * 32))
-    monkeypatch.setattr(serving, "read_process", lambda *a, **k: (b"plaintext", None))
+    monkeypatch.setattr(
+        serving, "read_process", lambda *a, **k: (b"plaintext", RecordingStatus(complete=True))
+    )
     monkeypatch.setattr(serving, "open_store", lambda location: Store())
     monkeypatch.setattr(serving, "read_header", lambda source, listing: (Header(), b""))
     monkeypatch.setattr(serving, "parse_stream", lambda data: None)
