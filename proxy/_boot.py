@@ -20,7 +20,7 @@ from ._rotation import LeasedRuns
 from ._runtime import _report_stderr
 from ._store import open_store
 
-__all__ = ["BOOT_CODE", "main"]
+__all__ = ["BOOT_CODE", "boot_command", "main"]
 
 BOOT_CODE = (
     "import sys\n"
@@ -32,6 +32,13 @@ BOOT_CODE = (
     "    raise SystemExit(2)\n"
     "main()\n"
 )
+
+
+def boot_command(python: str, target: Target, config: dict[str, Any]) -> list[str]:
+    """The command line that starts `python` with the recorder installed first, recording
+    `target` as `config` says (what main() reads): `sealtrace record`'s program, and a Python
+    child the recorded program starts."""
+    return [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
 
 
 class Summary:

@@ -256,10 +256,16 @@ def body_cipher(recording_key: Key, header_digest: bytes, process: str = "") -> 
         if not valid_process_path(process):
             raise ValueError(f"not a forked process's path: {process!r}")
         info += PROCESS_KEY_LABEL + process.encode()
+    return _derived_cipher(recording_key, info)
+
+
+def _derived_cipher(recording_key: Key, info: bytes) -> AESGCM:
+    """AES-256-GCM under HKDF-SHA256(recording key, info): the derived key lives in a Secret
+    wiped as soon as AESGCM has taken it (AESGCM keeps its own copy while it lives)."""
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
-    with Secret(32) as body_key:
-        hkdf.derive_into(_view(recording_key), body_key.view())
-        return AESGCM(body_key.view())
+    with Secret(32) as key:
+        hkdf.derive_into(_view(recording_key), key.view())
+        return AESGCM(key.view())
 
 
 @dataclass(frozen=True)
@@ -356,12 +362,7 @@ class Continuation:
 
 
 def _continues_cipher(recording_key: Key, header_digest: bytes) -> AESGCM:
-    hkdf = HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None, info=CONTINUES_KEY_LABEL + header_digest
-    )
-    with Secret(32) as key:
-        hkdf.derive_into(_view(recording_key), key.view())
-        return AESGCM(key.view())
+    return _derived_cipher(recording_key, CONTINUES_KEY_LABEL + header_digest)
 
 
 def _text_field(text: str) -> bytes:

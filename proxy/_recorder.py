@@ -20,7 +20,6 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
-import json
 import os
 import re
 import secrets
@@ -534,7 +533,7 @@ class Recording:
         source gives (`NextRun.child`); None to start it as it is (not this interpreter, not
         a program `sealtrace record` could record, no run ready: said in a NOTE). Runs on
         the program's thread inside the start (calls closed: nothing here is recorded)."""
-        from ._boot import BOOT_CODE  # (the boot imports this module)
+        from ._boot import boot_command  # (the boot imports this module)
         from ._launch import parse_command
 
         rt, sink = self.runtime, self._sink
@@ -570,7 +569,7 @@ class Recording:
             "lease_fifo": getattr(self._next_run, "path", None),  # (LeasedRuns': the feed)
             "parent": {"run": self.run_id, "process": self.process, "event": rt.events},
         }
-        return [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+        return boot_command(python, target, config)
 
     def run_requests(self) -> list[tuple[str, int]]:
         """Each run of this process's line and how many requests its index recorded."""

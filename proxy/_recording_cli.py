@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._boot import BOOT_CODE
+from ._boot import boot_command
 from ._errors import IntegrityError, UsageError
 from ._format import HEADER_OBJECT, RecordingHeader
 from ._inspect import describe_recording
@@ -94,7 +94,7 @@ def run_through_platform(
     # be reached must not keep the program from running (the recorder reports it once). The
     # watcher starts once the program has: no thread of ours runs while it is forked.
     summary: dict[str, Any] = {}
-    with _private_directory() as private:
+    with tempfile.TemporaryDirectory(prefix="sealtrace-record-") as private:
         runs.open_feed(os.path.join(private, "leases"))
         code = run_recorded(lease.recipient, f"{base}/{lease.run_id}", command,
                             app_roots=app_roots, env_allow=env_allow, run_id=lease.run_id,
@@ -127,6 +127,7 @@ class PlatformRuns:
         self._said = {platform.notice}  # what the pool's state was said to be, once each
         self.handed = [first]  # run ids, in the order their leases were handed out
         self.registered: dict[str, Any] = {}  # run id -> its store
+        self._stores: dict[str, Any] = {}  # run id -> its store, opened once
         self.feed_path: str | None = None
         self._feed: int | None = None
 
@@ -181,8 +182,9 @@ class PlatformRuns:
         for run_id in self.handed:
             if run_id in self.registered:
                 continue
-            store = open_store(f"{self._base}/{run_id}")
             with contextlib.suppress(Exception):  # the store may not be reachable at all
+                store = self._stores.get(run_id) or open_store(f"{self._base}/{run_id}")
+                self._stores[run_id] = store
                 if HEADER_OBJECT in store.list().objects:
                     wrapped = RecordingHeader.decode(store.get(HEADER_OBJECT)).wrapped_key
                     self._platform.register(run_id, wrapped, store=f"{self._base}/{run_id}",
@@ -233,12 +235,6 @@ def _run_counts(summary: dict[str, Any], first: str) -> dict[str, int]:
     return counts
 
 
-@contextlib.contextmanager
-def _private_directory() -> Any:
-    with tempfile.TemporaryDirectory(prefix="sealtrace-record-") as private:
-        yield private
-
-
 def run_recorded(
     recipient: Recipient,
     output: str,
@@ -285,7 +281,7 @@ def run_recorded(
         "lease_fifo": lease_fifo,
     }
     if summary is None:
-        argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+        argv = boot_command(python, target, config)
         return _run_child(argv, env, on_start=on_start)
     with tempfile.TemporaryDirectory(prefix="sealtrace-summary-") as private:
         fifo = os.path.join(private, "summary")
@@ -295,7 +291,7 @@ def run_recorded(
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             config["summary_fifo"] = fifo
-            argv = [python, *target.python_options, "-c", BOOT_CODE, json.dumps(config)]
+            argv = boot_command(python, target, config)
             code = _run_child(argv, env, on_start=on_start)
             summary.update(_read_summary(reader))
         finally:

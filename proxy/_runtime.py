@@ -63,6 +63,7 @@ from ._stream import (
     STATUS_RETURNED,
     STOP,
     THREAD,
+    framed_record,
     stream_prefix,
 )
 
@@ -635,7 +636,6 @@ class RecordRuntime:
     rotate_bytes: int | None = None
     _run_bytes = 0  # stream bytes handed to this run's pipeline
     _run_requests = 0  # requests_recorded when this run began
-    runs_rotated = 0
 
     def _rotation_due(self) -> bool:
         if self.rotation is None or not self.active:
@@ -675,20 +675,15 @@ class RecordRuntime:
         self._begin_stream(CONTINUES, {**continues, "events": self.events})
         self.process, self._children = "", 0
         self._run_bytes, self._run_requests = 0, self.requests_recorded
-        self.runs_rotated += 1
         # The new run's beginning is stored at once: it reads as incomplete, not as absent.
         self._drain(flush=True, rotate=False)
 
     def _begin_stream(self, kind: int, fields: dict[str, Any]) -> None:
         """A new stream from here (a forked child's, FORKED; a rotated-to run's, CONTINUES):
         its prefix and first record before whatever is buffered; the prefix is unhashed."""
-        body = bytearray()
-        Encoder().encode(body, fields)
-        start = bytearray(stream_prefix())
-        self._unhashed = len(start)
-        start.append(kind)
-        _write_varint(start, len(body))
-        self._buf = start + body + self._buf
+        prefix = stream_prefix()
+        self._unhashed = len(prefix)
+        self._buf = bytearray(prefix) + framed_record(kind, fields) + self._buf
 
     def store_now(self) -> None:
         """Seal and store what is recorded so far (a child's beginning: one killed before its
@@ -943,14 +938,7 @@ def _ending_record(kind: int, fields: dict[str, Any]) -> Callable[[bytes], bytes
     """The last record of a stream (EXIT, ROTATED) with the stream's digest, which the
     pipeline's thread makes once it has hashed every record before it."""
 
-    def record_of(digest: bytes) -> bytes:
-        body = bytearray()
-        Encoder().encode(body, {**fields, "digest": digest})
-        record = bytearray((kind,))
-        _write_varint(record, len(body))
-        return bytes(record + body)
-
-    return record_of
+    return lambda digest: framed_record(kind, {**fields, "digest": digest})
 
 
 class PythonRecordRuntime(RecordRuntime):

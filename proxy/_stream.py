@@ -92,6 +92,7 @@ __all__ = [
     "Request",
     "SourceFile",
     "chain_streams",
+    "framed_record",
     "incomplete_stream",
     "parse_stream",
     "read_meta",
@@ -132,6 +133,17 @@ STATUS_RETURNED, STATUS_RAISED = 0, 1
 
 def stream_prefix() -> bytes:
     return MAGIC + STREAM_VERSION.to_bytes(2, "little")
+
+
+def framed_record(kind: int, fields: Any) -> bytes:
+    """One whole record: its kind, the length of its body, and `fields` encoded as its body
+    (for the records a recorder or reader makes whole at once: FORKED, CONTINUES, EXIT,
+    ROTATED, a reader's STOP)."""
+    body = bytearray()
+    Encoder().encode(body, fields)
+    record = bytearray((kind,))
+    _write_varint(record, len(body))
+    return bytes(record + body)
 
 
 def stream_digest() -> Any:
@@ -497,15 +509,9 @@ def incomplete_stream(data: bytes) -> bytes:
         raise malformed("the event stream", exc) from exc
     if not end:
         raise CodecError("the recording ends before its first record is whole")
-    body = bytearray()
-    Encoder().encode(
-        body,
-        {"reason": INCOMPLETE_REASON, "where": f"event {events}", "events": events,
-         "incomplete": True},
-    )  # fmt: skip
-    record = bytearray((STOP,))
-    _write_varint(record, len(body))
-    return bytes(data[:end]) + bytes(record) + bytes(body)
+    stop = {"reason": INCOMPLETE_REASON, "where": f"event {events}", "events": events,
+            "incomplete": True}  # fmt: skip
+    return bytes(data[:end]) + framed_record(STOP, stop)
 
 
 def chain_streams(streams: list[bytes]) -> bytes:

@@ -80,6 +80,12 @@ def _assignment(store: Path, keys: KeyFiles, agent: Any, process: str) -> Assign
                              "sealed_key": base64.b64encode(sealed).decode()})  # fmt: skip
 
 
+def _serve(store: Path, keys: KeyFiles, agent: Any, process: str, server: Server) -> str:
+    """The agent serves `server`'s session on `process` of the run at `store`, in-process."""
+    return serve(_assignment(store, keys, agent, process), agent, "agent-1", server,  # type: ignore[arg-type]
+                 lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+
+
 def _where(server: Server) -> str:
     frame = server.answers[0]["document"]["frames"][0]
     return {local["name"]: local["value"]["repr"] for local in frame["locals"]}["where"]
@@ -92,14 +98,12 @@ def test_the_agent_opens_the_process_its_assignment_names(tmp_path: Path, keys: 
     agent = generate_identity()
     for process, expected in (("1", "'child'"), ("", "'parent'")):
         server = Server()
-        ended = serve(_assignment(store, keys, agent, process), agent, "agent-1", server,  # type: ignore[arg-type]
-                      lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+        ended = _serve(store, keys, agent, process, server)
         assert ended == "closed", server.states
         assert _where(server) == expected, process
     # A process the recording does not hold: the session fails, closed.
     server = Server()
-    ended = serve(_assignment(store, keys, agent, "2"), agent, "agent-1", server,  # type: ignore[arg-type]
-                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    ended = _serve(store, keys, agent, "2", server)
     assert ended == "failed" and server.states[-1][0] == "failed"
     assert "no process 2" in str(server.states[-1][1])
 
@@ -142,8 +146,7 @@ def test_the_agent_opens_a_rotated_run_after_the_runs_it_goes_on_from(
     last = runs[-1]
     agent = generate_identity()
     server = Server()
-    ended = serve(_assignment(last, keys, agent, ""), agent, "agent-1", server,  # type: ignore[arg-type]
-                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    ended = _serve(last, keys, agent, "", server)
     assert ended == "closed", server.states
     assert _where(server) == "\"'fourty-one'\""
 
@@ -172,15 +175,13 @@ def test_the_agent_answers_a_killed_run_as_far_as_it_goes(tmp_path: Path, keys: 
     assert record(keys, store, [PYTHON, str(app)]).proc.returncode == 137
     agent = generate_identity()
     server = Server()
-    ended = serve(_assignment(store, keys, agent, ""), agent, "agent-1", server,  # type: ignore[arg-type]
-                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    ended = _serve(store, keys, agent, "", server)
     assert ended == "closed", server.states
     assert _where(server) == "'before the kill'"
     # Where the recording ends: the run's last instruction recorded, answered (a replay that
     # ran off the end of a cut recording would be a divergence).
     at_end = Server(at="end")
-    ended = serve(_assignment(store, keys, agent, ""), agent, "agent-1", at_end,  # type: ignore[arg-type]
-                  lambda data, parsed: Inquiry(data, parsed))  # fmt: skip
+    ended = _serve(store, keys, agent, "", at_end)
     assert ended == "closed", at_end.states
     document = at_end.answers[0]["document"]
     assert "error" not in at_end.answers[0], at_end.answers[0]
