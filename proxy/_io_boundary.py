@@ -21,11 +21,23 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._boundary import Patcher
-from ._runtime import Runtime, path_under
+from ._runtime import Runtime, paths_under
 
 __all__ = ["BoundaryRaw", "DirEntry", "install_files", "install_stdio"]
 
 _VALID_MODE = frozenset("axrwb+t")
+_fstat = os.fstat  # the real one, as io.open asks it (inside the open call: never recorded)
+
+
+_OPERATIONS = ("seekable", "read", "readall", "write", "seek", "tell", "truncate", "close")
+_NAMES: dict[str, dict[str, str]] = {}  # a label's callee names, by operation
+
+
+def _names(label: str) -> dict[str, str]:
+    names = _NAMES.get(label)
+    if names is None:
+        names = _NAMES[label] = {op: f"{label}.{op}" for op in _OPERATIONS}
+    return names
 
 
 class BoundaryRaw(io.RawIOBase):
@@ -51,6 +63,7 @@ class BoundaryRaw(io.RawIOBase):
         self._real: Any = real
         self._oid = oid
         self._label = label
+        self._names = _names(label)
         self.name = name
         self.mode = mode
         self._fd = fd
@@ -64,8 +77,7 @@ class BoundaryRaw(io.RawIOBase):
         return "r" not in self.mode or "+" in self.mode
 
     def seekable(self) -> bool:
-        real = self._real
-        return bool(self._rt.call(f"{self._label}.seekable", (self._oid,), lambda: real.seekable()))
+        return bool(self._rt.invoke(self._names["seekable"], (self._oid,), self._real, "seekable"))
 
     def isatty(self) -> bool:
         return self._isatty
@@ -74,8 +86,8 @@ class BoundaryRaw(io.RawIOBase):
         return self._fd
 
     def readinto(self, buffer: Any) -> int | None:
-        real, size = self._real, len(memoryview(buffer))
-        data = self._rt.call(f"{self._label}.read", (self._oid, size), lambda: real.read(size))
+        size = len(memoryview(buffer))
+        data = self._rt.invoke(self._names["read"], (self._oid, size), self._real, "read", size)
         if data is None:
             return None
         n = len(data)
@@ -83,48 +95,39 @@ class BoundaryRaw(io.RawIOBase):
         return n
 
     def readall(self) -> bytes:
-        real = self._real
-        data: bytes = self._rt.call(f"{self._label}.readall", (self._oid,), lambda: real.readall())
+        data: bytes = self._rt.invoke(self._names["readall"], (self._oid,), self._real, "readall")
         return data
 
     def write(self, data: Any) -> int | None:
         payload = bytes(data)
         real = self._real
         return self._rt.output(  # type: ignore[no-any-return]
-            f"{self._label}.write",
+            self._names["write"],
             (self._oid,),
             payload,
             lambda: real.write(payload),
         )
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        real = self._real
-        return self._rt.call(  # type: ignore[no-any-return]
-            f"{self._label}.seek",
-            (self._oid, offset, whence),
-            lambda: real.seek(offset, whence),
+        return self._rt.invoke(  # type: ignore[no-any-return]
+            self._names["seek"], (self._oid, offset, whence), self._real, "seek", offset, whence
         )
 
     def tell(self) -> int:
-        real = self._real
-        position: int = self._rt.call(f"{self._label}.tell", (self._oid,), lambda: real.tell())
+        position: int = self._rt.invoke(self._names["tell"], (self._oid,), self._real, "tell")
         return position
 
     def truncate(self, size: int | None = None) -> int:
-        real = self._real
-        return self._rt.call(  # type: ignore[no-any-return]
-            f"{self._label}.truncate",
-            (self._oid, size),
-            lambda: real.truncate(size),
+        return self._rt.invoke(  # type: ignore[no-any-return]
+            self._names["truncate"], (self._oid, size), self._real, "truncate", size
         )
 
     def close(self) -> None:
         if self.closed:
             return
-        real = self._real
         try:
             if self.closefd:
-                self._rt.call(f"{self._label}.close", (self._oid,), lambda: real.close())
+                self._rt.invoke(self._names["close"], (self._oid,), self._real, "close")
                 if self._on_close is not None:
                     self._on_close(self._fd)
         finally:
@@ -134,8 +137,20 @@ class BoundaryRaw(io.RawIOBase):
         return f"<_io.FileIO name={self.name!r} mode={self.mode!r} closefd={self.closefd!r}>"
 
 
+_RAW_MODES: dict[str, tuple[str, str, bool]] = {}  # the valid modes met, each worked out once
+
+
 def _raw_mode(mode: str) -> tuple[str, str, bool]:
     """(raw mode for FileIO, FileIO's own mode string, text?) with io.open's validation."""
+    known = _RAW_MODES.get(mode) if type(mode) is str else None
+    if known is None:
+        known = _work_out_mode(mode)
+        if type(mode) is str and len(_RAW_MODES) < 64:
+            _RAW_MODES[mode] = known
+    return known
+
+
+def _work_out_mode(mode: str) -> tuple[str, str, bool]:
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
     modes = set(mode)
@@ -198,7 +213,7 @@ def _layers(
     buffer: Any
     if "+" in mode:
         buffer = io.BufferedRandom(raw, buffering)
-    elif any(c in mode for c in "wax"):
+    elif "w" in mode or "a" in mode or "x" in mode:
         buffer = io.BufferedWriter(raw, buffering)
     else:
         buffer = io.BufferedReader(raw, buffering)
@@ -214,8 +229,8 @@ def _layers(
 def install_files(rt: Runtime, patcher: Patcher) -> None:
     base_open = io.open
     base_scandir = os.scandir
-    base_stat = os.stat
     prefixes: tuple[str, ...] = tuple(getattr(rt, "passthrough_prefixes", ()))
+    passed_through = paths_under(prefixes)
     intercepting = rt.intercepting
 
     tracked = tracked_descriptors(rt)
@@ -242,7 +257,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
             return base_open(fd, mode, buffering, encoding, errors, newline, True)
         if isinstance(file, int) or opener is not None or not intercepting():
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        if path_under(os.path.abspath(os.fsdecode(os.fspath(file))), prefixes):
+        if passed_through(os.path.abspath(os.fsdecode(os.fspath(file)))):
             return base_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         return open_file("open", os.fspath(file), file, closefd, *layers)
 
@@ -272,7 +287,7 @@ def install_files(rt: Runtime, patcher: Patcher) -> None:
             real = io.FileIO(target, raw_mode, closefd)
             holder.append(real)
             try:
-                blksize = base_stat(real.fileno()).st_blksize
+                blksize = _fstat(real.fileno()).st_blksize
             except OSError:
                 blksize = io.DEFAULT_BUFFER_SIZE
             return real.fileno(), real.isatty(), blksize
@@ -339,12 +354,13 @@ def _install_descriptors(
     base_open, base_pipe = os.open, os.pipe
     base_read, base_write, base_close = os.read, os.write, os.close
     base_lseek, base_fsync, base_ftruncate = os.lseek, os.fsync, os.ftruncate
+    passed_through = paths_under(prefixes)
 
     def os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         if dir_fd is not None or not rt.intercepting():
             return base_open(path, flags, mode, dir_fd=dir_fd)
         text_path = os.fsdecode(os.fspath(path))
-        if path_under(os.path.abspath(text_path), prefixes):
+        if passed_through(os.path.abspath(text_path)):
             return base_open(path, flags, mode)
         fd: int = rt.call("os.open", (text_path, flags, mode), lambda: base_open(path, flags, mode))
         tracked.add(fd)

@@ -56,6 +56,8 @@ _DESCRIBE = (_RealSocket.fileno, _RealSocket.family, _RealSocket.type, _RealSock
 def _info(sock: Any) -> tuple[int, int, int, int]:
     """_DESCRIBE of a socket (or of a proxy, which socket.py's own socket.socket code makes
     through the replaced socket.socket: accept on a socket made before recording does)."""
+    if type(sock) is _RealSocket:  # the fields read as they are: plain ints
+        return sock.fileno(), sock.family, sock.type, sock.proto
     if isinstance(sock, _socket.socket):
         fd, family, kind, proto = (
             describe(sock) if callable(describe) else describe.__get__(sock)

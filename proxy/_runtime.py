@@ -84,6 +84,7 @@ __all__ = [
     "native_function",
     "native_methods",
     "path_under",
+    "paths_under",
     "record_runtime",
 ]
 
@@ -117,7 +118,16 @@ def is_own_code(filename: str) -> bool:
 
 def path_under(path: str, roots: Iterable[str]) -> bool:
     """Whether path is one of roots or inside one."""
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+    return paths_under(roots)(path)
+
+
+def paths_under(roots: Iterable[str]) -> Callable[[str], bool]:
+    """path_under(path, roots) as a function of path, for a check made at every call (each
+    file a recorded program opens): the roots made into one prefix tuple once."""
+    roots = tuple(roots)
+    exact = frozenset(roots)
+    prefixes = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+    return lambda path: path in exact or path.startswith(prefixes)
 
 
 _get_ident = _thread.get_ident
@@ -1066,7 +1076,7 @@ class ThreadBody:
 
 def _native_runtime() -> type[RecordRuntime] | None:
     try:
-        from ._fastpath import CallPath, configure, finalize
+        from ._fastpath import CallPath, configure, encode, finalize
     except ImportError:  # not built: the Python per-call path records
         return None
     configure(_int_enums)  # shared: the enum classes Python meets, C fingerprints too
@@ -1077,6 +1087,14 @@ def _native_runtime() -> type[RecordRuntime] | None:
         plain keys carry the key's repr until the pipeline's thread digests it."""
 
         _finish_records = staticmethod(finalize)
+
+        def record_value(self, kind: int, value: Any) -> bool:
+            # A value of built-in types (a request's REQUEST record) encoded in C, as the
+            # Python encoder writes it; anything else (a blob, an extension) by that one.
+            body = encode(value)
+            if body is None:
+                return RecordRuntime.record_value(self, kind, value)
+            return self.record_raw(kind, body)
 
     return NativeRecordRuntime
 
@@ -1092,11 +1110,12 @@ class Hot(NamedTuple):
     name: str
     method: Any  # its name; form "new": the real object's class
     form: str = "call"  # call | row | state | output | recv_into | new | cursor | close |
-    # timeout (see FORM_* in fastpath/fastpath_internal.h)
+    # timeout | lock (see FORM_* in fastpath/fastpath_internal.h)
     guard: bool = False  # the Python method refuses a closed socket (self._fd < 0) first
     # form "state": the real object's attributes after the call; form "new": the functions
     # of the real object that describe it, in the proxy's recorded description; form
-    # "cursor": the cursor proxy class and its execute twin
+    # "cursor": the cursor proxy class and its execute twin; form "lock": the list whose
+    # first item is not 0 while sealtrace's own code runs (_thread_boundary._outside)
     state: tuple[Any, ...] = ()
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._boundary import Patcher
-from ._runtime import Runtime, WouldBlock
+from ._runtime import Hot, Runtime, WouldBlock, native_methods
 
 __all__ = [
     "LockProxy",
@@ -285,16 +285,19 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
             raise TypeError("first arg must be callable")
         return rt.start_thread(function, args, kwargs or {}, base_start)
 
-    def ours() -> bool:
-        return not _outside[0] and rt.intercepting()
+    intercepting = rt.intercepting
+    lock_class, rlock_class = _fast_class(rt, LockProxy), _fast_class(rt, RLockProxy)
 
     def allocate_lock() -> Any:
         real = _real_lock()
-        return LockProxy(rt, real) if ours() else real
+        return lock_class(rt, real) if not _outside[0] and intercepting() else real
 
     def rlock(*args: Any, **kwargs: Any) -> Any:
         real = _real_rlock(*args, **kwargs)
-        return RLockProxy(rt, real) if ours() else real
+        return rlock_class(rt, real) if not _outside[0] and intercepting() else real
+
+    def ours() -> bool:
+        return not _outside[0] and intercepting()
 
     def set_sentinel() -> Any:
         real = _real_sentinel()
@@ -315,6 +318,23 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
     patcher.replace(threading, "_set_sentinel", _BuiltinLike(set_sentinel, _real_sentinel))
     patcher.replace(queue, "SimpleQueue", simple_queue)
     _when_imported("asyncio.base_events", lambda module: _patch_event_loop(rt, patcher, module))
+
+
+def _fast_class(rt: Runtime, cls: type[_LockProxy]) -> type[_LockProxy]:
+    """cls with C twins of acquire and __enter__ (FORM_LOCK) when `rt` records with the C
+    per-call path: a lock taken is then one C call, not the Python sync path's five frames.
+    cls itself otherwise. A thread's sentinel stays a LockProxy: its join() is no event."""
+    hot = {
+        name: Hot(cls._ACQUIRE, "acquire", "lock", state=(_outside,))
+        for name in ("acquire", "__enter__")
+    }
+    twins = native_methods(rt, cls, hot)
+    if not twins:
+        return cls
+    made: type[_LockProxy] = type(
+        cls.__name__, (cls,), {"__slots__": (), "__module__": cls.__module__, **twins}
+    )
+    return made
 
 
 def _install_v1_guard(rt: Runtime, patcher: Patcher) -> None:

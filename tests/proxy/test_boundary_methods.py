@@ -12,6 +12,7 @@ import inspect
 import os
 import socket
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from sealtrace.proxy._runtime import (
 )
 from sealtrace.proxy._sqlite_boundary import install_sqlite3
 from sealtrace.proxy._stream import META, parse_stream
+from sealtrace.proxy._thread_boundary import install_threads, outside_the_program
 
 from .test_fastpath import _Out
 
@@ -237,6 +239,68 @@ def test_sqlite3_methods_match_the_python_ones() -> None:
     events = parse_stream(stream).events
     assert [e.callee for e in events].count("sqlite3.Cursor.execute") == 13
     assert sum(e.raised for e in events) == 2
+
+
+class _Truth:
+    """A blocking flag whose truth is asked for, or raises: acquire keys bool(blocking)."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        if self.value is None:
+            raise ValueError("no truth")
+        return self.value
+
+
+def _lock_script(rt: RecordRuntime, seen: list[Any]) -> None:
+    patcher = Patcher()
+    install_threads(rt, patcher)
+    try:
+        lock, rlock = threading.Lock(), threading.RLock()
+        seen.append(isinstance(type(lock).__dict__.get("acquire"), _twin))
+        seen.append(isinstance(type(rlock).__dict__.get("__enter__"), _twin) is seen[0])
+        seen.append((lock.acquire(), lock.locked(), lock.acquire(False), lock.acquire(0)))
+        seen.append(lock.acquire(True, 0.01))  # held: times out, a float timeout
+        lock.release()
+        with lock:
+            seen.append(lock.locked())
+        seen.append(lock.acquire(blocking=False))  # a keyword: the Python method
+        lock.release()
+        # bool(blocking) keyed, the object itself passed on (the real lock refuses it)
+        seen.append(_outcome(lambda: lock.acquire(_Truth(True), 1)))
+        seen.append(_outcome(lambda: lock.acquire(_Truth(None))))  # bool() raises: no event
+        seen.append(_outcome(lambda: lock.acquire(False, 1)))  # the real lock refuses
+        seen.append(_outcome(lambda: lock.acquire(1, 2, 3)))  # too many: the Python method
+        seen.append(lock.locked())
+        with rlock, rlock:
+            seen.append((rlock._is_owned(), rlock.acquire(False), rlock._recursion_count()))
+            rlock.release()
+        with outside_the_program():  # sealtrace's own: real, no event
+            seen.append((lock.acquire(), rlock.acquire()))
+            lock.release()
+            rlock.release()
+        condition = threading.Condition(threading.Lock())  # _is_owned: acquire(False)
+        with condition:
+            seen.append(condition.wait(0.001))
+        event = threading.Event()
+        worker = threading.Thread(target=event.set)
+        worker.start()
+        seen.append(event.wait(5))
+        worker.join()
+        seen.append(rt.call("outer", (), lambda: lock.acquire(False)))  # passes through
+        lock.release()
+    finally:
+        patcher.restore()
+
+
+def test_lock_methods_match_the_python_ones() -> None:
+    seen, stream = _both(_lock_script)
+    assert seen[1] == (True, True, False, False) and seen[2] is False
+    callees = [e.callee for e in parse_stream(stream).events]
+    assert callees.count("rlock.acquire") == 3  # two with, one acquire(False); none outside
+    assert callees.count("lock.acquire") >= 10 and "outer" in callees
+    assert "lock.acquire" not in callees[callees.index("outer") :]  # inside a call: passed
 
 
 class _Clock:

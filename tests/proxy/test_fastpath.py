@@ -383,6 +383,8 @@ _PENDING_KEYS = [
     *((_ASCII[i : i + 16],) for i in range(0, 128, 16)),  # every ASCII character
     ("it's",), ('say "hi"',), ("both ' and \"",), ("back\\slash",), ("\t\n\r\x00\x7f",),
     (7, "x" * 300), ((1, 2), ((3,),)), (socket.AF_INET, "host", 80), (socket.SOCK_STREAM,),
+    # a lock's acquire: (its id, bool(blocking), timeout); bools beside an int enum too
+    (5, True, -1), (False,), ((True, None), False), (socket.AF_INET, True),
 ]  # fmt: skip
 
 

@@ -117,7 +117,7 @@ int encode(Scratch* s, PyObject* value, int depth, int lenient) {
 }
 
 /* A plain key, encoded as encode() writes it, for the pipeline's thread to make its repr
- * from (plain_repr): None, ints of 62 bits, ASCII strs and tuples of them to KEY_DEPTH
+ * from (plain_repr): None, bools, ints of 62 bits, ASCII strs and tuples of them to KEY_DEPTH
  * levels; DEFERRED (with part of it written) for any other key. This is all a plain key's
  * argument digest costs the application's thread: no decimal digits, and no scan of a str
  * for the characters its repr escapes. With `enums`, members of known int enums are
@@ -127,7 +127,8 @@ int encode(Scratch* s, PyObject* value, int depth, int lenient) {
 
 int put_plain(Scratch* s, PyObject* value, int depth, int* enums) {
   if (!PyTuple_CheckExact(value) || depth > KEY_DEPTH) {
-    if (PyLong_CheckExact(value) || PyUnicode_CheckExact(value) || value == Py_None)
+    if (PyLong_CheckExact(value) || PyUnicode_CheckExact(value) || value == Py_None ||
+        PyBool_Check(value))
       return put_plain_item(s, value, depth, enums);
     if (enums == NULL || !is_int_enum(value)) return DEFERRED;
     *enums = 1;

@@ -216,6 +216,8 @@ static inline int put_plain_item(Scratch* s, PyObject* value, int depth, int* en
   if (PyLong_CheckExact(value)) return put_int(s, value);
   if (PyUnicode_CheckExact(value)) return put_ascii(s, value);
   if (value == Py_None) return put_byte(s, TAG_NONE) < 0 ? FAILED : ENCODED;
+  if (PyBool_Check(value)) /* a lock's acquire(blocking): its repr is True or False */
+    return put_byte(s, value == Py_True ? TAG_TRUE : TAG_FALSE) < 0 ? FAILED : ENCODED;
   return put_plain(s, value, depth, enums);
 }
 
@@ -460,6 +462,11 @@ enum {
                    * (self._io_refs <= 0) and self._fd >= 0, real.method() and self._fd = -1 */
   FORM_TIMEOUT,   /* Socket.settimeout(value), no boundary call: real.method(value) with value
                    * None or float(value) >= 0, then self._timeout = value */
+  FORM_LOCK,      /* a lock proxy's acquire(blocking=True, timeout=-1), or its __enter__():
+                   * real.method(blocking, timeout), keyed (bool(blocking), timeout) after the
+                   * oid, its bool result recorded (a sync event, Runtime.sync); handed to
+                   * the Python method while state[0][0] (_thread_boundary._outside) is not
+                   * 0: sealtrace's own code takes the lock then */
   FORM_COUNT
 };
 

@@ -8,8 +8,8 @@ static int read_varint(const unsigned char** at, const unsigned char* end, uint6
  * it (material_digest's bound); returns the end of what it wrote, or NULL if the encoding
  * is not one put_plain writes. As repr() writes them: ASCII strs quoted with ' unless they
  * hold ' and no ", escaping the quote, backslash, \t, \n, \r and other control characters
- * (\xNN); decimal ints; None; tuples with ", " and the one-item tuple's ",". Runs without
- * the GIL. */
+ * (\xNN); decimal ints; None, True and False; tuples with ", " and the one-item tuple's ",". Runs
+ * without the GIL. */
 static unsigned char* plain_repr(const unsigned char** at, const unsigned char* end,
                                  unsigned char* out, int depth) {
   static const char hex[] = "0123456789abcdef";
@@ -20,6 +20,12 @@ static unsigned char* plain_repr(const unsigned char** at, const unsigned char* 
     case TAG_NONE:
       memcpy(out, "None", 4);
       return out + 4;
+    case TAG_TRUE:
+      memcpy(out, "True", 4);
+      return out + 4;
+    case TAG_FALSE:
+      memcpy(out, "False", 5);
+      return out + 5;
     case TAG_INT: {
       if (read_varint(at, end, &n) < 0) return NULL;
       int64_t v = (int64_t)(n >> 1) ^ -(int64_t)(n & 1);
@@ -91,8 +97,8 @@ int material_digest(unsigned char* out, const unsigned char* material, size_t si
     return 0;
   }
   if (material[0] != MATERIAL_PLAIN) return -1;
-  /* A byte of the encoding makes at most six of the repr: None (one byte) and ", ". */
-  size_t bound = 6 * size + 16;
+  /* A byte of the encoding makes at most seven of the repr: False (one byte) and ", ". */
+  size_t bound = 7 * size + 16;
   unsigned char small[1024], *text = bound <= sizeof small ? small : malloc(bound);
   if (text == NULL) return -1;
   const unsigned char *at = material + 1, *end = material + size;

@@ -323,6 +323,48 @@ static PyObject* set_timeout(BoundaryMethod* m, PyObject* self, PyObject* value)
   return result;
 }
 
+/* FORM_LOCK: whether sealtrace's own code runs now (state[0] is _thread_boundary._outside,
+ * a list whose first item counts how deep): its locks are real and make no event, which the
+ * Python method sees to. */
+static int outside_the_program(BoundaryMethod* m) {
+  PyObject* outside = PyTuple_GET_ITEM(m->state, 0);
+  if (!PyList_CheckExact(outside) || PyList_GET_SIZE(outside) < 1) return 1;
+  PyObject* depth = PyList_GET_ITEM(outside, 0);
+  return !PyLong_CheckExact(depth) || Py_SIZE(depth) != 0;
+}
+
+/* FORM_LOCK: real.acquire(blocking, timeout) as Runtime.sync records a lock proxy's acquire:
+ * the key (oid, bool(blocking), timeout), the result kept as it is when a bool (None
+ * otherwise, as _outcome_only keeps it), the real result returned. __enter__ passes no
+ * arguments: acquire()'s defaults, True and -1. */
+static PyObject* lock_acquire(BoundaryMethod* m, PyObject* oid, PyObject* real,
+                              PyObject* const* argv, Py_ssize_t count) {
+  static PyObject* minus_one = NULL;
+  if (minus_one == NULL && (minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
+  PyObject* blocking = count > 0 ? argv[0] : Py_True;
+  PyObject* timeout = count > 1 ? argv[1] : minus_one;
+  int truth = PyObject_IsTrue(blocking); /* bool(blocking) raises before anything is done */
+  if (truth < 0) return NULL;
+  PyObject* items[2] = {truth ? Py_True : Py_False, timeout};
+  Key key = KEY_PARTS(oid, items, 2);
+  CallPath* rt = m->runtime;
+  PyObject* stack[4] = {NULL, real, blocking, timeout};
+  open_call(); /* the caller checked that this call is recorded */
+  PyObject* result = call_real(method_of(m, real), stack, 3);
+  close_call(rt);
+  if (result == NULL) {
+    result = record_raised(rt, KIND_CALL, m->name, &key, Py_None);
+  } else if (PyBool_Check(result)) {
+    result = record_returned(rt, m->name, &key, result);
+  } else {
+    PyObject* kept = record_returned(rt, m->name, &key, Py_NewRef(Py_None));
+    if (kept == NULL) Py_CLEAR(result);
+    Py_XDECREF(kept);
+  }
+  key_release(&key);
+  return result;
+}
+
 static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, size_t nargsf,
                                    PyObject* kwnames) {
   if (m->runtime == NULL) {
@@ -342,7 +384,8 @@ static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, siz
     return result;
   }
   if (keywords || given < m->required || (m->maximum >= 0 && given > m->maximum) ||
-      !recorded_here(m->runtime) || (m->guard && socket_closed(args[0])))
+      !recorded_here(m->runtime) || (m->guard && socket_closed(args[0])) ||
+      (m->form == FORM_LOCK && outside_the_program(m)))
     return method_fallback(m, args, nargsf, kwnames);
   PyObject* self = args[0];
   /* The arguments as the Python method sees them: defaults filled in. */
@@ -371,6 +414,10 @@ static PyObject* method_vectorcall(BoundaryMethod* m, PyObject* const* args, siz
   real = oid != NULL ? PROXY_REAL(self) : NULL;
   if (real == NULL) goto done;
   stack[1] = real;
+  if (m->form == FORM_LOCK) {
+    result = lock_acquire(m, oid, real, argv, count);
+    goto done;
+  }
   if (m->form == FORM_RECV_INTO) {
     int handled;
     result = recv_into(m, oid, real, argv, &handled);
@@ -448,12 +495,15 @@ static PyObject* method_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
       (form == FORM_FUNCTION || form == FORM_NEW ? !PyCallable_Check(method)
                                                  : !PyUnicode_Check(method)) ||
       (form == FORM_FUNCTION && (required || !variadic || guard)) ||
-      (form == FORM_STATE || form == FORM_NEW || form == FORM_CURSOR) !=
+      (form == FORM_STATE || form == FORM_NEW || form == FORM_CURSOR || form == FORM_LOCK) !=
           (PyTuple_GET_SIZE(state) > 0) ||
+      (form == FORM_LOCK &&
+       (PyTuple_GET_SIZE(state) != 1 || !PyList_CheckExact(PyTuple_GET_ITEM(state, 0)))) ||
       (form == FORM_OUTPUT && required < 1) ||
       (form == FORM_RECV_INTO && (required != 1 || PyTuple_GET_SIZE(defaults) != 2)) ||
       (form == FORM_CLOSE && (required || PyTuple_GET_SIZE(defaults) || variadic)) ||
-      (form == FORM_TIMEOUT && (required != 1 || PyTuple_GET_SIZE(defaults) || variadic))) {
+      (form == FORM_TIMEOUT && (required != 1 || PyTuple_GET_SIZE(defaults) || variadic)) ||
+      (form == FORM_LOCK && (required || variadic || PyTuple_GET_SIZE(defaults) > 2))) {
     PyErr_SetString(PyExc_ValueError, "this method cannot take that form");
     return NULL;
   }
@@ -468,7 +518,8 @@ static PyObject* method_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
       return NULL;
     }
   }
-  for (Py_ssize_t i = 0; form != FORM_CURSOR && i < PyTuple_GET_SIZE(state); i++) {
+  for (Py_ssize_t i = 0; form != FORM_CURSOR && form != FORM_LOCK && i < PyTuple_GET_SIZE(state);
+       i++) {
     PyObject* item = PyTuple_GET_ITEM(state, i);
     int describes = PyCallable_Check(item) || is_field(item);
     if (form == FORM_NEW ? !describes : !PyUnicode_Check(item)) {

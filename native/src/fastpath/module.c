@@ -110,6 +110,7 @@ static int add_constants(PyObject* module) {
       {"FORM_CURSOR", FORM_CURSOR},
       {"FORM_CLOSE", FORM_CLOSE},
       {"FORM_TIMEOUT", FORM_TIMEOUT},
+      {"FORM_LOCK", FORM_LOCK},
   };
   for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
     if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0) return -1;
