@@ -207,6 +207,9 @@ def describe_run(
         # Every thread's calls are recorded, and the locks and queues that order them (sync
         # events, _thread_boundary). Absent from older recordings, which stopped at a thread.
         "threads": True,
+        # Another thread's call_soon_threadsafe reaches the event loop at its read of its
+        # self-pipe, an event (_thread_boundary._patch_event_loop). Absent from older ones.
+        "handoffs": True,
         "stdio": describe_stdio(),
         "libraries": list(libs),
         "timezone": {

@@ -374,6 +374,15 @@ class Runtime(Protocol):
         replaying, the thread waits for its turn and replay(recorded result) answers."""
         ...
 
+    def turn(self, name: str, key: Any, act: Callable[[], T], replay: Callable[[T], T]) -> T:
+        """An event and what a thread does with state it shares with other threads, with no
+        other thread's event between the two: act() when recording, recorded as the call's
+        result (the records lock held across both, so another thread that records, or that
+        acts in a turn of its own, waits); when replaying, replay(recorded result) at the
+        event's turn, before the next event, whoever's, is served. act and replay must not
+        wait for another thread."""
+        ...
+
     def start_thread(
         self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         base: Callable[..., int],
@@ -736,6 +745,13 @@ class RecordRuntime:
 
     def block(self, wait: Callable[[], T], ready: Callable[[], T | None]) -> T:
         return wait()
+
+    def turn(self, name: str, key: Any, act: Callable[[], T], replay: Callable[[T], T]) -> T:
+        self._hold_records()
+        try:
+            return self.call(name, key, act)
+        finally:
+            self._release_records()
 
     def start_thread(
         self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -28,6 +28,7 @@ A proxy never changes what the program sees: the same methods, results and excep
 from __future__ import annotations
 
 import _thread
+import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
@@ -351,14 +352,96 @@ def _install_v1_guard(rt: Runtime, patcher: Patcher) -> None:
 
 
 def _patch_event_loop(rt: Runtime, patcher: Patcher, base_events: Any) -> None:
+    """Another thread's call_soon_threadsafe, in the order the loop saw it.
+
+    Unpatched, that thread appends the callback to the loop's ready queue, which the loop
+    reads between its own calls, with no event: where in the loop's run the callback comes
+    depends on timing alone (a FastAPI endpoint run in a worker thread put the worker back on
+    anyio's idle list before, or after, the loop took the next request). So the callback
+    goes to a queue of handoffs instead, in a turn of the handing thread (Runtime.turn: its
+    event, then the push, with no other thread's event between), and the loop takes them at
+    a point of its own run: each read of its self-pipe, which every handoff writes to after
+    its push, takes all the handoffs pushed so far, in a turn whose recorded result is how
+    many (replay takes that many, in the recorded order). A callback the loop's own thread
+    hands over goes straight to the ready queue, as it does unrecorded."""
     loop_class = base_events.BaseEventLoop
     original = loop_class.call_soon_threadsafe
+    if not getattr(rt, "records_handoffs", True):  # an older recording: a sync event alone
+
+        def sync_then_call(self: Any, callback: Any, *args: Any, context: Any = None) -> Any:
+            rt.sync("asyncio.call_soon_threadsafe", None, _nothing, _nothing)
+            return original(self, callback, *args, context=context)
+
+        patcher.replace(loop_class, "call_soon_threadsafe", sync_then_call)
+        return
+    handle_class = base_events.events.Handle
 
     def call_soon_threadsafe(self: Any, callback: Any, *args: Any, context: Any = None) -> Any:
-        rt.sync("asyncio.call_soon_threadsafe", None, _nothing, _nothing)
-        return original(self, callback, *args, context=context)
+        if self._thread_id == _thread.get_ident() or not rt.intercepting():
+            return original(self, callback, *args, context=context)
+        self._check_closed()
+        if self._debug:
+            self._check_callback(callback, "call_soon_threadsafe")
+        handle = handle_class(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        pending = _handoffs(self)
+        rt.turn(
+            "asyncio.call_soon_threadsafe",
+            None,
+            lambda: pending.append(handle),
+            _push(pending, handle),
+        )
+        self._write_to_self()
+        return handle
 
     patcher.replace(loop_class, "call_soon_threadsafe", call_soon_threadsafe)
+    _when_imported("asyncio.selector_events", lambda module: _patch_self_pipe(rt, patcher, module))
+
+
+def _handoffs(loop: Any) -> Any:
+    """The loop's queue of callbacks other threads handed over, not yet taken."""
+    pending = loop.__dict__.get("_sealtrace_handoffs")
+    if pending is None:
+        pending = loop.__dict__.setdefault("_sealtrace_handoffs", collections.deque())
+    return pending
+
+
+def _push(pending: Any, handle: Any) -> Callable[[Any], None]:
+    return lambda _recorded: pending.append(handle)
+
+
+def _patch_self_pipe(rt: Runtime, patcher: Patcher, selector_events: Any) -> None:
+    loop_class = selector_events.BaseSelectorEventLoop
+    read_from_self = loop_class._read_from_self
+
+    def read_then_take(self: Any) -> None:
+        read_from_self(self)
+        pending = _handoffs(self)
+
+        def take_all() -> int:
+            ready = self._ready
+            count = len(pending)
+            for _ in range(count):
+                ready.append(pending.popleft())
+            return count
+
+        def take(count: Any) -> int:
+            if type(count) is not int or count > len(pending):
+                raise RuntimeError(
+                    f"the event loop took {count!r} handed-over callbacks when recorded, and "
+                    f"{len(pending)} are here"
+                )
+            for _ in range(count):
+                self._ready.append(pending.popleft())
+            return count
+
+        if rt.intercepting():
+            rt.turn("asyncio.handoffs", None, take_all, take)
+        else:
+            take_all()
+
+    patcher.replace(loop_class, "_read_from_self", read_then_take)
 
 
 def _nothing(*_args: Any) -> None:

@@ -103,6 +103,10 @@ class ReplayRuntime:
         # A recording made before threads were recorded stopped at the first one, and has no
         # lock or queue events (_thread_boundary installs the old guard for it).
         self.records_threads = bool(meta.get("threads"))
+        # Another thread's call_soon_threadsafe reaches the event loop at the loop's read of
+        # its self-pipe (_thread_boundary._patch_event_loop). Absent from older recordings,
+        # whose handoff was a sync event alone.
+        self.records_handoffs = bool(meta.get("handoffs"))
         self.scheduler = Scheduler(self._next_owner, self._where)
         self.started = _monotonic()
         # Told of every event served: (index, callee, is an output, what its result brought:
@@ -176,6 +180,18 @@ class ReplayRuntime:
                 if state is None:
                     raise
                 self._waiting(functools.partial(self.scheduler.blocked, state))
+
+    def turn(self, name: str, key: Any, act: Any, replay: Any) -> Any:
+        done: list[Any] = []
+
+        def at_turn(event: Event) -> None:
+            value = self._value(event)
+            if event.raised:
+                raise value
+            done.append(replay(value))
+
+        self._next(name, key, at_turn)
+        return done[0]
 
     def block(self, wait: Any, ready: Any) -> Any:
         state = self.scheduler.current()
@@ -321,7 +337,7 @@ class ReplayRuntime:
         except CodecError as exc:
             self._emit({"status": "corrupt", "error": f"event {event.index}: {exc}"}, 4)
 
-    def _next(self, name: str, key: Any) -> Event:
+    def _next(self, name: str, key: Any, at_turn: Callable[[Event], None] | None = None) -> Event:
         if self._discarding is not None and _getpid() != self._discarding:
             _exit(0)  # a thrown-away child's at-fork handlers (fork()): nothing of it is replayed
         scheduler = self.scheduler
@@ -342,6 +358,8 @@ class ReplayRuntime:
         event = self.events[self.position]
         if event.callee != name or event.args_digest != args_digest(key):
             self.diverge(event, name, key)
+        if at_turn is not None:
+            at_turn(event)  # (turn()) before the next event, whoever's, can be served
         self.position += 1
         return event
 

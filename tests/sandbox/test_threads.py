@@ -441,6 +441,70 @@ def test_asyncio_streams_by_host_name_replay_and_trace_across_await(
     assert calls & {"socket.recv", "socket.recv_into"}, calls
 
 
+HANDOFFS = """
+import asyncio
+import sys
+import threading
+import time
+
+sys.setswitchinterval(1e-6)  # threads switch every microsecond or so: every race shows
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    seen = []
+
+    def worker(k):
+        for i in range(150):
+            loop.call_soon_threadsafe(seen.append, (k, i))
+            if i % 10 == 0:
+                time.monotonic()  # a call of the worker's own, between handoffs
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    ticks = []
+    while len(seen) < 450:
+        ticks.append(len(seen))  # what the loop had seen at each of its turns
+        time.monotonic()
+        await asyncio.sleep(0)
+    for t in threads:
+        t.join()
+    done = await loop.run_in_executor(None, sum, [k * 1000 + i for k, i in seen[:50]])
+    print(len(ticks), ticks, seen, done)
+
+
+asyncio.run(main())
+"""
+
+
+def test_callbacks_handed_to_an_event_loop_arrive_where_they_did_when_recorded(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """Worker threads hand the loop callbacks (call_soon_threadsafe, as anyio's and
+    run_in_executor's workers do) while the loop turns; which of its turns sees which depends
+    on the schedule alone. Unpatched, a replay could see one a turn earlier or later than the
+    recording did (a FastAPI endpoint's worker back on anyio's idle list, or not, when the
+    next request came): here, with threads switching every microsecond, that made three of
+    five replays diverge."""
+    app = write_app(tmp_path / "app", HANDOFFS)
+    plain = {
+        subprocess.run([PYTHON, str(app)], capture_output=True, timeout=60, check=True).stdout
+        for _ in range(2)
+    }
+    assert len(plain) == 2  # the control: the schedule decides what the program prints
+    for attempt in range(3):
+        work = tmp_path / f"run{attempt}"
+        work.mkdir()
+        rec = _record(keys, work, HANDOFFS)
+        _data, parsed = load_recording(str(rec), keys.identity)
+        handed = [e for e in parsed.events if e.callee == "asyncio.call_soon_threadsafe"]
+        taken = [parsed.decode(e) for e in parsed.events if e.callee == "asyncio.handoffs"]
+        assert len(handed) >= 450 and {e.thread for e in handed} >= {1, 2, 3}
+        assert sum(taken) >= 450  # each handed over, taken by the loop at a self-pipe read
+        assert assert_bit_exact(*replay(keys, rec))["outputs_matched"] > 0
+
+
 def test_a_program_piped_into_head_behaves_as_unrecorded(tmp_path: Path, keys: KeyFiles) -> None:
     app = write_app(tmp_path / "app", HEAD)
     exe = Path(sys.executable).with_name("sealtrace")
