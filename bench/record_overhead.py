@@ -807,9 +807,10 @@ def threaded_workload(
     """Throughput of a threaded HTTP server (ThreadingHTTPServer: a thread per connection,
     each request a sqlite3 SELECT, a file read and a clock read) under concurrent clients of
     this process, plain and recorded. Each pair serves the same load from a plain and a
-    recorded server one after the other, which goes first changing every pair; the overhead
-    is the recorded servers' total time against the plain ones', with a 95 % interval over
-    pairs, and its control pairs (neither server recorded) must hold 0.
+    recorded server, side by side for the I/O-bound one (serve()), one after the other
+    otherwise, which goes first changing every pair; the overhead is the recorded servers'
+    total time against the plain ones', with a 95 % interval over pairs, and its control
+    pairs (neither server recorded) must hold 0.
 
     With `upstream_ms`, the I/O-bound server: each request also asks a backend (UPSTREAM, a
     process of its own, not recorded) that answers in that many milliseconds, under

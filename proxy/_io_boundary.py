@@ -62,8 +62,7 @@ class BoundaryRaw(io.RawIOBase):
         self._rt = rt
         self._real: Any = real
         self._oid = oid
-        self._label = label
-        self._names = _names(label)
+        self._names = _names(label)  # the callee names of its calls: "file.read" ...
         self.name = name
         self.mode = mode
         self._fd = fd

@@ -286,19 +286,18 @@ def install_threads(rt: Runtime, patcher: Patcher) -> None:
             raise TypeError("first arg must be callable")
         return rt.start_thread(function, args, kwargs or {}, base_start)
 
-    intercepting = rt.intercepting
+    def ours() -> bool:
+        return not _outside[0] and rt.intercepting()
+
     lock_class, rlock_class = _fast_class(rt, LockProxy), _fast_class(rt, RLockProxy)
 
     def allocate_lock() -> Any:
         real = _real_lock()
-        return lock_class(rt, real) if not _outside[0] and intercepting() else real
+        return lock_class(rt, real) if ours() else real
 
     def rlock(*args: Any, **kwargs: Any) -> Any:
         real = _real_rlock(*args, **kwargs)
-        return rlock_class(rt, real) if not _outside[0] and intercepting() else real
-
-    def ours() -> bool:
-        return not _outside[0] and intercepting()
+        return rlock_class(rt, real) if ours() else real
 
     def set_sentinel() -> Any:
         real = _real_sentinel()
@@ -386,12 +385,11 @@ def _patch_event_loop(rt: Runtime, patcher: Patcher, base_events: Any) -> None:
         if handle._source_traceback:
             del handle._source_traceback[-1]
         pending = _handoffs(self)
-        rt.turn(
-            "asyncio.call_soon_threadsafe",
-            None,
-            lambda: pending.append(handle),
-            _push(pending, handle),
-        )
+
+        def push(*_recorded: Any) -> None:  # the same when recording and when replaying
+            pending.append(handle)
+
+        rt.turn("asyncio.call_soon_threadsafe", None, push, push)
         self._write_to_self()
         return handle
 
@@ -407,10 +405,6 @@ def _handoffs(loop: Any) -> Any:
     return pending
 
 
-def _push(pending: Any, handle: Any) -> Callable[[Any], None]:
-    return lambda _recorded: pending.append(handle)
-
-
 def _patch_self_pipe(rt: Runtime, patcher: Patcher, selector_events: Any) -> None:
     loop_class = selector_events.BaseSelectorEventLoop
     read_from_self = loop_class._read_from_self
@@ -420,20 +414,18 @@ def _patch_self_pipe(rt: Runtime, patcher: Patcher, selector_events: Any) -> Non
         pending = _handoffs(self)
 
         def take_all() -> int:
-            ready = self._ready
-            count = len(pending)
-            for _ in range(count):
-                ready.append(pending.popleft())
-            return count
+            return take(len(pending))
 
         def take(count: Any) -> int:
+            """The first `count` handoffs to the ready queue (replay: the count recorded)."""
             if type(count) is not int or count > len(pending):
                 raise RuntimeError(
                     f"the event loop took {count!r} handed-over callbacks when recorded, and "
                     f"{len(pending)} are here"
                 )
+            ready = self._ready
             for _ in range(count):
-                self._ready.append(pending.popleft())
+                ready.append(pending.popleft())
             return count
 
         if rt.intercepting():
