@@ -1,7 +1,7 @@
 """Provenance engine cost: replay with the engine attached against plain CPython, and the
 latency of one provenance jump deep into a run.
 
-    .venv/bin/python bench/engine.py [--quick] [--report-only]
+    .venv/bin/python bench/engine.py [--quick] [--report-only | --questions-only]
 
 Workloads run in fresh processes, plain and traced, interleaved, REPEATS times each; a run
 counts its own wall time around the workload (not interpreter start) and its peak RSS. The
@@ -10,12 +10,16 @@ pass: re-executing a recorded run to an instruction near its end and describing 
 and 10M instructions. The report is the size test: a pure-Python sales report that keeps
 every order of a 1M-row CSV export alive as a small dict, run plain and then recorded and
 asked one question with `sealtrace trace`, the way a user asks, with the peak memory of each
-(every process it started, summed while they run) and whether the answer is complete.
+(every process it started, summed while they run) and whether the answer is complete. The
+questions are a first answer and further ones, in-process and in a session, beside the way
+before and the plain run (see questions()). --report-only and --questions-only run that part
+alone and update it in the results.
 Prints a table and writes bench/results/engine.json.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -167,20 +171,28 @@ def _jump(session: Any, tag: int) -> float:
     return min(times)
 
 
+def _workspace(prefix: str) -> tuple[Path, Path, Path, Path, Path]:
+    """A temporary directory with a key pair and an empty app folder: (the directory, the
+    public key, the identity, the app folder, the sealtrace command)."""
+    from sealtrace.proxy import write_keypair
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    pub, key = write_keypair(work / "keys", "bench")
+    app = work / "app"
+    app.mkdir()
+    return work, pub, key, app, Path(sys.executable).with_name("sealtrace")
+
+
 def jumps(sizes: list[int]) -> list[dict[str, Any]]:
-    from sealtrace.proxy import Identity, write_keypair
+    from sealtrace.proxy import Identity
     from sealtrace.sandbox import CheckpointPolicy, Inquiry, load_recording
     from sealtrace.sandbox.questions import parse_at
 
     policy = CheckpointPolicy(interval=200_000, cap=128)
     rows = []
-    work = Path(tempfile.mkdtemp(prefix="sealtrace-bench-"))
+    work, pub, key, app, exe = _workspace("sealtrace-bench-")
     try:
-        pub, key = write_keypair(work / "keys", "bench")
-        app = work / "app"
-        app.mkdir()
         (app / "app.py").write_text(JUMP_APP)
-        exe = Path(sys.executable).with_name("sealtrace")
         for target in sizes:
             loop = max(1, target // 11)  # about 11 instructions per iteration
             store = work / f"store-{target}"
@@ -213,6 +225,144 @@ def jumps(sizes: list[int]) -> list[dict[str, Any]]:
                     "locate_seconds": locate_s,
                 }
             )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+# Two programs of about 17 instructions an iteration: in "accumulator" the value asked
+# about is made from every iteration (its ancestry is the whole run, the worst case for the
+# edges a serve pass keeps); in "independent" each iteration's value dies with it (the
+# ancestry of what is live stays small, as in a server between requests).
+QUESTIONS_APPS = {
+    "accumulator": """
+import sys
+n = int(sys.argv[1])
+prices = [round(1 + (i * 37 % 101) / 10, 2) for i in range(1000)]
+total = 0
+kept = []
+for i in range(n):
+    total += prices[i % 1000] * (i % 3)
+    if i % 5000 == 0:
+        kept.append(total)
+answer = round(total / n, 4)
+print(answer, len(kept))
+""",
+    "independent": """
+import sys
+n = int(sys.argv[1])
+prices = [round(1 + (i * 37 % 101) / 10, 2) for i in range(1000)]
+kept = []
+for i in range(n):
+    x = prices[i % 1000] * (i % 3)
+    if i % 5000 == 0:
+        kept.append(x)
+answer = round(x / n, 4)
+total = answer + 1
+print(answer, len(kept))
+""",
+}
+
+
+def _trace_seconds(inquiry: Any, at: str, var: str) -> tuple[float, int]:
+    """One trace (depth 64) and how many passes it took."""
+    from sealtrace.sandbox.questions import Trace
+
+    before = inquiry.passes
+    start = time.perf_counter()
+    inquiry.trace(Trace(at=at, var=var, depth=64))
+    return time.perf_counter() - start, inquiry.passes - before
+
+
+def _pss_mib(pids: list[int]) -> float:
+    """The proportional set size of these processes together (shared pages split among
+    them), as the sandbox runner's memory watch counts fork checkpoints."""
+    total_kib = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        total_kib += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kib / 1024
+
+
+def questions(sizes: list[int]) -> list[dict[str, Any]]:
+    """A first answer and further ones, each side by side with the way before issue 24's
+    one-pass work: in-process, `trace --at end` (a survey, then locate and slice in one
+    pass, then a capture) against the same with a slice pass of its own, and as the CLI now
+    asks it (`cli`: checkpoints and their edges taken by the first pass); in a session
+    (checkpoints every 250,000 instructions, as the sandbox's), the open, the first
+    question at the end and two more at the same stop, against a session whose serve pass
+    keeps no edges, whose slices run from the start and whose capture is one pass, with the
+    checkpoints' memory (PSS) once the session is open. The baseline is the program run plain
+    (a fresh interpreter, its start included)."""
+    from sealtrace.proxy import Identity
+    from sealtrace.sandbox import CheckpointPolicy, Inquiry, load_recording
+
+    class Before(Inquiry):
+        """The way before: the locate slices nothing, the capture is one pass."""
+
+        def locate(self, at: Any, expr: str | None = None, slice_depths: Any = ()) -> Any:
+            return super().locate(at, expr)
+
+        def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
+            wanted = {c for c in counters if c > 0 and c < (1 << 62)}
+            if not wanted:
+                return {}
+            result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
+            return {int(k): v for k, v in result["nodes"].items()}
+
+    rows = []
+    work, pub, key, app, exe = _workspace("sealtrace-bench-questions-")
+    try:
+        for (program, source), target in itertools.product(QUESTIONS_APPS.items(), sizes):
+            (app / f"{program}.py").write_text(source)
+            loop = max(1, target // 17)  # about 17 instructions per iteration
+            command = [sys.executable, str(app / f"{program}.py"), str(loop)]
+            plain = []
+            for _ in range(3):
+                start = time.perf_counter()
+                subprocess.run(command, check=True, capture_output=True, timeout=600)
+                plain.append(time.perf_counter() - start)
+            store = work / f"store-{program}-{target}"
+            subprocess.run(
+                [str(exe), "record", "--recipient", str(pub), "--output", str(store),
+                 "--app-root", str(app), "--", *command],
+                check=True, capture_output=True, timeout=600,
+            )  # fmt: skip
+            data, parsed = load_recording(str(store), Identity.load(key))
+            row: dict[str, Any] = {"program": program, "plain_seconds": statistics.median(plain)}
+            for name, kind in (("now", Inquiry), ("before", Before)):
+                with kind(data, parsed) as inquiry:
+                    seconds, passes = _trace_seconds(inquiry, "end", "answer")
+                    row["instructions"] = inquiry.survey()["instructions"]
+                row[f"in_process_first_{name}"] = {"seconds": seconds, "passes": passes}
+                if name == "now":  # as the CLI asks in-process at `end`: with checkpoints
+                    with Inquiry(data, parsed, checkpoints=CheckpointPolicy()) as inquiry:
+                        seconds, passes = _trace_seconds(inquiry, "end", "answer")
+                    row["in_process_first_cli"] = {"seconds": seconds, "passes": passes}
+                policy = CheckpointPolicy(edges=name == "now")
+                with kind(data, parsed, checkpoints=policy) as session:
+                    start = time.perf_counter()
+                    session.survey()
+                    opened = time.perf_counter() - start
+                    pids = list(session._checkpointed().pids.values())
+                    pss = _pss_mib(pids)
+                    first = _trace_seconds(session, "end", "answer")
+                    further = [_trace_seconds(session, "end", v) for v in ("total", "kept")]
+                row[f"session_{name}"] = {
+                    "open_seconds": opened,
+                    "checkpoints": len(pids),
+                    "checkpoints_pss_mib": pss,
+                    "first_seconds": first[0],
+                    "first_passes": first[1],
+                    "further_seconds": [f[0] for f in further],
+                    "further_passes": [f[1] for f in further],
+                }
+            rows.append(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
@@ -420,8 +570,18 @@ def report(rows: int) -> dict[str, Any]:
 def main() -> None:
     quick = "--quick" in sys.argv
     report_only = "--report-only" in sys.argv
+    if "--questions-only" in sys.argv:
+        found = questions([1_000_000] if quick else [1_000_000, 10_000_000])
+        print(json.dumps(found, indent=2))
+        previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        previous.update(questions=found, questions_machine=machine())
+        RESULTS.write_text(json.dumps(previous, indent=2) + "\n")
+        return
     rows = [] if report_only else workloads(1 if quick else REPEATS)
     jump_rows = [] if report_only else jumps([1_000_000] if quick else [1_000_000, 10_000_000])
+    question_rows = (
+        [] if report_only else questions([1_000_000] if quick else [1_000_000, 10_000_000])
+    )
     big = report(REPORT_ROWS // 10 if quick else REPORT_ROWS)
     median = statistics.median(r["slowdown"] for r in rows) if rows else 0.0
     head = f"{'workload':28} {'plain':>9} {'traced':>9} {'slowdown':>9} {'instr':>10}"
@@ -441,6 +601,25 @@ def main() -> None:
             f"{j['jump_seconds_with_checkpoints'] * 1000:.0f} ms with {j['checkpoints']} "
             f"(taken in one {j['checkpointing_run_seconds']:.2f} s run; target ≤ 100 ms at 10M)"
         )
+    for q in question_rows:
+        plain_s = q["plain_seconds"]
+        print(
+            f"questions, {q['program']}, at {q['instructions']:,} instructions (plain run "
+            f"{plain_s:.2f} s):"
+        )
+        for name in ("now", "before"):
+            first, session = q[f"in_process_first_{name}"], q[f"session_{name}"]
+            further = ", ".join(f"{s:.2f} s" for s in session["further_seconds"])
+            print(
+                f"  {name:6}: in-process first answer {first['seconds']:.2f} s "
+                f"({first['seconds'] / plain_s:.1f}x plain, {first['passes']} passes); "
+                f"session open {session['open_seconds']:.2f} s "
+                f"({session['checkpoints']} checkpoints, {session['checkpoints_pss_mib']:.0f} "
+                f"MiB), first "
+                f"{session['first_seconds']:.2f} s, further {further}"
+            )
+        cli = q["in_process_first_cli"]
+        print(f"  cli   : in-process first answer {cli['seconds']:.2f} s (with checkpoints)")
     print(
         f"report, {big['rows']:,} orders kept alive: plain {big['plain']['seconds']:.1f} s "
         f"{big['plain']['peak_mib']:.0f} MiB; `sealtrace {big['question']}` "
@@ -463,6 +642,7 @@ def main() -> None:
                 "workloads": rows,
                 "median_slowdown": median,
                 "jumps": jump_rows,
+                "questions": question_rows,
                 "report": big,
             },
             indent=2,

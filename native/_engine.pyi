@@ -57,7 +57,16 @@ class Engine:
         pre: Callable[[FrameType, int, int, list[tuple[Any, int]]], Any],
         post: Callable[[int, list[tuple[Any, int]], bool, list[int] | None, bool], Any],
     ) -> None: ...
-    def record_edges(self, upto: int, limit: int, on_done: Callable[[], Any]) -> None: ...
+    def record_edges(
+        self,
+        upto: int,
+        limit: int,
+        on_done: Callable[[], Any] | None,
+        keep: bool = False,
+        batch: int = 0,
+    ) -> None: ...
+    @property
+    def edges_overflowed(self) -> bool: ...
     def backward_slice(
         self, root: int, depth: int, max_nodes: int
     ) -> tuple[list[tuple[int, int]], bool]: ...

@@ -74,8 +74,15 @@ Socket = _socket.socket
 
 @dataclass(frozen=True)
 class CheckpointPolicy:
+    """A checkpoint every `interval` instructions, at most `cap` of them (past it every
+    other one goes and the interval doubles). With `edges`, the serve pass keeps the edges of
+    the live values' ancestry, and each checkpoint holds them: a question stopping at a
+    counter slices from the checkpoint before it, not from the start (their memory is in
+    docs/provenance.md#checkpoints)."""
+
     interval: int = 250_000
     cap: int = 64
+    edges: bool = True
 
     def __post_init__(self) -> None:
         if self.interval < 1 or self.cap < 2:
@@ -355,19 +362,27 @@ class CheckpointedReplay:
             raise ValueError(f"a checkpoint message broke: {self._broken}")
         self.control.close()
 
-    def nearest(self, counter: int) -> int | None:
+    def nearest(self, counter: int, taken_only: bool = False) -> int | None:
         """The latest checkpoint at or before `counter`, if any. The first checkpoint is
         taken before the program's first instruction, so it also stands for every counter
         before it (0, "from the start"): no instruction of the program ran before it, and a
-        pass forked there skips the interpreter's start and the runtime's setup."""
-        at_or_before = max((c for c in self.checkpoints if c <= counter), default=None)
+        pass forked there skips the interpreter's start and the runtime's setup.
+        taken_only: one the serve pass took, not one a question kept (only those hold the
+        edges since the start)."""
+        at_or_before = max(
+            (c for c in self.checkpoints if c <= counter and not (taken_only and c in self.kept)),
+            default=None,
+        )
         if at_or_before is None and self.first is not None and self.first in self.checkpoints:
             return self.first
         return at_or_before
 
-    def ask(self, query: dict[str, Any], start: int) -> tuple[dict[str, Any], int]:
-        """The receipt and exit code of `query`, run from the nearest checkpoint."""
-        counter = self.nearest(start)
+    def ask(
+        self, query: dict[str, Any], start: int, taken_only: bool = False
+    ) -> tuple[dict[str, Any], int]:
+        """The receipt and exit code of `query`, run from the nearest checkpoint (one the
+        serve pass took, if taken_only)."""
+        counter = self.nearest(start, taken_only)
         if counter is None:
             raise LookupError(f"no checkpoint at or before {start}")
         sock = self.checkpoints[counter]

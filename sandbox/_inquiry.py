@@ -4,8 +4,9 @@ Each question is answered by one or more replays of the same recording with the 
 attached (sealtrace.sandbox._provenance does the work inside each replay). A replay is
 deterministic, so instruction counters name the same instant in every pass:
 
-    trace          locate the value; one pass keeping every instruction's input tags up to
-                   it gives its backward slice; one more captures every step of the slice
+    trace          one pass keeping every instruction's input tags up to where the value is
+                   asked about, which locates it there and walks back its backward slice;
+                   one more captures every step of the slice
     flows          locate the value (or take a recorded event), then one pass that
                    follows it forward
     inspect_stack  locate, and report the frames there
@@ -162,8 +163,11 @@ class Inquiry:
         if self.window is not None:
             query = {**query, "window": self.window}
         server = self._checkpointed() if self.policy is not None else None
-        if server is not None and server.nearest(start) is not None:
-            data, _code = server.ask(query, start)
+        # A slice going on from a checkpoint's edges: only the serve pass's checkpoints
+        # hold them (not the ones questions kept).
+        taken_only = bool((query.get("slice") or {}).get("inherit"))
+        if server is not None and server.nearest(start, taken_only) is not None:
+            data, _code = server.ask(query, start, taken_only)
             receipt = Receipt(data)
         else:  # no checkpoints, or the pass starts before the first one
             receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
@@ -188,6 +192,9 @@ class Inquiry:
                 "interval": self.policy.interval,
                 "cap": self.policy.cap,
                 "marks": self._marks(),
+                # Edges of the live values' ancestry, in every checkpoint: a question's slice
+                # goes on from the nearest one (locate), not from the start.
+                "edges": self.policy.edges,
             }
             if self.window is not None:
                 query["window"] = self.window
@@ -302,11 +309,34 @@ class Inquiry:
         assert at.file is not None and at.line is not None
         return {"file": self.resolve_file(at.file), "line": at.line, "hit": at.hit}
 
-    def locate(self, at: At, expr: str | None = None) -> dict[str, Any]:
+    def locate(
+        self, at: At, expr: str | None = None, slice_depths: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """The frames at `at` and the value and tag of `expr` there. With slice depths, the
+        same pass also keeps every instruction's input tags from the start of the traced run
+        (or window) and answers the value's backward slice at each depth ("slice", as a
+        slice pass's "slices"; absent where the tag is an origin, or the edge limit cut the
+        recording short)."""
         if expr is not None:
             parse_expression(expr)  # refuse a bad expression before replaying anything
         spec = self.stop_spec(at)
-        result = self.run({"kind": "locate", "at": spec, "expr": expr}, int(spec.get("counter", 0)))
+        query: dict[str, Any] = {"kind": "locate", "at": spec, "expr": expr}
+        start = int(spec.get("counter", 0))
+        if slice_depths and expr:
+            sliced: dict[str, Any] = {"depth": max(slice_depths), "depths": list(slice_depths)}
+            if (
+                self.policy is not None
+                and self.policy.edges
+                and self._since is None
+                and ("counter" in spec)
+            ):
+                # The serve pass kept the edges since the start, and each checkpoint holds
+                # them: the pass goes on from the nearest one before the stop.
+                sliced["inherit"] = True
+            else:
+                start = self._window_start
+            query["slice"] = sliced
+        result = self.run(query, start)
         if not result.get("found"):
             if at.function is not None:
                 raise QueryError(
@@ -321,11 +351,20 @@ class Inquiry:
     # -- trace ----------------------------------------------------------------------------
 
     def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
+        """Every step at these counters, described. In a session, one pass from each
+        checkpoint before some of them, each ending at the last of its own (a step is
+        described the same whatever else a pass captures); else one pass from the first."""
         wanted = {c for c in counters if 0 < c < ARGV_TAG and c >= self._window_start}
-        if not wanted:
-            return {}
-        result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
-        return {int(k): v for k, v in result["nodes"].items()}
+        groups: dict[int, list[int]] = collections.defaultdict(list)
+        server = self._checkpointed() if self.policy is not None else None
+        for counter in sorted(wanted):
+            nearest = server.nearest(counter) if server is not None else None
+            groups[nearest if nearest is not None else -1].append(counter)
+        nodes: dict[int, dict[str, Any]] = {}
+        for group in groups.values():
+            result = self.run({"kind": "capture", "counters": group}, group[0])
+            nodes.update((int(k), v) for k, v in result["nodes"].items())
+        return nodes
 
     @property
     def _window_start(self) -> int:
@@ -348,7 +387,7 @@ class Inquiry:
         at, expr = parse_at(question.at), question.var
         if any(depth < 0 for depth in depths):
             raise QueryError("--depth must be 0 or more")
-        located = self.locate(at, expr)
+        located = self.locate(at, expr, depths)
         value = located["value"]
         root_tag = int(value["tag"])
         top = located["frames"][0] if located["frames"] else {}
@@ -370,7 +409,9 @@ class Inquiry:
                 f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
                 "does not trace)"
             )
-        if len(depths) == 1:
+        if located.get("slice") is not None:  # sliced on the way: no pass of its own
+            slices = _slices(located["slice"], depths)
+        elif len(depths) == 1:
             slices = {depths[0]: (self.backward_slice(root_tag, depths[0]), self.truncated)}
         else:
             slices = self.backward_slices(root_tag, depths)
@@ -411,14 +452,7 @@ class Inquiry:
         if origin_tag_kind(root) is not None:
             return {depth: ([root], False) for depth in depths}
         query = {"kind": "slice", "root": root, "depth": max(depths), "depths": list(depths)}
-        slices = self.run(query, self._window_start)["slices"]
-        return {
-            depth: (
-                [int(tag) for tag, _level in slices[str(depth)]["nodes"]],
-                bool(slices[str(depth)]["truncated"]),
-            )
-            for depth in depths
-        }
+        return _slices(self.run(query, self._window_start), depths)
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
         """Counters within `depth` computations back from `root` (moves cost nothing),
@@ -573,6 +607,18 @@ class Inquiry:
 
 
 _OUTSIDE = ("external", "env", "argv")
+
+
+def _slices(result: dict[str, Any], depths: Sequence[int]) -> dict[int, tuple[list[int], bool]]:
+    """A pass's slice at each depth: its counters, nearest first, and whether it was cut."""
+    slices = result["slices"]
+    return {
+        depth: (
+            [int(tag) for tag, _level in slices[str(depth)]["nodes"]],
+            bool(slices[str(depth)]["truncated"]),
+        )
+        for depth in depths
+    }
 
 
 def _is_outside(tag: int, nodes: dict[int, dict[str, Any]]) -> bool:

@@ -11,7 +11,9 @@ one pass of a query (sealtrace.sandbox._inquiry runs as many passes as it needs)
              main module ("end"), where the uncaught exception was raised ("crash") and the
              instruction whose call wrote the last output ("output")
     locate   stop before an instruction (a counter, or FILE:LINE#HIT) and report the frames
-             there, with every local's value summary and tag, and the tag of an expression
+             there, with every local's value summary and tag, and the tag of an expression;
+             asked to slice, it also keeps every instruction's input tags on the way and walks
+             back from that tag (a trace's locate and slice in one pass)
     capture  describe the instructions at a set of counters: operation, location, operand
              values and tags, the value produced, and any external input it returned
     flows    follow a value (a tag, or the result of a recorded event) forward to every
@@ -69,6 +71,16 @@ CUT_TAG = (1 << 62) | (1 << 43)
 BEFORE_TAG = (1 << 62) | (1 << 44)
 # A slice pass keeps the input tags of every instruction up to the root: bounded here.
 EDGE_LIMIT = 50_000_000
+# The root of a locate that slices too (every instruction's inputs kept until it stops).
+_NO_ROOT = (1 << 64) - 1
+# A serve pass keeps the edges for its checkpoints up to this many input tags: every
+# checkpoint may hold its own copy of them (a compaction rewrites them after it forked), so
+# past it the pass records no more, and questions from later checkpoints slice from the
+# start as a pass of their own (docs/provenance.md#checkpoints).
+SERVE_EDGE_LIMIT = 2_000_000
+# ...and packs them every this many edges at least (more often than a slice pass): what is
+# not packed yet is what a checkpoint copies as the pass goes on writing it.
+SERVE_EDGE_BATCH = 1 << 16
 SLICE_NODES = 4_000
 _REPR_LIMIT = 200
 _ITEMS_LIMIT = 12
@@ -349,6 +361,11 @@ class Provenance:
         # already; these are the replay runtime's hooks).
         self.quiet = quiet
         self.checkpoints: Any = None
+        # The engine holds every edge since the run's start (or window) that a live value
+        # leads back to: a serve pass asked for them, and a worker forked from its checkpoint
+        # that went on recording. A question's pass can then slice from here (see _arm).
+        self.edges_from_start = False
+        self.slicing = False
         self.stop: dict[str, Any] | None = None  # where the recording stopped, if it did
         self._reset(query)
 
@@ -377,12 +394,13 @@ class Provenance:
         self, query: dict[str, Any], sink: Callable[[dict[str, Any], int], NoReturn]
     ) -> None:
         """In a worker forked from a checkpoint: take this question, answer on `sink`."""
+        inherited = self.edges_from_start and not self.engine.edges_overflowed
         self._reset(query)
         self.sink = sink
         if self.redirect is not None:
             self.redirect(sink)
         keeper, self.checkpoints = self.checkpoints, None
-        self._arm()
+        self._arm(inherited)
         if query.get("keep") is not None and keeper is not None:
             self._keep_at(keeper, int(query["keep"]))
 
@@ -487,10 +505,27 @@ class Provenance:
         if self.window is None:
             engine.attach()
 
-    def _arm(self) -> None:
-        """Set the engine up for this pass's question."""
+    def _arm(self, inherited: bool = False) -> None:
+        """Set the engine up for this pass's question. `inherited`: the checkpoint this
+        worker was forked from holds the edges since the start (edges_from_start)."""
         q = self.query
         engine = self.engine
+        edge_limit = int(q.get("edge_limit", EDGE_LIMIT))
+        asked: dict[str, Any] = (q.get("slice") or {}) if self.kind == "locate" else {}
+        # A locate that slices records edges from its start, or, asked to go on from the
+        # checkpoint's (`inherit`), from the run's start: only where the checkpoint has them.
+        keep = bool(asked.get("inherit"))
+        self.slicing = bool(asked) and (not keep or inherited)
+        self.edges_from_start = False
+        if self.slicing:
+            engine.record_edges(_NO_ROOT, edge_limit, None, keep)
+            self.edges_from_start = keep
+        elif self.kind == "serve" and q.get("edges"):
+            limit = int(q.get("edge_limit", SERVE_EDGE_LIMIT))
+            engine.record_edges(_NO_ROOT, limit, None, batch=SERVE_EDGE_BATCH)
+            self.edges_from_start = True
+        elif self.kind != "slice":
+            engine.record_edges(0, 0, None)  # (a checkpoint's edges: this pass records none)
         if self.kind == "locate":
             self._stop_at(q["at"], self._stop)
         elif self.kind == "capture":
@@ -546,7 +581,7 @@ class Provenance:
         elif self.kind == "locate":
             result["found"] = False
         elif self.kind == "slice":
-            result.update(self._slice())
+            result.update(self._slice(self.query))
         elif self.kind == "capture":
             result["nodes"] = {
                 str(c): self._node(c) for c in sorted(self.wanted) if c in self.nodes
@@ -569,8 +604,9 @@ class Provenance:
 
     # -- slice ----------------------------------------------------------------------------
 
-    def _slice(self) -> dict[str, Any]:
-        q = self.query
+    def _slice(self, q: dict[str, Any]) -> dict[str, Any]:
+        """The backward slice `q` asks for (its root, depth or depths and node limit) over the
+        edges recorded so far."""
         root, limit = int(q["root"]), int(q.get("max_nodes", SLICE_NODES))
         if q.get("depths"):  # several bounds over the same recorded edges (the depth property)
             slices = {}
@@ -584,7 +620,8 @@ class Provenance:
     def _sliced(self) -> None:
         """The root instruction completed: every edge of its backward slice is known."""
         engine = self.engine
-        result: dict[str, Any] = {"kind": "slice", **self._slice(), "stats": engine.stats()}
+        result: dict[str, Any] = {"kind": "slice", **self._slice(self.query)}
+        result["stats"] = engine.stats()
         engine.detach()
         self.emit(result)
 
@@ -622,6 +659,18 @@ class Provenance:
             try:
                 value, tag, path = self._evaluate(frame, expr)
                 result["value"] = {"summary": summarize(value), "tag": tag, "via": path}
+                asked = self.query.get("slice")
+                # Not where the checkpoint had no edges to go on from, nor where the edge
+                # limit cut the recording short: the inquiry asks a slice pass of its own
+                # then (it stops at the root), for the same answer as ever.
+                if (
+                    asked
+                    and self.slicing
+                    and tag
+                    and origin_tag_kind(tag) is None
+                    and not engine.edges_overflowed
+                ):
+                    result["slice"] = self._slice({**asked, "root": tag})
             except ExpressionError as exc:
                 result["error"] = str(exc)
         result["stats"] = engine.stats()

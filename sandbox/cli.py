@@ -46,11 +46,13 @@ DepthOpt = Annotated[
     typer.Option("--depth", help="How many computations back to follow (moves are free); 1 to 64."),
 ]
 EveryOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--checkpoint-every",
         help="Take a fork checkpoint every N instructions and start each pass from the "
-        "nearest one (0: every pass replays from the start).",
+        "nearest one (0: every pass replays from the start; by default 250,000 for a stop at "
+        "crash, end or output, whose first pass runs the whole run anyway, else 0).",
+        show_default=False,
     ),
 ]
 MaxCheckpointsOpt = Annotated[
@@ -185,21 +187,29 @@ def _sandboxed(data: bytes, parsed: ParsedStream, **options: Any) -> Answerer:
     return opener(data, parsed, **options)
 
 
+# In-process, a stop the run must be surveyed for first (crash, end, output) takes a
+# checkpoint this often by default, as a sandboxed session does.
+AUTO_CHECKPOINT_EVERY = 250_000
+
+
 def _answerer(
-    location: str, identity: Any, run_id: str | None, every: int, cap: int, sandbox: bool,
-    at: str | None = None, whole_run: bool = True, process: str = "",
+    location: str, identity: Any, run_id: str | None, every: int | None, cap: int,
+    sandbox: bool, at: str | None = None, whole_run: bool = True, process: str = "",
     allow_incomplete: bool = False,
 ) -> tuple[Answerer, SourceLines]:  # fmt: skip
     """The recording's answerer: in-process (Inquiry) or, with --sandbox, the sandbox
     client. Both answer every question of sealtrace.sandbox.questions with the same
     documents. In-process, a question about one request (`at` request:N) traces only a
-    window from that request's connection on, unless `whole_run`."""
+    window from that request's connection on, unless `whole_run`; and with `every` not
+    given, a stop at crash, end or output takes checkpoints (AUTO_CHECKPOINT_EVERY): the
+    first pass runs the whole run to find that stop anyway, and keeping checkpoints (and the
+    edges in them) on the way lets every later pass start near the stop."""
     from ._checkpoints import CheckpointPolicy
     from ._explain import SourceLines
     from ._inquiry import Inquiry, request_window
     from .questions import parse_at
 
-    if every < 0:
+    if every is not None and every < 0:
         raise ValueError("--checkpoint-every must be 0 or more")
     data, parsed = load_recording(location, Identity.load(identity), run_id, process,
                                   allow_incomplete=allow_incomplete)  # fmt: skip
@@ -209,8 +219,11 @@ def _answerer(
     if sandbox:
         answerer = _sandboxed(data, parsed)
     else:
-        policy = CheckpointPolicy(every, cap) if every else None
         stop = parse_at(at) if at is not None else None
+        if every is None:
+            surveyed = stop is not None and stop.special is not None
+            every = AUTO_CHECKPOINT_EVERY if surveyed else 0
+        policy = CheckpointPolicy(every, cap) if every else None
         window = None
         if stop is not None and stop.request is not None and not whole_run:
             window = request_window(parsed, stop.request)
@@ -246,7 +259,7 @@ def trace(
     var: VarOpt,
     depth: DepthOpt = DEFAULT_DEPTH,
     run_id: RunIdOpt = None,
-    every: EveryOpt = 0,
+    every: EveryOpt = None,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,
@@ -275,7 +288,7 @@ def flows(
     identity: IdentityOpt,
     source: FromOpt,
     run_id: RunIdOpt = None,
-    every: EveryOpt = 0,
+    every: EveryOpt = None,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     process: ProcessOpt = "",
@@ -298,7 +311,7 @@ def inspect_stack(
     identity: IdentityOpt,
     at: AtOpt,
     run_id: RunIdOpt = None,
-    every: EveryOpt = 0,
+    every: EveryOpt = None,
     cap: MaxCheckpointsOpt = 64,
     sandbox: SandboxOpt = True,
     whole_run: WholeRunOpt = False,

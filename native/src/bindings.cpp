@@ -117,8 +117,15 @@ PYBIND11_MODULE(_engine, m) {
              t.capture(counters.ptr(), pre.ptr(), post.ptr());
              if (PyErr_Occurred()) throw py::error_already_set();
            })
-      .def("record_edges", [](Tracer& t, std::uint64_t upto, std::size_t limit,
-                              py::object on_done) { t.record_edges(upto, limit, on_done.ptr()); })
+      .def(
+          "record_edges",
+          [](Tracer& t, std::uint64_t upto, std::size_t limit, py::object on_done, bool keep,
+             std::size_t batch) {
+            t.record_edges(upto, limit, on_done.is_none() ? nullptr : on_done.ptr(), keep, batch);
+          },
+          py::arg("upto"), py::arg("limit"), py::arg("on_done"), py::arg("keep") = false,
+          py::arg("batch") = 0)
+      .def_property_readonly("edges_overflowed", &Tracer::edges_overflowed)
       .def("backward_slice",
            [](const Tracer& t, std::uint64_t root, int depth, std::size_t max_nodes) {
              bool truncated = false;

@@ -108,7 +108,14 @@ void Tracer::record(const Pending& p, bool move) {
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
   if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
   if (edges_.size() >= edges_compact_at_) compact_edges(p.counter, false);
-  if (packed_tags_ + edge_tags_.size() > edges_limit_) {
+  bool full = packed_tags_ + edge_tags_.size() > edges_limit_;
+  if (full && small_batches() && !edges_.empty()) {
+    // A pass packing in small batches has a small limit: first drop what nothing leads back
+    // to, and stop only once half the limit is kept (no room left for the next batch).
+    compact_edges(p.counter, false);
+    full = packed_tags_ > edges_limit_ / 2;
+  }
+  if (full) {
     edges_overflow_ = true;
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
     edges_open_ = false;
@@ -326,7 +333,10 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     edges_.shrink_to_fit();
     edge_tags_.shrink_to_fit();
   }
-  edges_compact_at_ = std::max(kCompactMin, packed_count_ / 4);
+  edges_compact_at_ = std::max(edges_batch_, packed_count_ / 4);
+  // Amortised: a compaction walks every live tag and every kept edge, so with small batches
+  // the next one waits for at least half as many new edges as there are live tags.
+  if (small_batches()) edges_compact_at_ = std::max(edges_compact_at_, live / 2);
   if (!only_current) {
     // The next batch in buffers of its size (grown by doubling they would reach up to twice
     // it); record() compacts before either would have to grow.
@@ -338,18 +348,24 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   stats_.live_tags = std::max(stats_.live_tags, live);
 }
 
-void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done) {
-  edges_compact_at_ = kCompactMin;
+bool Tracer::small_batches() const noexcept { return edges_batch_ < kCompactMin; }
+
+void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done, bool keep,
+                          std::size_t batch) {
   edges_upto_ = upto;
   edges_open_ = upto != 0;
   edges_limit_ = limit;
-  edges_overflow_ = false;
-  edges_.clear();
-  edge_tags_.clear();
-  packed_.clear();
-  packed_blocks_.clear();
-  packed_count_ = 0;
-  packed_tags_ = 0;
+  edges_batch_ = batch != 0 ? batch : kCompactMin;
+  if (!keep) {
+    edges_compact_at_ = edges_batch_;
+    edges_overflow_ = false;
+    edges_.clear();
+    edge_tags_.clear();
+    packed_.clear();
+    packed_blocks_.clear();
+    packed_count_ = 0;
+    packed_tags_ = 0;
+  }
   Py_XDECREF(edges_done_);
   Py_XINCREF(on_done);
   edges_done_ = on_done;

@@ -230,8 +230,17 @@ class Tracer {
 
   // Backward slices in one pass: while recording, every producing instruction up to
   // `upto` keeps its input tags (a query pass only: this is O(instructions), bounded by
-  // `limit` edges). on_done() is called once `upto` itself has completed.
-  void record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done);
+  // `limit` edges). on_done() (if not null) is called once `upto` itself has completed; with
+  // `upto` past every counter, edges are kept until the pass ends (a locate that slices too).
+  // keep: go on from the edges kept so far (a worker forked from a checkpoint of a pass that
+  // recorded them from its start) instead of starting afresh here.
+  // batch: compact once this many edges were recorded since the last compaction (at least;
+  // 0: a million). A smaller batch keeps less unpacked at any time (what a fork checkpoint
+  // copies as the pass goes on writing it).
+  void record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done, bool keep = false,
+                    std::size_t batch = 0);
+  // The edge limit stopped the recording: what is kept answers only the nearest steps.
+  [[nodiscard]] bool edges_overflowed() const noexcept { return edges_overflow_; }
   // Counters reachable backwards from root within depth computations (moves cost nothing),
   // nearest first, at most max_nodes; seeded origin tags are included as leaves. Sets truncated
   // if edges ran out or max_nodes cut the slice (the depth bound is the tree's to report).
@@ -515,6 +524,10 @@ class Tracer {
   template <class F>
   void live_tags(F&& visit) const;
   std::size_t edges_compact_at_ = 0;
+  std::size_t edges_batch_ = 0;
+  // Packing in batches smaller than a slice pass's (a serve pass keeping edges for its
+  // checkpoints): compactions also come at the limit and at least half the live tags apart.
+  [[nodiscard]] bool small_batches() const noexcept;
   // Edges kept by compactions, packed: sorted by counter, varints, an index entry every block.
   struct PackedBlock {
     std::uint64_t counter;  // the block's first edge

@@ -1,0 +1,291 @@
+"""A trace's locate and slice are one pass, and answer as the two passes did.
+
+The pass that stops at AT keeps every instruction's input tags on its way there and walks
+back from the value it finds (sealtrace.sandbox._inquiry.Inquiry.locate with slice depths),
+so a trace is two replays (three for crash/output/end), not three (four). The oracle is the
+old way, a locate and then a slice pass of its own that stops at the root: every answer here
+must be the same node for node, and only the pass count differs. Where the edge limit cut the
+locate's recording short, the inquiry asks the slice pass after all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import KeyFiles, run_cli
+from .replaying import line_of, record, write_app
+
+pytestmark = pytest.mark.integration
+
+# The recording's plaintext and parsed stream, the program's path, the store and its keys.
+Recorded = tuple[bytes, Any, str, Path, KeyFiles]
+
+PROGRAM = """\
+import json
+import sys
+
+RATES = {"gold": 0.2, "silver": 0.1}
+
+
+def squares(items):
+    for item in items:
+        yield item["qty"] * item["qty"]
+
+
+def main():
+    order = json.loads(sys.stdin.read())
+    tier = order["tier"]
+    # sum() drives the generator and sorted() calls its key: what they run comes after the
+    # instruction that made the value, by counter, and is its ancestry all the same.
+    weight = sum(squares(order["items"]))
+    first = sorted(order["items"], key=lambda item: -item["price"])[0]
+    total = round(weight * first["price"] * (1 - RATES[tier]), 2)
+    churn = [str(n) * 3 for n in range(2000)]  # work after the value is made
+    label = f"{tier}:{total}"
+    print(label, len(churn))
+    return total
+
+
+RESULT = main()
+"""
+
+STDIN = b'{"tier": "gold", "items": [{"qty": 2, "price": 3.5}, {"qty": 3, "price": 1.25}]}'
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    from sealtrace.proxy import write_keypair
+    from sealtrace.sandbox import load_recording
+
+    tmp = tmp_path_factory.mktemp("passes")
+    keys = KeyFiles(*write_keypair(tmp / "keys", "test"))
+    app = write_app(tmp / "app", PROGRAM, "order.py")
+    done = record(keys, tmp / "rec", [sys.executable, str(app)], stdin=STDIN)
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    data, parsed = load_recording(str(tmp / "rec"), keys.identity)
+    return data, parsed, str(app), tmp / "rec", keys
+
+
+def _without_passes(answer: dict[str, Any]) -> dict[str, Any]:
+    return {**answer, "query": {k: v for k, v in answer["query"].items() if k != "passes"}}
+
+
+def _answers(inquiry: Any, at: str, var: str, depths: Sequence[int]) -> tuple[dict[int, Any], int]:
+    from sealtrace.sandbox.questions import Trace
+
+    answers = inquiry.traces(Trace(at=at, var=var, depth=max(depths)), depths)
+    return answers, inquiry.passes
+
+
+def _questions(app: str) -> list[tuple[str, str]]:
+    return [
+        (f"{app}:{line_of(PROGRAM, 'print(label')}", "label"),
+        (f"{app}:{line_of(PROGRAM, 'print(label')}", "total"),
+        (f"{app}:{line_of(PROGRAM, 'churn = [')}", "weight"),
+        ("end", "RESULT"),
+    ]
+
+
+def test_one_pass_locates_and_slices_with_the_answers_of_two(
+    recorded: Recorded,
+) -> None:
+    from sealtrace.sandbox import Inquiry
+
+    class TwoPasses(Inquiry):  # the oracle: locate, then a slice pass of its own
+        def locate(self, at: Any, expr: str | None = None, slice_depths: Sequence[int] = ()):
+            return super().locate(at, expr)
+
+    data, parsed, app, *_ = recorded
+    for at, var in _questions(app):
+        for depths in ((64,), (1, 3, 64)):
+            with Inquiry(data, parsed) as one, TwoPasses(data, parsed) as two:
+                merged, merged_passes = _answers(one, at, var, depths)
+                oracle, oracle_passes = _answers(two, at, var, depths)
+            assert merged_passes == oracle_passes - 1, (at, var, merged_passes, oracle_passes)
+            for depth in depths:
+                assert _without_passes(merged[depth]) == _without_passes(oracle[depth]), (
+                    at,
+                    var,
+                    depth,
+                )
+            inputs = merged[max(depths)]["root"]["inputs"]
+            assert inputs, (at, var)  # something to compare: the value was made from others
+
+
+def test_a_locate_the_edge_limit_cut_short_leaves_the_slice_to_a_pass_of_its_own(
+    recorded: Recorded,
+) -> None:
+    from sealtrace.sandbox import Inquiry
+
+    class Limited(Inquiry):
+        def run(self, query: dict[str, Any], start: int = 0) -> dict[str, Any]:
+            if query["kind"] == "locate":
+                query = {**query, "edge_limit": 50}
+            return super().run(query, start)
+
+    data, parsed, app, *_ = recorded
+    at, var = _questions(app)[0]
+    with Inquiry(data, parsed) as one, Limited(data, parsed) as limited:
+        merged, merged_passes = _answers(one, at, var, (64,))
+        cut = limited.locate(_parse(at), var, (64,))
+        assert "slice" not in cut and cut["value"]["tag"] > 0
+        limited.passes = 0
+        fallback, fallback_passes = _answers(limited, at, var, (64,))
+    assert fallback_passes == merged_passes + 1
+    assert _without_passes(fallback[64]) == _without_passes(merged[64])
+
+
+def _parse(at: str) -> Any:
+    from sealtrace.sandbox.questions import parse_at
+
+    return parse_at(at)
+
+
+def test_the_recorded_program_answers_as_it_ran(
+    recorded: Recorded,
+) -> None:
+    """The value asked about is the one the program printed: the comparisons above are of
+    real answers."""
+    from sealtrace.sandbox import Inquiry
+
+    data, parsed, app, *_ = recorded
+    at, var = _questions(app)[0]
+    with Inquiry(data, parsed) as inquiry:
+        answers, _ = _answers(inquiry, at, var, (64,))
+    total = round((2 * 2 + 3 * 3) * 3.5 * (1 - 0.2), 2)
+    assert answers[64]["root"]["value"]["repr"] == repr(f"gold:{total}")
+    assert Path(app).name in {Path(n["file"]).name for n in _nodes(answers[64]["root"])}
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [node]
+    for child in node["inputs"]:
+        out.extend(_nodes(child))
+    return out
+
+
+# -- in a session: the slice goes on from the checkpoint before the stop --------------------
+
+POLICY_INTERVAL = 2_000  # instructions: the program above runs tens of thousands
+
+
+def _session_questions(recorded: Recorded) -> list[tuple[str, str]]:
+    """Questions stopping at a counter (the ones a session slices from a checkpoint): the
+    run's end, and the counter where the program prints."""
+    from sealtrace.sandbox import Inquiry
+
+    data, parsed, app, *_ = recorded
+    with Inquiry(data, parsed) as inquiry:
+        located = inquiry.locate(_parse(_questions(app)[0][0]), "label")
+    printing = str(located["counter"])
+    return [("end", "RESULT"), (printing, "label"), (printing, "total"), (printing, "weight")]
+
+
+def test_a_session_slices_from_the_checkpoint_before_the_stop_with_the_same_answers(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sealtrace.sandbox import Inquiry
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay, CheckpointPolicy
+
+    class TwoPasses(Inquiry):
+        def locate(self, at: Any, expr: str | None = None, slice_depths: Sequence[int] = ()):
+            return super().locate(at, expr)
+
+    served: list[tuple[str, bool, int, int]] = []  # (kind, inherit, start, checkpoint)
+    ask = CheckpointedReplay.ask
+
+    def asked(self: Any, query: dict[str, Any], start: int, taken_only: bool = False) -> Any:
+        inherit = bool((query.get("slice") or {}).get("inherit"))
+        served.append((query["kind"], inherit, start, self.nearest(start, taken_only)))
+        return ask(self, query, start, taken_only)
+
+    monkeypatch.setattr(CheckpointedReplay, "ask", asked)
+    data, parsed, *_ = recorded
+    policy = CheckpointPolicy(interval=POLICY_INTERVAL)
+    with Inquiry(data, parsed, checkpoints=policy) as session, TwoPasses(data, parsed) as oracle:
+        for at, var in _session_questions(recorded):
+            served.clear()
+            mine, _ = _answers(session, at, var, (64,))
+            theirs, _ = _answers(oracle, at, var, (64,))
+            assert _without_passes(mine[64]) == _without_passes(theirs[64]), (at, var)
+            locates = [s for s in served if s[0] == "locate"]
+            assert len(locates) == 1 and locates[0][1], served  # sliced on the way
+            _kind, _inherit, start, checkpoint = locates[0]
+            first = session._checkpointed().first
+            assert first is not None and first < checkpoint <= start, served
+            assert start - checkpoint < 2 * POLICY_INTERVAL, served  # not from the start
+            assert not [s for s in served if s[0] == "slice"], served
+            captures = [s for s in served if s[0] == "capture"]
+            assert captures and all(s[2] - s[3] < 2 * POLICY_INTERVAL for s in captures), served
+
+
+def test_a_session_whose_checkpoints_hold_no_edges_slices_in_a_pass_of_its_own(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serve pass's edges overflowed (a limit of 50 here): the checkpoints' workers do
+    not slice from what they hold, and the session asks a slice pass from the start, for
+    the same answer."""
+    import sealtrace.sandbox._inquiry as inquiry_module
+    from sealtrace.sandbox import Inquiry
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+
+    real_replay = inquiry_module.replay
+
+    def limited(data: Any, meta: Any, **kwargs: Any) -> Any:
+        if kwargs.get("query", {}).get("kind") == "serve":
+            kwargs["query"] = {**kwargs["query"], "edge_limit": 50}
+        return real_replay(data, meta, **kwargs)
+
+    data, parsed, *_ = recorded
+    at, var = _session_questions(recorded)[1]
+    policy = CheckpointPolicy(interval=POLICY_INTERVAL)
+    with Inquiry(data, parsed, checkpoints=policy) as session:
+        session.survey()
+        before = session.passes
+        whole, _ = _answers(session, at, var, (64,))
+        passes = session.passes - before
+    monkeypatch.setattr(inquiry_module, "replay", limited)
+    with Inquiry(data, parsed, checkpoints=policy) as cut:
+        cut.survey()
+        before = cut.passes
+        fallback, _ = _answers(cut, at, var, (64,))
+        fallback_passes = cut.passes - before
+    assert fallback_passes == passes + 1
+    assert _without_passes(fallback[64]) == _without_passes(whole[64])
+
+
+def test_in_process_a_stop_the_run_is_surveyed_for_takes_checkpoints_by_default(
+    recorded: Recorded,
+) -> None:
+    """`trace --at end --in-process` keeps checkpoints (and their edges) on its first pass,
+    as a session does, for the same answer as with none; a FILE:LINE stop takes none unless
+    asked, and `--checkpoint-every 0` turns them off."""
+    from sealtrace.sandbox.cli import AUTO_CHECKPOINT_EVERY, _answerer
+
+    _data, _parsed, app, store, keys = recorded
+    documents = []
+    for extra in ((), ("--checkpoint-every", "0")):
+        proc = run_cli(
+            "trace", str(store), "--identity", str(keys.identity_path), "--in-process",
+            "--at", "end", "--var", "RESULT", "--json", *extra,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()
+        documents.append(json.loads(proc.stdout))
+    assert documents[0]["root"] == documents[1]["root"] and documents[0]["root"]["inputs"]
+
+    def policy(every: int | None, at: str) -> Any:
+        answerer, _lines = _answerer(str(store), keys.identity_path, None, every, 64, False, at)
+        with answerer:
+            return answerer.policy
+
+    assert policy(None, "end").interval == AUTO_CHECKPOINT_EVERY
+    assert policy(None, "crash") is not None and policy(None, "output") is not None
+    assert policy(None, f"{app}:3") is None
+    assert policy(0, "end") is None
+    assert policy(5000, f"{app}:3").interval == 5000
