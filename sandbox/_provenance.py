@@ -510,7 +510,9 @@ class Provenance:
         worker was forked from holds the edges since the start (edges_from_start)."""
         q = self.query
         engine = self.engine
-        edge_limit = int(q.get("edge_limit", EDGE_LIMIT))
+        edge_limit = int(
+            q.get("edge_limit", SERVE_EDGE_LIMIT if self.kind == "serve" else EDGE_LIMIT)
+        )
         asked: dict[str, Any] = (q.get("slice") or {}) if self.kind == "locate" else {}
         # A locate that slices records edges from its start, or, asked to go on from the
         # checkpoint's (`inherit`), from the run's start: only where the checkpoint has them.
@@ -521,8 +523,7 @@ class Provenance:
             engine.record_edges(_NO_ROOT, edge_limit, None, keep)
             self.edges_from_start = keep
         elif self.kind == "serve" and q.get("edges"):
-            limit = int(q.get("edge_limit", SERVE_EDGE_LIMIT))
-            engine.record_edges(_NO_ROOT, limit, None, batch=SERVE_EDGE_BATCH)
+            engine.record_edges(_NO_ROOT, edge_limit, None, batch=SERVE_EDGE_BATCH)
             self.edges_from_start = True
         elif self.kind != "slice":
             engine.record_edges(0, 0, None)  # (a checkpoint's edges: this pass records none)
@@ -536,7 +537,7 @@ class Provenance:
         elif self.kind == "flows" and q.get("seed"):
             self._stop_at(q["seed"]["at"], self._seed_flow)
         elif self.kind == "slice":
-            engine.record_edges(int(q["root"]), int(q.get("edge_limit", EDGE_LIMIT)), self._sliced)
+            engine.record_edges(int(q["root"]), edge_limit, self._sliced)
 
     def _stop_at(self, at: dict[str, Any], callback: Callable[[Any, int], None]) -> None:
         """Stop before a counter, a line's Nth entry or a function's Nth return."""
@@ -659,18 +660,12 @@ class Provenance:
             try:
                 value, tag, path = self._evaluate(frame, expr)
                 result["value"] = {"summary": summarize(value), "tag": tag, "via": path}
-                asked = self.query.get("slice")
-                # Not where the checkpoint had no edges to go on from, nor where the edge
-                # limit cut the recording short: the inquiry asks a slice pass of its own
-                # then (it stops at the root), for the same answer as ever.
-                if (
-                    asked
-                    and self.slicing
-                    and tag
-                    and origin_tag_kind(tag) is None
-                    and not engine.edges_overflowed
-                ):
-                    result["slice"] = self._slice({**asked, "root": tag})
+                # Not where the checkpoint had no edges to go on from (not slicing), nor where
+                # the edge limit cut the recording short: the inquiry asks a slice pass of its
+                # own then (it stops at the root), for the same answer as ever.
+                sliced = self.slicing and tag and origin_tag_kind(tag) is None
+                if sliced and not engine.edges_overflowed:
+                    result["slice"] = self._slice({**self.query["slice"], "root": tag})
             except ExpressionError as exc:
                 result["error"] = str(exc)
         result["stats"] = engine.stats()

@@ -149,6 +149,11 @@ def trace_json(store: Path, keys: KeyFiles, at: str, var: str, *extra: str) -> d
     return doc
 
 
+def without_passes(doc: dict[str, Any]) -> dict[str, Any]:
+    """A trace without its pass count (which counts every pass the inquiry has made)."""
+    return {**doc, "query": {k: v for k, v in doc["query"].items() if k != "passes"}}
+
+
 def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every node of a trace's tree, the root first."""
     yield node

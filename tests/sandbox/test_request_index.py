@@ -32,6 +32,7 @@ from .replaying import (
     replay,
     trace_json,
     walk,
+    without_passes,
     write_app,
 )
 from .test_threads import ASGI, _orders
@@ -277,11 +278,6 @@ def record_one_by_one(tmp_path: Path, keys: KeyFiles, requests: int) -> Path:
     return store
 
 
-def _without_passes(doc: dict[str, Any]) -> dict[str, Any]:
-    """A trace without its pass count (which counts every pass the inquiry has made)."""
-    return {**doc, "query": {k: v for k, v in doc["query"].items() if k != "passes"}}
-
-
 def test_in_a_session_a_question_about_one_request_starts_from_a_checkpoint_near_it(
     tmp_path: Path, keys: KeyFiles
 ) -> None:
@@ -334,10 +330,10 @@ def test_in_a_session_a_question_about_one_request_starts_from_a_checkpoint_near
     assert not _origins(whole, "window")
     # The second question started every pass (locate and slice, capture) from a checkpoint
     # at or after the accept() (the one the first kept): none replayed the requests before it.
-    assert _without_passes(again) == _without_passes(part)
+    assert without_passes(again) == without_passes(part)
     assert len(starts) >= 2 and min(starts) >= since, (starts, since)
     # Widened: the whole run's answer, as a session with no checkpoints gives it.
-    assert _without_passes(widened) == _without_passes(whole)
+    assert without_passes(widened) == without_passes(whole)
 
 
 def test_a_windowed_question_about_a_value_made_before_the_request_says_so(

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ..conftest import KeyFiles, run_cli
-from .replaying import line_of, record, write_app
+from .replaying import line_of, record, walk, without_passes, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -72,10 +72,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     return data, parsed, str(app), tmp / "rec", keys
 
 
-def _without_passes(answer: dict[str, Any]) -> dict[str, Any]:
-    return {**answer, "query": {k: v for k, v in answer["query"].items() if k != "passes"}}
-
-
 def _answers(inquiry: Any, at: str, var: str, depths: Sequence[int]) -> tuple[dict[int, Any], int]:
     from sealtrace.sandbox.questions import Trace
 
@@ -109,7 +105,7 @@ def test_one_pass_locates_and_slices_with_the_answers_of_two(
                 oracle, oracle_passes = _answers(two, at, var, depths)
             assert merged_passes == oracle_passes - 1, (at, var, merged_passes, oracle_passes)
             for depth in depths:
-                assert _without_passes(merged[depth]) == _without_passes(oracle[depth]), (
+                assert without_passes(merged[depth]) == without_passes(oracle[depth]), (
                     at,
                     var,
                     depth,
@@ -138,7 +134,7 @@ def test_a_locate_the_edge_limit_cut_short_leaves_the_slice_to_a_pass_of_its_own
         limited.passes = 0
         fallback, fallback_passes = _answers(limited, at, var, (64,))
     assert fallback_passes == merged_passes + 1
-    assert _without_passes(fallback[64]) == _without_passes(merged[64])
+    assert without_passes(fallback[64]) == without_passes(merged[64])
 
 
 def _parse(at: str) -> Any:
@@ -160,14 +156,7 @@ def test_the_recorded_program_answers_as_it_ran(
         answers, _ = _answers(inquiry, at, var, (64,))
     total = round((2 * 2 + 3 * 3) * 3.5 * (1 - 0.2), 2)
     assert answers[64]["root"]["value"]["repr"] == repr(f"gold:{total}")
-    assert Path(app).name in {Path(n["file"]).name for n in _nodes(answers[64]["root"])}
-
-
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [node]
-    for child in node["inputs"]:
-        out.extend(_nodes(child))
-    return out
+    assert Path(app).name in {Path(n["file"]).name for n in walk(answers[64]["root"])}
 
 
 # -- in a session: the slice goes on from the checkpoint before the stop --------------------
@@ -213,7 +202,7 @@ def test_a_session_slices_from_the_checkpoint_before_the_stop_with_the_same_answ
             served.clear()
             mine, _ = _answers(session, at, var, (64,))
             theirs, _ = _answers(oracle, at, var, (64,))
-            assert _without_passes(mine[64]) == _without_passes(theirs[64]), (at, var)
+            assert without_passes(mine[64]) == without_passes(theirs[64]), (at, var)
             locates = [s for s in served if s[0] == "locate"]
             assert len(locates) == 1 and locates[0][1], served  # sliced on the way
             _kind, _inherit, start, checkpoint = locates[0]
@@ -257,7 +246,7 @@ def test_a_session_whose_checkpoints_hold_no_edges_slices_in_a_pass_of_its_own(
         fallback, _ = _answers(cut, at, var, (64,))
         fallback_passes = cut.passes - before
     assert fallback_passes == passes + 1
-    assert _without_passes(fallback[64]) == _without_passes(whole[64])
+    assert without_passes(fallback[64]) == without_passes(whole[64])
 
 
 def test_in_process_a_stop_the_run_is_surveyed_for_takes_checkpoints_by_default(
