@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 
-from sealtrace._engine import op_inputs, opcode_table
+from sealtrace._engine import eval_loop_opcodes, op_inputs, opcode_table
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_FILE = REPO / "tests" / "native" / "opcode_cases.py"
@@ -95,6 +95,7 @@ def render() -> str:
     names = {name for _op, name, _rule, _more in table}
     wanted = set(cases.ALL_OPCODES)
     covered = [name for name in names & wanted if name in covering]
+    looped = set(eval_loop_opcodes())
     lines = [
         "# Opcode coverage (CPython 3.11)",
         "",
@@ -111,20 +112,25 @@ def render() -> str:
         "- **Reads below**: values under those that it reads and leaves in place.",
         "  Counts that depend on the instruction's argument are given in `oparg`.",
         "- **Exits differ by one**: jumping and falling through leave stacks one value apart.",
+        "- **Own loop**: the engine's evaluation loop runs it (`native/src/eval_loop.cpp`);",
+        "  a code object with any opcode not marked runs in CPython's loop under the",
+        "  engine's trace callback, which gives the same events",
+        "  (`tests/native/test_eval_loop.py`).",
         "- `not-traced` and `call-event` opcodes run before a frame's first opcode event:",
         "  their cases check their effect (a closure cell, a generator's or callee's",
         "  arguments) instead of an event.",
         "",
-        f"**{len(covered)} of {len(wanted)} opcodes covered** by {len(cases.CASES)} cases.",
+        f"**{len(covered)} of {len(wanted)} opcodes covered** by {len(cases.CASES)} cases; "
+        f"the engine's own loop runs {len(names & {dis.opname[op] for op in looped})} of them.",
         "",
         "| Opcode | Number | Provenance rule | Consumes | Reads below "
-        "| Exits differ by one | Cases |",
-        "|---|---:|---|---|---|---|---|",
+        "| Exits differ by one | Own loop | Cases |",
+        "|---|---:|---|---|---|---|---|---|",
     ]
     for op, name, rule, more in table:
         ids = ", ".join(f"`{i}`" for i in covering.get(name, [])) or "**none**"
         cells = [f"`{name}`", str(op), f"`{rule}`", describe(op, 0), describe(op, 1)]
-        cells += ["yes" if more else "", ids]
+        cells += ["yes" if more else "", "yes" if op in looped else "", ids]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     missing = sorted(wanted - names)
     if missing:

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "counter.hpp"
+#include "eval_loop.hpp"
 #include "fields.h"
 #include "opcodes.hpp"
 #include "quiet.h"
@@ -63,6 +64,17 @@ PYBIND11_MODULE(_engine, m) {
       },
       "(opcode, name, provenance rule, may pop one more on a branch) for every opcode.");
   m.def(
+      "eval_loop_opcodes",
+      []() {
+        py::list out;
+        for (int op = 0; op < 256; ++op) {
+          if (sealtrace::loop_implements(op)) out.append(op);
+        }
+        return out;
+      },
+      "The opcodes the engine's own evaluation loop runs; a code object with any other runs in "
+      "CPython's loop under the trace callback.");
+  m.def(
       "op_inputs",
       [](int op, int oparg) {
         return py::make_tuple(sealtrace::op_pops(static_cast<std::uint8_t>(op), oparg),
@@ -88,8 +100,11 @@ PYBIND11_MODULE(_engine, m) {
       "what it does next: its allocations, free lists and garbage collection are its own.");
 
   py::class_<Tracer>(m, "Engine")
-      .def(py::init([](py::object own_code) { return new Tracer(own_code.ptr()); }),
-           py::arg("own_code"))
+      .def(py::init([](py::object own_code, bool eval_loop) {
+             return new Tracer(own_code.ptr(), eval_loop);
+           }),
+           py::arg("own_code"), py::arg("eval_loop") = true)
+      .def_property_readonly("eval_loop", &Tracer::eval_loop)
       .def("attach", &Tracer::attach, "Start tracing this thread.")
       .def("detach", &Tracer::detach)
       .def("attach_thread", &Tracer::attach_thread,
@@ -200,6 +215,7 @@ PYBIND11_MODULE(_engine, m) {
         d["untracked_writes"] = s.untracked_writes;
         d["exceptions"] = s.exceptions;
         d["callback_errors"] = s.callback_errors;
+        d["loop_frames"] = s.loop_frames;
         d["max_shadow_depth"] = s.max_shadow_depth;
         d["edge_compactions"] = s.edge_compactions;
         d["edges_kept"] = s.edges_kept;

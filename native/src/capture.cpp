@@ -102,7 +102,27 @@ void Tracer::callback_failed() noexcept {
   PyErr_Clear();
 }
 
-void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
+// The frame object of an interpreter frame that is running: its own, or the current frame's
+// (made now if it has none: the evaluation loop makes frame objects only when asked).
+// One made here is set as the trace callback's call event sets a traced frame's (opcode events,
+// no line events), so a callback that turns its opcode events off turns them off.
+PyFrameObject* Tracer::frame_object(_PyInterpreterFrame* f) {
+  PyFrameObject* frame = f->frame_obj;
+  if (frame == nullptr) {
+    PyFrameObject* current = PyEval_GetFrame();
+    if (current == nullptr || current->f_frame != f) return nullptr;
+    frame = current;
+  }
+  if (frame->f_trace_lines != 0) {
+    frame->f_trace_lines = 0;
+    frame->f_trace_opcodes = 1;
+  }
+  return frame;
+}
+
+void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
+  PyFrameObject* frame = frame_object(f);
+  if (frame == nullptr) return;
   QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(counter_.value()));
@@ -110,8 +130,10 @@ void Tracer::call_stop(PyObject* callback, PyFrameObject* frame) {
   Py_XDECREF(r);
 }
 
-void Tracer::capture_pre(PyFrameObject* frame, const Pending& p) {
+void Tracer::capture_pre(_PyInterpreterFrame* f, const Pending& p) {
   if (capture_pre_ == nullptr) return;
+  PyFrameObject* frame = frame_object(f);
+  if (frame == nullptr) return;
   QuietScope quiet;
   PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));
   if (inputs == nullptr) {

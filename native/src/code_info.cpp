@@ -13,6 +13,30 @@ namespace sealtrace {
 
 namespace {
 constexpr std::uint8_t kReturnValueOp = 83;  // RETURN_VALUE (3.11): where a return stop stops
+
+// The inline cache entries after an instruction (3.11's opcode._inline_cache_entries).
+int inline_caches(std::uint8_t op) {
+  switch (op) {
+    case 25:   // BINARY_SUBSCR
+    case 95:   // STORE_ATTR
+    case 106:  // LOAD_ATTR
+    case 171:  // CALL
+      return 4;
+    case 60:   // STORE_SUBSCR
+    case 92:   // UNPACK_SEQUENCE
+    case 122:  // BINARY_OP
+    case 166:  // PRECALL
+      return 1;
+    case 107:  // COMPARE_OP
+      return 2;
+    case 116:  // LOAD_GLOBAL
+      return 5;
+    case 160:  // LOAD_METHOD
+      return 10;
+    default:
+      return 0;
+  }
+}
 }  // namespace
 
 // -- code objects ---------------------------------------------------------------------------
@@ -90,6 +114,8 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     in.rule = op_model(op).rule;
     in.oparg = ext | arg;
     in.line = PyCode_Addr2Line(code, static_cast<int>(i * 2));
+    in.at = static_cast<std::int32_t>(i);
+    in.next = static_cast<std::int32_t>(i + 1 + inline_caches(op));
     int e0 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 0);
     int e1 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 1);
     in.effect = e0;

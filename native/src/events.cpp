@@ -14,34 +14,46 @@
 
 namespace sealtrace {
 
+namespace {
+
+// A Python function that a CALL instruction calls runs in its caller's interpreter loop (its
+// frame is no entry frame) and returns straight to that CALL; one that C code calls returns to
+// the C code. Told from the CALL's inputs, not from f->is_entry, which is true for every frame
+// once an evaluation function is installed (eval_loop.cpp).
+bool returns_to_call(const Pending& p, const _PyInterpreterFrame* f) {
+  if (p.op != kCallOp || p.in_objs.size() < 2) return false;
+  PyObject* function = p.in_objs[0] != nullptr ? p.in_objs[0] : p.in_objs[1];
+  return function == reinterpret_cast<PyObject*>(f->f_func) &&
+         Py_IS_TYPE(function, &PyFunction_Type);
+}
+
+}  // namespace
+
 // -- events ---------------------------------------------------------------------------------
 
 int Tracer::on_event(PyFrameObject* frame, int what, PyObject* arg) {
   ensure_thread();
   switch (what) {
     case PyTrace_OPCODE:
-      return on_opcode(frame);
-    case PyTrace_CALL:
-      return on_call(frame);
+      return on_opcode(frame->f_frame);
+    case PyTrace_CALL: {
+      CodeInfo* info = code_info(frame->f_frame->f_code);
+      const bool traced = info != nullptr && !info->own;
+      frame->f_trace_lines = 0;
+      frame->f_trace_opcodes = traced ? 1 : 0;
+      if (traced) on_call(frame->f_frame, info);
+      return 0;
+    }
     case PyTrace_RETURN:
-      return on_return(frame, arg);
+      return on_return(frame->f_frame, arg);
     case PyTrace_EXCEPTION:
-      return on_exception(frame, arg);
+      return on_exception(frame->f_frame, arg);
     default:
       return 0;
   }
 }
 
-int Tracer::on_call(PyFrameObject* frame) {
-  _PyInterpreterFrame* f = frame->f_frame;
-  CodeInfo* info = code_info(f->f_code);
-  if (info == nullptr || info->own) {
-    frame->f_trace_opcodes = 0;
-    frame->f_trace_lines = 0;
-    return 0;
-  }
-  frame->f_trace_lines = 0;
-  frame->f_trace_opcodes = 1;
+void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
   ++stats_.frames;
   auto parked = suspended_.find(f);
   if (parked != suspended_.end()) {
@@ -50,7 +62,7 @@ int Tracer::on_call(PyFrameObject* frame) {
     if (sf->code == info) {
       stack_.push_back(sf);
       stats_.max_shadow_depth = std::max(stats_.max_shadow_depth, stack_.size());
-      return 0;
+      return;
     }
     release(sf);
   }
@@ -68,14 +80,13 @@ int Tracer::on_call(PyFrameObject* frame) {
       fill_arguments(caller->p, *sf);  // called by untraced code with what a read brought
     }
   }
-  return 0;
+  return;
 }
 
-int Tracer::on_opcode(PyFrameObject* frame) {
-  _PyInterpreterFrame* f = frame->f_frame;
+int Tracer::on_opcode(_PyInterpreterFrame* f) {
   ShadowFrame* sf = stack_.empty() ? nullptr : stack_.back();
   if (sf == nullptr || sf->iframe != f) {
-    sf = resync(frame);
+    sf = resync(f);
     if (sf == nullptr) return 0;
   }
   const int depth = f->stacktop;
@@ -93,7 +104,7 @@ int Tracer::on_opcode(PyFrameObject* frame) {
   if (every_interval_ != 0 && now % every_interval_ == 0 && every_cb_ != nullptr) {
     PyObject* cb = every_cb_;
     Py_INCREF(cb);
-    call_stop(cb, frame);
+    call_stop(cb, f);
     Py_DECREF(cb);
   }
   if (stop_line_cb_ != nullptr && info->breakpoint_generation != breakpoint_generation_) {
@@ -108,7 +119,7 @@ int Tracer::on_opcode(PyFrameObject* frame) {
       if (entered && stop_line_cb_ != nullptr && ++hits_ == stop_hit_) {
         PyObject* cb = stop_line_cb_;
         stop_line_cb_ = nullptr;
-        call_stop(cb, frame);
+        call_stop(cb, f);
         Py_DECREF(cb);
       }
     }
@@ -118,17 +129,16 @@ int Tracer::on_opcode(PyFrameObject* frame) {
   if (now == stop_counter_ && stop_counter_cb_ != nullptr) {
     PyObject* cb = stop_counter_cb_;
     stop_counter_cb_ = nullptr;
-    call_stop(cb, frame);
+    call_stop(cb, f);
     Py_DECREF(cb);
   }
   if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
-    capture_pre(frame, sf->p);
+    capture_pre(f, sf->p);
   }
   return 0;
 }
 
-int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
-  _PyInterpreterFrame* f = frame->f_frame;
+int Tracer::on_return(_PyInterpreterFrame* f, PyObject* value) {
   if (stack_.empty() || stack_.back()->iframe != f) return 0;
   ShadowFrame* sf = stack_.back();
   stack_.pop_back();
@@ -175,7 +185,8 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
   }
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
-    if (!f->is_entry && caller != nullptr && caller->iframe == f->previous && caller->p.active) {
+    if (caller != nullptr && caller->iframe == f->previous && caller->p.active &&
+        returns_to_call(caller->p, f)) {
       caller->p.has_return = true;
       caller->p.return_tag = ret;
     } else {
@@ -216,9 +227,9 @@ int Tracer::on_return(PyFrameObject* frame, PyObject* value) {
   return 0;
 }
 
-int Tracer::on_exception(PyFrameObject* frame, PyObject* arg) {
+int Tracer::on_exception(_PyInterpreterFrame* f, PyObject* arg) {
   ++stats_.exceptions;
-  if (stack_.empty() || stack_.back()->iframe != frame->f_frame) return 0;
+  if (stack_.empty() || stack_.back()->iframe != f) return 0;
   if (arg == nullptr || !PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) < 2) return 0;
   PyObject* value = PyTuple_GET_ITEM(arg, 1);
   ShadowFrame* sf = stack_.back();

@@ -53,8 +53,7 @@ ShadowFrame* Tracer::find_shadow(PyFrameObject* frame) const {
   return s == suspended_.end() ? nullptr : s->second;
 }
 
-ShadowFrame* Tracer::resync(PyFrameObject* frame) {
-  _PyInterpreterFrame* f = frame->f_frame;
+ShadowFrame* Tracer::resync(_PyInterpreterFrame* f) {
   ++stats_.frame_resyncs;
   for (std::size_t i = stack_.size(); i-- > 0;) {
     if (stack_[i]->iframe == f) {

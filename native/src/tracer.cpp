@@ -7,12 +7,13 @@
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
+#include "eval_loop.hpp"
 #include "hooks.hpp"
 #include "py_values.hpp"
 
 namespace sealtrace {
 
-Tracer::Tracer(PyObject* own_code) : own_code_(own_code) {
+Tracer::Tracer(PyObject* own_code, bool eval_loop) : own_code_(own_code), eval_loop_(eval_loop) {
   Py_XINCREF(own_code_);
   generation_ = ++g_generation;
 }
@@ -71,6 +72,7 @@ void Tracer::attach() {
   install_hooks(extra, 2);
   thread_ = PyThreadState_GET();
   PyEval_SetTrace(trampoline, nullptr);
+  if (eval_loop_) install_eval_loop();
   attached_ = true;
 }
 
@@ -126,6 +128,7 @@ const std::vector<ShadowFrame*>& Tracer::caller_stack() const noexcept {
 void Tracer::detach() {
   if (!attached_) return;
   PyEval_SetTrace(nullptr, nullptr);
+  if (eval_loop_) remove_eval_loop();
   remove_hooks();
   g_tracer = nullptr;
   attached_ = false;

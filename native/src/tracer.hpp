@@ -42,6 +42,8 @@ struct Instr {
   std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;
   std::int32_t line = -1;
+  std::int32_t at = 0;    // the code unit of the instruction itself (after its EXTENDED_ARGs)
+  std::int32_t next = 0;  // the code unit after it and its inline caches
 };
 
 struct CodeInfo {
@@ -55,6 +57,7 @@ struct CodeInfo {
   std::vector<Instr> instrs;  // by code unit; EXTENDED_ARG units hold the full instruction
   std::vector<std::uint8_t> kinds;
   std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
+  std::int8_t loop = -1;  // the evaluation loop runs it: -1 not yet known, 0 no, 1 yes
   std::uint64_t breakpoint_generation = 0;
 };
 
@@ -152,6 +155,7 @@ struct Stats {
   std::uint64_t untracked_writes = 0;
   std::uint64_t exceptions = 0;
   std::uint64_t callback_errors = 0;
+  std::uint64_t loop_frames = 0;  // frames the evaluation loop ran (eval_loop.cpp)
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
@@ -167,7 +171,9 @@ struct Stats {
 class Tracer {
  public:
   // own_code(filename) -> bool decides, once per code object, what is not traced.
-  explicit Tracer(PyObject* own_code);
+  // eval_loop: run traced frames in the engine's own evaluation loop (eval_loop.cpp) rather
+  // than CPython's under a trace callback; the same events, so the same answers.
+  explicit Tracer(PyObject* own_code, bool eval_loop = false);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -258,15 +264,22 @@ class Tracer {
   // Called from the trampoline and the deallocation hooks.
   int on_event(PyFrameObject* frame, int what, PyObject* arg);
   void on_dealloc(PyObject* obj) noexcept;
+  // The evaluation loop's frame (PEP 523), from evaluate_frame (eval_loop.cpp).
+  PyObject* evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag);
+  [[nodiscard]] bool eval_loop() const noexcept { return eval_loop_; }
 
  private:
   CodeInfo* code_info(PyCodeObject* code);
   CodeInfo* build_code_info(PyCodeObject* code);
-  int on_call(PyFrameObject* frame);
-  int on_opcode(PyFrameObject* frame);
-  int on_return(PyFrameObject* frame, PyObject* value);
-  int on_exception(PyFrameObject* frame, PyObject* arg);
-  ShadowFrame* resync(PyFrameObject* frame);
+  // The events, from the trace callback (on_event) or the evaluation loop (eval_loop.cpp).
+  void on_call(_PyInterpreterFrame* f, CodeInfo* info);
+  int on_opcode(_PyInterpreterFrame* f);
+  int on_return(_PyInterpreterFrame* f, PyObject* value);
+  int on_exception(_PyInterpreterFrame* f, PyObject* arg);
+  ShadowFrame* resync(_PyInterpreterFrame* f);
+  static PyFrameObject* frame_object(_PyInterpreterFrame* f);
+  bool loopable(CodeInfo& info, PyCodeObject* code);
+  void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
   void release(ShadowFrame* frame);
   // An instruction's two halves: begin reads its inputs before it runs, complete tags what
@@ -421,14 +434,15 @@ class Tracer {
   // holds (flows.cpp).
   bool items_tainted(ShadowFrame& sf);
   bool reveals_no_content(const Pending& p) const;
-  void capture_pre(PyFrameObject* frame, const Pending& p);
+  void capture_pre(_PyInterpreterFrame* f, const Pending& p);
   void capture_post(ShadowFrame& sf, int depth, int base, bool move);
-  void call_stop(PyObject* callback, PyFrameObject* frame);
+  void call_stop(PyObject* callback, _PyInterpreterFrame* f);
   void callback_failed() noexcept;
   ShadowFrame* find_shadow(PyFrameObject* frame) const;
 
   PyObject* own_code_;
   bool attached_ = false;
+  bool eval_loop_ = false;
   bool window_ = false;
   InstructionCounter counter_;
   SlotTable slots_;

@@ -107,10 +107,15 @@ def _attached(engine: Engine) -> Iterator[None]:
         engine.detach()
 
 
-def run_case(case: OpcodeCase, stop: tuple[Expect, tuple[str, ...]] | None = None) -> Run:
+def run_case(
+    case: OpcodeCase,
+    stop: tuple[Expect, tuple[str, ...]] | None = None,
+    *,
+    eval_loop: bool = True,
+) -> Run:
     """Run the case's program; at `stop`, read the tags of the named expressions."""
     code = case.compile()
-    engine = Engine(_own(case))
+    engine = Engine(_own(case), eval_loop=eval_loop)
     seen: dict[str, int] = {}
     stopped = False
     failure: list[BaseException] = []
@@ -135,10 +140,10 @@ def run_case(case: OpcodeCase, stop: tuple[Expect, tuple[str, ...]] | None = Non
     return Run(engine.stats(), engine.counter, seen if stop is not None else None)
 
 
-def capture_case(case: OpcodeCase, counters: list[int]) -> Capture:
+def capture_case(case: OpcodeCase, counters: list[int], *, eval_loop: bool = True) -> Capture:
     """Run the case's program capturing `counters` (all of them: every executed opname)."""
     code = case.compile()
-    engine = Engine(_own(case))
+    engine = Engine(_own(case), eval_loop=eval_loop)
     out = Capture()
 
     def pre(frame: FrameType, counter: int, index: int, inputs: list[tuple[Any, int]]) -> None:

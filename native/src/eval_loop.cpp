@@ -1,0 +1,1374 @@
+// The engine's own evaluation loop (PEP 523; eval_loop.hpp): it runs a traced frame's
+// CPython 3.11 bytecode itself and hands the tracer each event directly, where the trace
+// callback path pays for a frame object, a line-number lookup and a callback per instruction.
+//
+// It must give the tracer exactly the events the trace callback gives, in the same order and
+// with the frame in the same state (the same instruction, the same value stack): a call at
+// RESUME, an instruction before each instruction (none for RESUME, none for the instruction
+// after an EXTENDED_ARG), an exception where one is raised, a return (with NULL when the frame
+// unwinds). A code object it cannot run whole (a generator, an opcode it does not implement)
+// goes to CPython's own loop under the trace callback, frame by frame; so does every frame
+// while the thread is not traced or the tracer is inside a callback of its own.
+//
+// The instruction bodies follow CPython 3.11's de-specialised instructions (what the
+// interpreter runs while tracing), with the same errors and messages.
+#define Py_BUILD_CORE 1
+#include "eval_loop.hpp"
+
+#include <Python.h>
+#include <frameobject.h>
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+#include <opcode.h>
+
+#include "eval_pending.h"
+#include "hooks.hpp"
+#include "tracer.hpp"
+
+// Exported by CPython 3.11 but declared only in its internal headers, which need C11 atomics.
+extern "C" {
+PyAPI_FUNC(int) _Py_CheckRecursiveCall(PyThreadState* tstate, const char* where);
+PyAPI_FUNC(PyObject*) _PyObject_LookupSpecial(PyObject* self, PyObject* attr);
+}
+
+namespace sealtrace {
+
+namespace {
+
+_PyFrameEvalFunction g_previous_eval = nullptr;
+
+constexpr const char* kUnboundLocal =
+    "cannot access local variable '%s' where it is not associated with a value";
+constexpr const char* kUnboundFree =
+    "cannot access free variable '%s' where it is not associated with a value in enclosing "
+    "scope";
+constexpr const char* kNameError = "name '%.200s' is not defined";
+
+}  // namespace
+
+// The opcodes this loop implements; a code object with any other runs in CPython's loop.
+bool loop_implements(int op) {
+  switch (op) {
+    case POP_TOP:
+    case PUSH_NULL:
+    case NOP:
+    case UNARY_POSITIVE:
+    case UNARY_NEGATIVE:
+    case UNARY_NOT:
+    case UNARY_INVERT:
+    case BINARY_SUBSCR:
+    case PUSH_EXC_INFO:
+    case CHECK_EXC_MATCH:
+    case WITH_EXCEPT_START:
+    case BEFORE_WITH:
+    case STORE_SUBSCR:
+    case DELETE_SUBSCR:
+    case GET_ITER:
+    case LOAD_BUILD_CLASS:
+    case LOAD_ASSERTION_ERROR:
+    case LIST_TO_TUPLE:
+    case RETURN_VALUE:
+    case POP_EXCEPT:
+    case STORE_NAME:
+    case UNPACK_SEQUENCE:
+    case FOR_ITER:
+    case STORE_ATTR:
+    case STORE_GLOBAL:
+    case SWAP:
+    case LOAD_CONST:
+    case LOAD_NAME:
+    case BUILD_TUPLE:
+    case BUILD_LIST:
+    case BUILD_SET:
+    case BUILD_MAP:
+    case LOAD_ATTR:
+    case COMPARE_OP:
+    case IMPORT_NAME:
+    case JUMP_FORWARD:
+    case JUMP_IF_FALSE_OR_POP:
+    case JUMP_IF_TRUE_OR_POP:
+    case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_FORWARD_IF_TRUE:
+    case LOAD_GLOBAL:
+    case IS_OP:
+    case CONTAINS_OP:
+    case RERAISE:
+    case COPY:
+    case BINARY_OP:
+    case LOAD_FAST:
+    case STORE_FAST:
+    case DELETE_FAST:
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+    case POP_JUMP_FORWARD_IF_NONE:
+    case RAISE_VARARGS:
+    case MAKE_FUNCTION:
+    case BUILD_SLICE:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+    case MAKE_CELL:
+    case LOAD_CLOSURE:
+    case LOAD_DEREF:
+    case STORE_DEREF:
+    case JUMP_BACKWARD:
+    case EXTENDED_ARG:
+    case LIST_APPEND:
+    case SET_ADD:
+    case MAP_ADD:
+    case COPY_FREE_VARS:
+    case RESUME:
+    case FORMAT_VALUE:
+    case BUILD_CONST_KEY_MAP:
+    case BUILD_STRING:
+    case LOAD_METHOD:
+    case LIST_EXTEND:
+    case SET_UPDATE:
+    case DICT_UPDATE:
+    case PRECALL:
+    case CALL:
+    case KW_NAMES:
+    case POP_JUMP_BACKWARD_IF_NOT_NONE:
+    case POP_JUMP_BACKWARD_IF_NONE:
+    case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_TRUE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+using BinaryFn = PyObject* (*)(PyObject*, PyObject*);
+PyObject* power(PyObject* a, PyObject* b) { return PyNumber_Power(a, b, Py_None); }
+PyObject* inplace_power(PyObject* a, PyObject* b) { return PyNumber_InPlacePower(a, b, Py_None); }
+// BINARY_OP's oparg (dis._nb_ops): the operators, then their in-place forms.
+constexpr BinaryFn kBinaryOps[] = {PyNumber_Add,
+                                   PyNumber_And,
+                                   PyNumber_FloorDivide,
+                                   PyNumber_Lshift,
+                                   PyNumber_MatrixMultiply,
+                                   PyNumber_Multiply,
+                                   PyNumber_Remainder,
+                                   PyNumber_Or,
+                                   power,
+                                   PyNumber_Rshift,
+                                   PyNumber_Subtract,
+                                   PyNumber_TrueDivide,
+                                   PyNumber_Xor,
+                                   PyNumber_InPlaceAdd,
+                                   PyNumber_InPlaceAnd,
+                                   PyNumber_InPlaceFloorDivide,
+                                   PyNumber_InPlaceLshift,
+                                   PyNumber_InPlaceMatrixMultiply,
+                                   PyNumber_InPlaceMultiply,
+                                   PyNumber_InPlaceRemainder,
+                                   PyNumber_InPlaceOr,
+                                   inplace_power,
+                                   PyNumber_InPlaceRshift,
+                                   PyNumber_InPlaceSubtract,
+                                   PyNumber_InPlaceTrueDivide,
+                                   PyNumber_InPlaceXor};
+
+void format_check_arg(PyObject* exc, const char* format, PyObject* name) {
+  const char* text = PyUnicode_AsUTF8(name);
+  if (text == nullptr) return;
+  PyErr_Format(exc, format, text);
+  if (exc != PyExc_NameError) return;
+  // The name, for the suggestions a traceback prints.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && PyErr_GivenExceptionMatches(value, PyExc_NameError)) {
+    auto* err = reinterpret_cast<PyNameErrorObject*>(value);
+    if (err->name == nullptr) err->name = Py_NewRef(name);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+void unbound(PyCodeObject* co, int index) {
+  if (PyErr_Occurred()) return;
+  PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
+  if (index < co->co_nplaincellvars + co->co_nlocals) {
+    format_check_arg(PyExc_UnboundLocalError, kUnboundLocal, name);
+  } else {
+    format_check_arg(PyExc_NameError, kUnboundFree, name);
+  }
+}
+
+// The exception table entry covering instruction `index` (3.11's varint format).
+bool exception_handler(PyCodeObject* co, int index, int& level, int& handler, bool& lasti) {
+  const auto* p = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(co->co_exceptiontable));
+  const auto* end = p + PyBytes_GET_SIZE(co->co_exceptiontable);
+  auto varint = [&p]() {
+    int v = *p & 63;
+    while (*p & 64) {
+      ++p;
+      v = (v << 6) | (*p & 63);
+    }
+    ++p;
+    return v;
+  };
+  while (p < end) {
+    const int start = varint();
+    if (start > index) return false;
+    const int size = varint();
+    if (start + size > index) {
+      handler = varint();
+      const int depth_lasti = varint();
+      level = depth_lasti >> 1;
+      lasti = (depth_lasti & 1) != 0;
+      return true;
+    }
+    while (p < end && (*p & 128) == 0) ++p;  // the next entry starts with bit 7 set
+  }
+  return false;
+}
+
+// `raise`, `raise exc`, `raise exc from cause`: true when it re-raises what is being handled
+// (it unwinds without a new traceback entry); false with the exception set otherwise.
+bool do_raise(PyObject* exc, PyObject* cause) {
+  if (exc == nullptr) {
+    PyObject* value = PyErr_GetHandledException();
+    if (value == nullptr || value == Py_None) {
+      Py_XDECREF(value);
+      PyErr_SetString(PyExc_RuntimeError, "No active exception to reraise");
+      return false;
+    }
+    PyObject* type = Py_NewRef(PyExceptionInstance_Class(value));
+    PyErr_Restore(type, value, PyException_GetTraceback(value));
+    return true;
+  }
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  if (PyExceptionClass_Check(exc)) {
+    type = exc;
+    value = PyObject_CallNoArgs(exc);
+    if (value == nullptr) goto raise_error;
+    if (!PyExceptionInstance_Check(value)) {
+      PyErr_Format(PyExc_TypeError,
+                   "calling %R should have returned an instance of BaseException, not %R", type,
+                   Py_TYPE(value));
+      goto raise_error;
+    }
+  } else if (PyExceptionInstance_Check(exc)) {
+    value = exc;
+    type = Py_NewRef(PyExceptionInstance_Class(exc));
+  } else {
+    Py_DECREF(exc);
+    PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    goto raise_error;
+  }
+  if (cause != nullptr) {
+    PyObject* fixed = nullptr;
+    if (PyExceptionClass_Check(cause)) {
+      fixed = PyObject_CallNoArgs(cause);
+      if (fixed == nullptr) goto raise_error;
+      Py_DECREF(cause);
+    } else if (PyExceptionInstance_Check(cause)) {
+      fixed = cause;
+    } else if (cause == Py_None) {
+      Py_DECREF(cause);
+    } else {
+      PyErr_SetString(PyExc_TypeError, "exception causes must derive from BaseException");
+      goto raise_error;
+    }
+    PyException_SetCause(value, fixed);
+  }
+  PyErr_SetObject(type, value);
+  Py_DECREF(value);
+  Py_DECREF(type);
+  return false;
+raise_error:
+  Py_XDECREF(value);
+  Py_XDECREF(type);
+  Py_XDECREF(cause);
+  return false;
+}
+
+bool except_type_valid(PyObject* right) {
+  constexpr const char* kMessage =
+      "catching classes that do not inherit from BaseException is not allowed";
+  if (PyTuple_Check(right)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(right); ++i) {
+      if (!PyExceptionClass_Check(PyTuple_GET_ITEM(right, i))) {
+        PyErr_SetString(PyExc_TypeError, kMessage);
+        return false;
+      }
+    }
+  } else if (!PyExceptionClass_Check(right)) {
+    PyErr_SetString(PyExc_TypeError, kMessage);
+    return false;
+  }
+  return true;
+}
+
+// UNPACK_SEQUENCE: `count` items, the first on top (written downwards from `top`).
+bool unpack(PyObject* v, int count, PyObject** top) {
+  PyObject* it = PyObject_GetIter(v);
+  if (it == nullptr) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(v)->tp_iter == nullptr &&
+        !PySequence_Check(v)) {
+      PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object",
+                   Py_TYPE(v)->tp_name);
+    }
+    return false;
+  }
+  PyObject** sp = top;
+  int i = 0;
+  for (; i < count; ++i) {
+    PyObject* w = PyIter_Next(it);
+    if (w == nullptr) {
+      if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %d, got %d)", count,
+                     i);
+      }
+      goto fail;
+    }
+    *--sp = w;
+  }
+  {
+    PyObject* w = PyIter_Next(it);
+    if (w == nullptr) {
+      if (PyErr_Occurred()) goto fail;
+      Py_DECREF(it);
+      return true;
+    }
+    Py_DECREF(w);
+    PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %d)", count);
+  }
+fail:
+  for (; i > 0; --i, ++sp) Py_DECREF(*sp);
+  Py_DECREF(it);
+  return false;
+}
+
+PyObject* import_name(_PyInterpreterFrame* f, PyObject* name, PyObject* fromlist, PyObject* level) {
+  static PyObject* dunder_import = PyUnicode_InternFromString("__import__");
+  PyObject* import = PyDict_GetItemWithError(f->f_builtins, dunder_import);
+  if (import == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "__import__ not found");
+    return nullptr;
+  }
+  PyObject* locals = f->f_locals == nullptr ? Py_None : f->f_locals;
+  if (import == sealtrace_import_func(PyThreadState_GET())) {
+    const int ilevel = _PyLong_AsInt(level);
+    if (ilevel == -1 && PyErr_Occurred()) return nullptr;
+    return PyImport_ImportModuleLevelObject(name, f->f_globals, locals, fromlist, ilevel);
+  }
+  Py_INCREF(import);
+  PyObject* args[5] = {name, f->f_globals, locals, fromlist, level};
+  PyObject* res = PyObject_Vectorcall(import, args, 5, nullptr);
+  Py_DECREF(import);
+  return res;
+}
+
+// A name in a mapping that may not be a dict: a new reference, nullptr with no exception when
+// it is not there.
+PyObject* lookup(PyObject* mapping, PyObject* name) {
+  if (PyDict_CheckExact(mapping)) return Py_XNewRef(PyDict_GetItemWithError(mapping, name));
+  PyObject* v = PyObject_GetItem(mapping, name);
+  if (v == nullptr && PyErr_ExceptionMatches(PyExc_KeyError)) PyErr_Clear();
+  return v;
+}
+
+// Under the trace callback every traced frame has a frame object from its call event on, set to
+// opcode events and no line events; one made later here (by the program, a traceback, a stop)
+// starts as CPython makes them and is set so at its next instruction. A tool that turns a
+// frame's opcode events off stops them here too.
+bool opcode_events(_PyInterpreterFrame* f) {
+  PyFrameObject* fo = f->frame_obj;
+  if (fo == nullptr) return true;
+  if (fo->f_trace_lines != 0) {
+    fo->f_trace_lines = 0;
+    fo->f_trace_opcodes = 1;
+    return true;
+  }
+  return fo->f_trace_opcodes != 0;
+}
+
+// While the tracer runs (and any Python code it calls), nothing is traced: what the trace
+// callback's caller does around it (PyThreadState_EnterTracing, inline).
+inline void enter_tracing(PyThreadState* ts) {
+  ++ts->tracing;
+  ts->cframe->use_tracing = 0;
+}
+
+inline void leave_tracing(PyThreadState* ts) {
+  --ts->tracing;
+  ts->cframe->use_tracing = ts->c_tracefunc != nullptr || ts->c_profilefunc != nullptr ? 255 : 0;
+}
+
+}  // namespace
+
+bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
+  if (info.loop < 0) {
+    bool ok = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
+    // Instruction by instruction (inline caches are not instructions).
+    for (std::size_t i = 0; ok && i < info.instrs.size();) {
+      ok = loop_implements(info.instrs[i].op);
+      i = static_cast<std::size_t>(info.instrs[i].next);
+    }
+    info.loop = ok ? 1 : 0;
+  }
+  return info.loop == 1;
+}
+
+PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
+  // Only a fresh frame of a traced thread, outside the tracer's own callbacks.
+  if (throwflag != 0 || ts->tracing != 0 || ts->c_tracefunc != trampoline ||
+      _PyInterpreterFrame_LASTI(f) >= 0) {
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
+  }
+  PyCodeObject* co = f->f_code;
+  enter_tracing(ts);
+  ensure_thread();
+  CodeInfo* info = code_info(co);
+  leave_tracing(ts);
+  if (info == nullptr || info->own || !loopable(*info, co)) {
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
+  }
+  ++stats_.loop_frames;
+
+  _PyCFrame cframe;
+  _PyCFrame* prev_cframe = ts->cframe;
+  cframe.use_tracing = prev_cframe->use_tracing;
+  cframe.previous = prev_cframe;
+  ts->cframe = &cframe;
+  f->is_entry = true;
+  f->previous = prev_cframe->current_frame;
+  cframe.current_frame = f;
+
+  _Py_CODEUNIT* const first = _PyCode_CODE(co);
+  PyObject** const locals = f->localsplus;
+  PyObject** sp = locals + f->stacktop;
+  PyObject* const names = co->co_names;
+  PyObject* const consts = co->co_consts;
+  const Instr* const program = info->instrs.data();
+  PyObject* kwnames = nullptr;  // KW_NAMES, for the CALL after it (borrowed from co_consts)
+  PyObject* retval = nullptr;
+  int i = 0;  // the next instruction's code unit
+
+#define TOP() (sp[-1])
+#define SECOND() (sp[-2])
+#define THIRD() (sp[-3])
+#define PEEK(n) (sp[-(n)])
+#define PUSH(v) (*sp++ = (v))
+#define POP() (*--sp)
+#define STACK_SHRINK(n) (sp -= (n))
+#define STACK_GROW(n) (sp += (n))
+#define TRACER_CALL(expr)                        \
+  do {                                           \
+    f->stacktop = static_cast<int>(sp - locals); \
+    enter_tracing(ts);                           \
+    ensure_thread();                             \
+    expr;                                        \
+    leave_tracing(ts);                           \
+    f->stacktop = -1;                            \
+  } while (0)
+#define TRACED() (ts->c_tracefunc == trampoline)
+#define BREAK_CHECK()                                  \
+  do {                                                 \
+    if (sealtrace_handle_pending(ts) != 0) goto error; \
+  } while (0)
+
+  if (ts->recursion_remaining-- <= 0 && _Py_CheckRecursiveCall(ts, "") != 0) {
+    ts->recursion_remaining++;
+    ts->cframe = cframe.previous;
+    ts->cframe->use_tracing = cframe.use_tracing;
+    return nullptr;
+  }
+  f->stacktop = -1;
+
+  for (;;) {
+    const Instr& in = program[i];
+    const int oparg = in.oparg;
+    int next = in.next;
+    // The tracer's event before the instruction: at its first code unit (an EXTENDED_ARG when
+    // it has one), with the frame as the instruction finds it.
+    f->prev_instr = first + i;
+    if (in.op == RESUME) {
+      f->prev_instr = first + in.at;
+      if (TRACED()) TRACER_CALL(on_call(f, info));
+      if (in.oparg < 2) BREAK_CHECK();
+      i = in.next;
+      continue;
+    }
+    if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS && TRACED() && opcode_events(f)) {
+      int err = 0;
+      TRACER_CALL(err = on_opcode(f));
+      if (err != 0 && PyErr_Occurred()) goto error;
+    }
+    f->prev_instr = first + in.at;
+    switch (in.op) {
+      case NOP:
+        break;
+      case POP_TOP:
+        Py_DECREF(POP());
+        break;
+      case PUSH_NULL:
+        PUSH(nullptr);
+        break;
+      case LOAD_FAST:
+      case LOAD_CLOSURE: {
+        PyObject* v = locals[oparg];
+        if (v == nullptr) {
+          unbound(co, oparg);
+          goto error;
+        }
+        PUSH(Py_NewRef(v));
+        break;
+      }
+      case LOAD_CONST:
+        PUSH(Py_NewRef(PyTuple_GET_ITEM(consts, oparg)));
+        break;
+      case STORE_FAST: {
+        PyObject* old = locals[oparg];
+        locals[oparg] = POP();
+        Py_XDECREF(old);
+        break;
+      }
+      case DELETE_FAST: {
+        PyObject* v = locals[oparg];
+        if (v == nullptr) {
+          unbound(co, oparg);
+          goto error;
+        }
+        locals[oparg] = nullptr;
+        Py_DECREF(v);
+        break;
+      }
+      case MAKE_CELL: {
+        PyObject* cell = PyCell_New(locals[oparg]);
+        if (cell == nullptr) goto error;
+        Py_XSETREF(locals[oparg], cell);
+        break;
+      }
+      case COPY_FREE_VARS: {
+        PyObject* closure = f->f_func->func_closure;
+        const int offset = co->co_nlocals + co->co_nplaincellvars;
+        for (int k = 0; k < oparg; ++k) {
+          locals[offset + k] = Py_NewRef(PyTuple_GET_ITEM(closure, k));
+        }
+        break;
+      }
+      case LOAD_DEREF: {
+        PyObject* v = PyCell_GET(locals[oparg]);
+        if (v == nullptr) {
+          unbound(co, oparg);
+          goto error;
+        }
+        PUSH(Py_NewRef(v));
+        break;
+      }
+      case STORE_DEREF: {
+        PyObject* cell = locals[oparg];
+        PyObject* old = PyCell_GET(cell);
+        PyCell_SET(cell, POP());
+        Py_XDECREF(old);
+        break;
+      }
+      case LOAD_GLOBAL: {
+        PyObject* name = PyTuple_GET_ITEM(names, oparg >> 1);
+        PyObject* v = nullptr;
+        if (PyDict_CheckExact(f->f_globals) && PyDict_CheckExact(f->f_builtins)) {
+          v = PyDict_GetItemWithError(f->f_globals, name);
+          if (v == nullptr && !PyErr_Occurred()) v = PyDict_GetItemWithError(f->f_builtins, name);
+          if (v == nullptr) {
+            if (!PyErr_Occurred()) format_check_arg(PyExc_NameError, kNameError, name);
+            goto error;
+          }
+          Py_INCREF(v);
+        } else {
+          v = PyObject_GetItem(f->f_globals, name);
+          if (v == nullptr) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto error;
+            PyErr_Clear();
+            v = PyObject_GetItem(f->f_builtins, name);
+            if (v == nullptr) {
+              if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+                format_check_arg(PyExc_NameError, kNameError, name);
+              }
+              goto error;
+            }
+          }
+        }
+        if (oparg & 1) PUSH(nullptr);
+        PUSH(v);
+        break;
+      }
+      case STORE_GLOBAL: {
+        PyObject* v = POP();
+        const int err = PyDict_SetItem(f->f_globals, PyTuple_GET_ITEM(names, oparg), v);
+        Py_DECREF(v);
+        if (err != 0) goto error;
+        break;
+      }
+      case LOAD_NAME: {
+        PyObject* name = PyTuple_GET_ITEM(names, oparg);
+        if (f->f_locals == nullptr) {
+          PyErr_Format(PyExc_SystemError, "no locals when loading %R", name);
+          goto error;
+        }
+        PyObject* v = lookup(f->f_locals, name);
+        if (v == nullptr && PyErr_Occurred()) goto error;
+        if (v == nullptr) {
+          v = Py_XNewRef(PyDict_GetItemWithError(f->f_globals, name));
+          if (v == nullptr && PyErr_Occurred()) goto error;
+        }
+        if (v == nullptr) {
+          v = lookup(f->f_builtins, name);
+          if (v == nullptr) {
+            if (!PyErr_Occurred()) format_check_arg(PyExc_NameError, kNameError, name);
+            goto error;
+          }
+        }
+        PUSH(v);
+        break;
+      }
+      case STORE_NAME: {
+        PyObject* name = PyTuple_GET_ITEM(names, oparg);
+        PyObject* v = POP();
+        if (f->f_locals == nullptr) {
+          PyErr_Format(PyExc_SystemError, "no locals found when storing %R", name);
+          Py_DECREF(v);
+          goto error;
+        }
+        const int err = PyDict_CheckExact(f->f_locals) ? PyDict_SetItem(f->f_locals, name, v)
+                                                       : PyObject_SetItem(f->f_locals, name, v);
+        Py_DECREF(v);
+        if (err != 0) goto error;
+        break;
+      }
+      case LOAD_BUILD_CLASS: {
+        static PyObject* build_class = PyUnicode_InternFromString("__build_class__");
+        PyObject* bc = lookup(f->f_builtins, build_class);
+        if (bc == nullptr) {
+          if (!PyErr_Occurred()) PyErr_SetString(PyExc_NameError, "__build_class__ not found");
+          goto error;
+        }
+        PUSH(bc);
+        break;
+      }
+      case LOAD_ASSERTION_ERROR:
+        PUSH(Py_NewRef(PyExc_AssertionError));
+        break;
+      case IMPORT_NAME: {
+        PyObject* fromlist = POP();
+        PyObject* level = TOP();
+        PyObject* res = import_name(f, PyTuple_GET_ITEM(names, oparg), fromlist, level);
+        Py_DECREF(level);
+        Py_DECREF(fromlist);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case UNARY_POSITIVE:
+      case UNARY_NEGATIVE:
+      case UNARY_INVERT: {
+        PyObject* v = TOP();
+        PyObject* res = in.op == UNARY_POSITIVE   ? PyNumber_Positive(v)
+                        : in.op == UNARY_NEGATIVE ? PyNumber_Negative(v)
+                                                  : PyNumber_Invert(v);
+        Py_DECREF(v);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case UNARY_NOT: {
+        PyObject* v = TOP();
+        const int err = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (err < 0) {
+          STACK_SHRINK(1);
+          goto error;
+        }
+        TOP() = Py_NewRef(err == 0 ? Py_True : Py_False);
+        break;
+      }
+      case BINARY_OP: {
+        PyObject* rhs = POP();
+        PyObject* lhs = TOP();
+        PyObject* res = kBinaryOps[oparg](lhs, rhs);
+        Py_DECREF(lhs);
+        Py_DECREF(rhs);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case COMPARE_OP: {
+        PyObject* right = POP();
+        PyObject* left = TOP();
+        PyObject* res = PyObject_RichCompare(left, right, oparg);
+        Py_DECREF(left);
+        Py_DECREF(right);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case IS_OP: {
+        PyObject* right = POP();
+        PyObject* left = TOP();
+        const bool res = (left == right) ^ (oparg != 0);
+        Py_DECREF(left);
+        Py_DECREF(right);
+        TOP() = Py_NewRef(res ? Py_True : Py_False);
+        break;
+      }
+      case CONTAINS_OP: {
+        PyObject* right = POP();
+        PyObject* left = POP();
+        const int res = PySequence_Contains(right, left);
+        Py_DECREF(left);
+        Py_DECREF(right);
+        if (res < 0) goto error;
+        PUSH(Py_NewRef((res ^ oparg) != 0 ? Py_True : Py_False));
+        break;
+      }
+      case BINARY_SUBSCR: {
+        PyObject* sub = POP();
+        PyObject* container = TOP();
+        PyObject* res = PyObject_GetItem(container, sub);
+        Py_DECREF(container);
+        Py_DECREF(sub);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case STORE_SUBSCR: {
+        PyObject* sub = TOP();
+        PyObject* container = SECOND();
+        PyObject* v = THIRD();
+        STACK_SHRINK(3);
+        const int err = PyObject_SetItem(container, sub, v);
+        Py_DECREF(v);
+        Py_DECREF(container);
+        Py_DECREF(sub);
+        if (err != 0) goto error;
+        break;
+      }
+      case DELETE_SUBSCR: {
+        PyObject* sub = TOP();
+        PyObject* container = SECOND();
+        STACK_SHRINK(2);
+        const int err = PyObject_DelItem(container, sub);
+        Py_DECREF(container);
+        Py_DECREF(sub);
+        if (err != 0) goto error;
+        break;
+      }
+      case LOAD_ATTR: {
+        PyObject* owner = TOP();
+        PyObject* res = PyObject_GetAttr(owner, PyTuple_GET_ITEM(names, oparg));
+        Py_DECREF(owner);
+        TOP() = res;
+        if (res == nullptr) goto error;
+        break;
+      }
+      case STORE_ATTR: {
+        PyObject* owner = TOP();
+        PyObject* v = SECOND();
+        STACK_SHRINK(2);
+        const int err = PyObject_SetAttr(owner, PyTuple_GET_ITEM(names, oparg), v);
+        Py_DECREF(v);
+        Py_DECREF(owner);
+        if (err != 0) goto error;
+        break;
+      }
+      case LOAD_METHOD: {
+        PyObject* obj = TOP();
+        PyObject* meth = nullptr;
+        const int found = _PyObject_GetMethod(obj, PyTuple_GET_ITEM(names, oparg), &meth);
+        if (meth == nullptr) goto error;
+        if (found != 0) {
+          TOP() = meth;
+          PUSH(obj);
+        } else {
+          TOP() = nullptr;
+          Py_DECREF(obj);
+          PUSH(meth);
+        }
+        break;
+      }
+      case PRECALL: {
+        // A bound method called as a function becomes (function, self), as CPython's does.
+        const bool is_meth = PEEK(oparg + 2) != nullptr;
+        PyObject* function = PEEK(oparg + 1);
+        if (!is_meth && Py_TYPE(function) == &PyMethod_Type) {
+          PEEK(oparg + 1) = Py_NewRef(PyMethod_GET_SELF(function));
+          PEEK(oparg + 2) = Py_NewRef(PyMethod_GET_FUNCTION(function));
+          Py_DECREF(function);
+        }
+        break;
+      }
+      case KW_NAMES:
+        kwnames = PyTuple_GET_ITEM(consts, oparg);
+        break;
+      case CALL: {
+        bool is_meth = PEEK(oparg + 2) != nullptr;
+        PyObject* function = PEEK(oparg + 1);
+        if (!is_meth && Py_TYPE(function) == &PyMethod_Type) {
+          PEEK(oparg + 1) = Py_NewRef(PyMethod_GET_SELF(function));
+          PEEK(oparg + 2) = Py_NewRef(PyMethod_GET_FUNCTION(function));
+          Py_DECREF(function);
+          is_meth = true;
+        }
+        const int total = oparg + (is_meth ? 1 : 0);
+        function = PEEK(total + 1);
+        const Py_ssize_t positional = total - (kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames));
+        PyObject* res = PyObject_Vectorcall(
+            function, sp - total, static_cast<size_t>(positional) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+            kwnames);
+        kwnames = nullptr;
+        Py_DECREF(function);
+        STACK_SHRINK(total);
+        for (int k = 0; k < total; ++k) Py_DECREF(sp[k]);
+        STACK_SHRINK(is_meth ? 1 : 2);
+        PUSH(res);
+        if (res == nullptr) goto error;
+        BREAK_CHECK();
+        break;
+      }
+      case RETURN_VALUE:
+        retval = POP();
+        f->stacktop = static_cast<int>(sp - locals);
+        if (TRACED()) {
+          enter_tracing(ts);
+          ensure_thread();
+          on_return(f, retval);
+          leave_tracing(ts);
+        }
+        goto exit;
+      case BUILD_TUPLE: {
+        PyObject* tup = PyTuple_New(oparg);
+        if (tup == nullptr) goto error;
+        for (int k = oparg; --k >= 0;) PyTuple_SET_ITEM(tup, k, POP());
+        PUSH(tup);
+        break;
+      }
+      case BUILD_LIST: {
+        PyObject* list = PyList_New(oparg);
+        if (list == nullptr) goto error;
+        for (int k = oparg; --k >= 0;) PyList_SET_ITEM(list, k, POP());
+        PUSH(list);
+        break;
+      }
+      case UNPACK_SEQUENCE: {
+        PyObject* seq = POP();
+        if (!unpack(seq, oparg, sp + oparg)) {
+          Py_DECREF(seq);
+          goto error;
+        }
+        STACK_GROW(oparg);
+        Py_DECREF(seq);
+        break;
+      }
+      case LIST_TO_TUPLE: {
+        PyObject* list = POP();
+        PyObject* tup = PyList_AsTuple(list);
+        Py_DECREF(list);
+        if (tup == nullptr) goto error;
+        PUSH(tup);
+        break;
+      }
+      case BUILD_SET: {
+        PyObject* set = PySet_New(nullptr);
+        if (set == nullptr) goto error;
+        int err = 0;
+        for (int k = oparg; k > 0; --k) {
+          PyObject* item = PEEK(k);
+          if (err == 0) err = PySet_Add(set, item);
+          Py_DECREF(item);
+        }
+        STACK_SHRINK(oparg);
+        if (err != 0) {
+          Py_DECREF(set);
+          goto error;
+        }
+        PUSH(set);
+        break;
+      }
+      case BUILD_MAP: {
+        PyObject* map = PyDict_New();
+        int err = map == nullptr ? -1 : 0;
+        for (int k = 0; k < oparg && err == 0; ++k) {
+          err = PyDict_SetItem(map, PEEK(2 * (oparg - k)), PEEK(2 * (oparg - k) - 1));
+        }
+        for (int k = 0; k < 2 * oparg; ++k) Py_DECREF(POP());
+        if (err != 0) {
+          Py_XDECREF(map);
+          goto error;
+        }
+        PUSH(map);
+        break;
+      }
+      case BUILD_CONST_KEY_MAP: {
+        PyObject* keys = TOP();
+        if (!PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != oparg) {
+          PyErr_SetString(PyExc_SystemError, "bad BUILD_CONST_KEY_MAP keys argument");
+          goto error;
+        }
+        PyObject* map = PyDict_New();
+        int err = map == nullptr ? -1 : 0;
+        for (int k = 0; k < oparg && err == 0; ++k) {
+          err = PyDict_SetItem(map, PyTuple_GET_ITEM(keys, k), PEEK(oparg + 1 - k));
+        }
+        Py_DECREF(POP());
+        for (int k = 0; k < oparg; ++k) Py_DECREF(POP());
+        if (err != 0) {
+          Py_XDECREF(map);
+          goto error;
+        }
+        PUSH(map);
+        break;
+      }
+      case LIST_APPEND: {
+        PyObject* v = POP();
+        const int err = PyList_Append(PEEK(oparg), v);
+        Py_DECREF(v);
+        if (err != 0) goto error;
+        break;
+      }
+      case SET_ADD: {
+        PyObject* v = POP();
+        const int err = PySet_Add(PEEK(oparg), v);
+        Py_DECREF(v);
+        if (err != 0) goto error;
+        break;
+      }
+      case MAP_ADD: {
+        PyObject* value = TOP();
+        PyObject* key = SECOND();
+        STACK_SHRINK(2);
+        const int err = PyDict_SetItem(PEEK(oparg), key, value);
+        Py_DECREF(value);
+        Py_DECREF(key);
+        if (err != 0) goto error;
+        break;
+      }
+      case LIST_EXTEND: {
+        PyObject* iterable = POP();
+        PyObject* none = _PyList_Extend(reinterpret_cast<PyListObject*>(PEEK(oparg)), iterable);
+        if (none == nullptr) {
+          if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(iterable)->tp_iter == nullptr &&
+              !PySequence_Check(iterable)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Value after * must be an iterable, not %.200s",
+                         Py_TYPE(iterable)->tp_name);
+          }
+          Py_DECREF(iterable);
+          goto error;
+        }
+        Py_DECREF(none);
+        Py_DECREF(iterable);
+        break;
+      }
+      case SET_UPDATE: {
+        PyObject* iterable = POP();
+        const int err = _PySet_Update(PEEK(oparg), iterable);
+        Py_DECREF(iterable);
+        if (err < 0) goto error;
+        break;
+      }
+      case DICT_UPDATE: {
+        PyObject* update = POP();
+        if (PyDict_Update(PEEK(oparg), update) < 0) {
+          if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Format(PyExc_TypeError, "'%.200s' object is not a mapping",
+                         Py_TYPE(update)->tp_name);
+          }
+          Py_DECREF(update);
+          goto error;
+        }
+        Py_DECREF(update);
+        break;
+      }
+      case BUILD_SLICE: {
+        PyObject* step = oparg == 3 ? POP() : nullptr;
+        PyObject* stop = POP();
+        PyObject* start = TOP();
+        PyObject* slice = PySlice_New(start, stop, step);
+        Py_DECREF(start);
+        Py_DECREF(stop);
+        Py_XDECREF(step);
+        TOP() = slice;
+        if (slice == nullptr) goto error;
+        break;
+      }
+      case BUILD_STRING: {
+        static PyObject* empty = PyUnicode_New(0, 0);
+        PyObject* str = _PyUnicode_JoinArray(empty, sp - oparg, oparg);
+        for (int k = 0; k < oparg; ++k) Py_DECREF(POP());
+        if (str == nullptr) goto error;
+        PUSH(str);
+        break;
+      }
+      case FORMAT_VALUE: {
+        PyObject* spec = (oparg & 0x4) != 0 ? POP() : nullptr;
+        PyObject* value = POP();
+        PyObject* (*convert)(PyObject*) = nullptr;
+        switch (oparg & 0x3) {
+          case 1:
+            convert = PyObject_Str;
+            break;
+          case 2:
+            convert = PyObject_Repr;
+            break;
+          case 3:
+            convert = PyObject_ASCII;
+            break;
+          default:
+            break;
+        }
+        if (convert != nullptr) {
+          PyObject* converted = convert(value);
+          Py_DECREF(value);
+          if (converted == nullptr) {
+            Py_XDECREF(spec);
+            goto error;
+          }
+          value = converted;
+        }
+        PyObject* result = value;
+        if (!PyUnicode_CheckExact(value) || spec != nullptr) {
+          result = PyObject_Format(value, spec);
+          Py_DECREF(value);
+          Py_XDECREF(spec);
+          if (result == nullptr) goto error;
+        }
+        PUSH(result);
+        break;
+      }
+      case COPY: {
+        PyObject* bottom = PEEK(oparg);
+        PUSH(Py_NewRef(bottom));
+        break;
+      }
+      case SWAP: {
+        PyObject* top = TOP();
+        TOP() = PEEK(oparg);
+        PEEK(oparg) = top;
+        break;
+      }
+      case MAKE_FUNCTION: {
+        PyObject* code = POP();
+        auto* func = reinterpret_cast<PyFunctionObject*>(PyFunction_New(code, f->f_globals));
+        Py_DECREF(code);
+        if (func == nullptr) goto error;
+        if (oparg & 0x08) func->func_closure = POP();
+        if (oparg & 0x04) func->func_annotations = POP();
+        if (oparg & 0x02) func->func_kwdefaults = POP();
+        if (oparg & 0x01) func->func_defaults = POP();
+        PUSH(reinterpret_cast<PyObject*>(func));
+        break;
+      }
+      case GET_ITER: {
+        PyObject* iterable = TOP();
+        PyObject* iter = PyObject_GetIter(iterable);
+        Py_DECREF(iterable);
+        TOP() = iter;
+        if (iter == nullptr) goto error;
+        break;
+      }
+      case FOR_ITER: {
+        PyObject* iter = TOP();
+        PyObject* item = (*Py_TYPE(iter)->tp_iternext)(iter);
+        if (item != nullptr) {
+          PUSH(item);
+          break;
+        }
+        if (PyErr_Occurred()) {
+          if (!PyErr_ExceptionMatches(PyExc_StopIteration)) goto error;
+          if (TRACED()) raise_event(f, sp);
+          PyErr_Clear();
+        }
+        STACK_SHRINK(1);
+        Py_DECREF(iter);
+        next = in.at + 1 + oparg;
+        break;
+      }
+      case JUMP_FORWARD:
+        next = in.at + 1 + oparg;
+        break;
+      case JUMP_BACKWARD:
+        next = in.at + 1 - oparg;
+        i = next;
+        BREAK_CHECK();
+        continue;
+      case JUMP_BACKWARD_NO_INTERRUPT:
+        next = in.at + 1 - oparg;
+        break;
+      case POP_JUMP_FORWARD_IF_FALSE:
+      case POP_JUMP_FORWARD_IF_TRUE:
+      case POP_JUMP_BACKWARD_IF_FALSE:
+      case POP_JUMP_BACKWARD_IF_TRUE: {
+        PyObject* cond = POP();
+        int truth;
+        if (cond == Py_True) {
+          truth = 1;
+        } else if (cond == Py_False) {
+          truth = 0;
+        } else {
+          truth = PyObject_IsTrue(cond);
+        }
+        Py_DECREF(cond);
+        if (truth < 0) goto error;
+        const bool on_true =
+            in.op == POP_JUMP_FORWARD_IF_TRUE || in.op == POP_JUMP_BACKWARD_IF_TRUE;
+        if ((truth != 0) == on_true) {
+          const bool backward =
+              in.op == POP_JUMP_BACKWARD_IF_FALSE || in.op == POP_JUMP_BACKWARD_IF_TRUE;
+          next = backward ? in.at + 1 - oparg : in.at + 1 + oparg;
+          if (backward) {
+            i = next;
+            BREAK_CHECK();
+            continue;
+          }
+        }
+        break;
+      }
+      case POP_JUMP_FORWARD_IF_NONE:
+      case POP_JUMP_FORWARD_IF_NOT_NONE:
+      case POP_JUMP_BACKWARD_IF_NONE:
+      case POP_JUMP_BACKWARD_IF_NOT_NONE: {
+        PyObject* value = POP();
+        const bool on_none =
+            in.op == POP_JUMP_FORWARD_IF_NONE || in.op == POP_JUMP_BACKWARD_IF_NONE;
+        const bool backward =
+            in.op == POP_JUMP_BACKWARD_IF_NONE || in.op == POP_JUMP_BACKWARD_IF_NOT_NONE;
+        const bool jump = (value == Py_None) == on_none;
+        Py_DECREF(value);
+        if (jump) {
+          next = backward ? in.at + 1 - oparg : in.at + 1 + oparg;
+          if (backward) {
+            i = next;
+            BREAK_CHECK();
+            continue;
+          }
+        }
+        break;
+      }
+      case JUMP_IF_FALSE_OR_POP:
+      case JUMP_IF_TRUE_OR_POP: {
+        PyObject* cond = TOP();
+        const int truth = cond == Py_True ? 1 : cond == Py_False ? 0 : PyObject_IsTrue(cond);
+        if (truth < 0) goto error;
+        if ((truth != 0) == (in.op == JUMP_IF_TRUE_OR_POP)) {
+          next = in.at + 1 + oparg;
+        } else {
+          STACK_SHRINK(1);
+          Py_DECREF(cond);
+        }
+        break;
+      }
+      case PUSH_EXC_INFO: {
+        PyObject* value = TOP();
+        _PyErr_StackItem* exc_info = ts->exc_info;
+        TOP() = exc_info->exc_value != nullptr ? exc_info->exc_value : Py_NewRef(Py_None);
+        PUSH(Py_NewRef(value));
+        exc_info->exc_value = value;
+        break;
+      }
+      case POP_EXCEPT: {
+        _PyErr_StackItem* exc_info = ts->exc_info;
+        PyObject* value = exc_info->exc_value;
+        exc_info->exc_value = POP();
+        Py_XDECREF(value);
+        break;
+      }
+      case CHECK_EXC_MATCH: {
+        PyObject* right = POP();
+        PyObject* left = TOP();
+        if (!except_type_valid(right)) {
+          Py_DECREF(right);
+          goto error;
+        }
+        const int res = PyErr_GivenExceptionMatches(left, right);
+        Py_DECREF(right);
+        PUSH(Py_NewRef(res != 0 ? Py_True : Py_False));
+        break;
+      }
+      case RERAISE: {
+        if (oparg != 0) {
+          PyObject* lasti = PEEK(oparg + 1);
+          if (!PyLong_Check(lasti)) {
+            PyErr_SetString(PyExc_SystemError, "lasti is not an int");
+            goto error;
+          }
+          f->prev_instr = first + PyLong_AsLong(lasti);
+        }
+        PyObject* value = POP();
+        PyObject* type = Py_NewRef(PyExceptionInstance_Class(value));
+        PyErr_Restore(type, value, PyException_GetTraceback(value));
+        goto unwind;
+      }
+      case RAISE_VARARGS: {
+        PyObject* cause = nullptr;
+        PyObject* exc = nullptr;
+        if (oparg == 2) cause = POP();
+        if (oparg >= 1) exc = POP();
+        if (oparg > 2) {
+          PyErr_SetString(PyExc_SystemError, "bad RAISE_VARARGS oparg");
+          goto error;
+        }
+        if (do_raise(exc, cause)) goto unwind;
+        goto error;
+      }
+      case BEFORE_WITH: {
+        static PyObject* enter_name = PyUnicode_InternFromString("__enter__");
+        static PyObject* exit_name = PyUnicode_InternFromString("__exit__");
+        PyObject* mgr = TOP();
+        PyObject* enter = _PyObject_LookupSpecial(mgr, enter_name);
+        if (enter == nullptr) {
+          if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError,
+                         "'%.200s' object does not support the context manager protocol",
+                         Py_TYPE(mgr)->tp_name);
+          }
+          goto error;
+        }
+        PyObject* exit_fn = _PyObject_LookupSpecial(mgr, exit_name);
+        if (exit_fn == nullptr) {
+          if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError,
+                         "'%.200s' object does not support the context manager protocol "
+                         "(missed __exit__ method)",
+                         Py_TYPE(mgr)->tp_name);
+          }
+          Py_DECREF(enter);
+          goto error;
+        }
+        TOP() = exit_fn;
+        Py_DECREF(mgr);
+        PyObject* res = PyObject_CallNoArgs(enter);
+        Py_DECREF(enter);
+        if (res == nullptr) goto error;
+        PUSH(res);
+        break;
+      }
+      case WITH_EXCEPT_START: {
+        PyObject* val = TOP();
+        PyObject* exc = PyExceptionInstance_Class(val);
+        PyObject* tb = PyException_GetTraceback(val);
+        Py_XDECREF(tb);
+        PyObject* args[4] = {nullptr, exc, val, tb != nullptr ? tb : Py_None};
+        PyObject* res =
+            PyObject_Vectorcall(PEEK(4), args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+        if (res == nullptr) goto error;
+        PUSH(res);
+        break;
+      }
+      default:
+        PyErr_Format(PyExc_SystemError, "sealtrace's evaluation loop met opcode %d", in.op);
+        goto error;
+    }
+    i = next;
+    continue;
+
+  error:
+    // A new exception at this instruction: its traceback entry and the tracer's event.
+    {
+      PyFrameObject* frame = PyEval_GetFrame();
+      if (frame != nullptr && frame->f_frame == f) PyTraceBack_Here(frame);
+      if (TRACED()) raise_event(f, sp);
+    }
+  unwind : {
+    // The handler covers the instruction that raised; the offset handed to it is the frame's
+    // last instruction, which RERAISE sets to where the exception first arose.
+    const int at = in.at;
+    const int last = static_cast<int>(f->prev_instr - first);
+    int level = 0;
+    int handler = 0;
+    bool lasti = false;
+    if (!exception_handler(co, at, level, handler, lasti)) {
+      while (sp > locals + co->co_nlocalsplus) Py_XDECREF(POP());
+      f->stacktop = static_cast<int>(sp - locals);
+      if (TRACED()) {
+        enter_tracing(ts);
+        ensure_thread();
+        on_return(f, nullptr);
+        leave_tracing(ts);
+      }
+      retval = nullptr;
+      goto exit;
+    }
+    PyObject** base = locals + co->co_nlocalsplus + level;
+    while (sp > base) Py_XDECREF(POP());
+    if (lasti) {
+      PyObject* offset = PyLong_FromLong(last);
+      if (offset == nullptr) goto unwind;
+      PUSH(offset);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyException_SetTraceback(value, tb != nullptr ? tb : Py_None);
+    Py_XDECREF(tb);
+    Py_XDECREF(type);
+    PUSH(value);
+    i = handler;
+    continue;
+  }
+  }
+
+exit:
+  ts->recursion_remaining++;
+  ts->cframe = cframe.previous;
+  ts->cframe->use_tracing = cframe.use_tracing;
+  return retval;
+
+#undef TOP
+#undef SECOND
+#undef THIRD
+#undef PEEK
+#undef PUSH
+#undef POP
+#undef STACK_SHRINK
+#undef STACK_GROW
+#undef TRACER_CALL
+#undef TRACED
+#undef BREAK_CHECK
+}
+
+// The exception event, as the interpreter gives it: (type, value, traceback), normalised.
+void Tracer::raise_event(_PyInterpreterFrame* f, PyObject** sp) {
+  PyThreadState* ts = PyThreadState_GET();
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (value == nullptr) value = Py_NewRef(Py_None);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject* arg = PyTuple_Pack(3, type, value, tb != nullptr ? tb : Py_None);
+  if (arg != nullptr) {
+    f->stacktop = static_cast<int>(sp - f->localsplus);
+    enter_tracing(ts);
+    ensure_thread();
+    on_exception(f, arg);
+    leave_tracing(ts);
+    f->stacktop = -1;
+    Py_DECREF(arg);
+  } else {
+    PyErr_Clear();
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+PyObject* evaluate_frame(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
+  Tracer* t = g_tracer;
+  if (t == nullptr) return _PyEval_EvalFrameDefault(ts, f, throwflag);
+  return t->evaluate(ts, f, throwflag);
+}
+
+void install_eval_loop() {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (current == evaluate_frame) return;
+  g_previous_eval = current;
+  _PyInterpreterState_SetEvalFrameFunc(interp, evaluate_frame);
+}
+
+void remove_eval_loop() {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) != evaluate_frame) return;
+  _PyInterpreterState_SetEvalFrameFunc(interp, g_previous_eval);
+  g_previous_eval = nullptr;
+}
+
+}  // namespace sealtrace

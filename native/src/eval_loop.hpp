@@ -1,0 +1,19 @@
+// The engine's own evaluation loop (PEP 523): while an engine made with eval_loop=True is
+// attached, CPython hands it every frame; it runs a traced frame's bytecode itself, giving the
+// tracer the events the trace callback would, and leaves every other frame to CPython.
+#pragma once
+
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_frame.h>
+
+namespace sealtrace {
+
+PyObject* evaluate_frame(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag);
+void install_eval_loop();
+void remove_eval_loop();
+// The (de-specialised) opcodes the loop runs itself; a code object with any other runs in
+// CPython's loop under the trace callback.
+bool loop_implements(int op);
+
+}  // namespace sealtrace

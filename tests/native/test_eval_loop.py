@@ -1,0 +1,332 @@
+"""The engine's own evaluation loop (native/src/eval_loop.cpp) against its two references.
+
+The trace callback engine (Engine(eval_loop=False)) is the reference for the answers: every
+opcode case gives the same counters, the same tags at every stop and the same inputs for every
+executed instruction under both. Plain CPython is the reference for what the program does:
+results, exceptions, their messages and their tracebacks are the same with the loop running
+the frames as without any engine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealtrace._engine import Engine
+
+from .opcode_cases import CASES, OpcodeCase
+from .test_opcodes import capture_case, expression_names, run_case
+
+REPO = Path(__file__).resolve().parents[2]
+_NOT_LOOPED = ("generator", "coroutine", "async")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_case_answers_the_same_in_both_loops(case: OpcodeCase) -> None:
+    loop, reference = run_case(case), run_case(case, eval_loop=False)
+    assert loop.counter == reference.counter
+    assert reference.stats["loop_frames"] == 0
+    same = {k: v for k, v in loop.stats.items() if k != "loop_frames"}
+    assert same == {k: v for k, v in reference.stats.items() if k != "loop_frames"}
+    everything = list(range(1, loop.counter + 1))
+    a, b = capture_case(case, everything), capture_case(case, everything, eval_loop=False)
+    assert (a.opname, a.inputs, a.callbacks) == (b.opname, b.inputs, b.callbacks)
+    for expect in case.expects:
+        stop = (expect, expression_names(expect))
+        assert run_case(case, stop).tags == run_case(case, stop, eval_loop=False).tags, expect
+
+
+def test_the_loop_runs_the_frames_it_can_and_leaves_the_rest_to_cpython() -> None:
+    ran = {c.id: run_case(c).stats for c in CASES}
+    assert sum(s["loop_frames"] for s in ran.values()) > len(CASES)
+    # A generator's frame is CPython's under the trace callback: traced, not looped.
+    generators = [i for i in ran if any(word in i for word in _NOT_LOOPED)]
+    assert generators
+    assert all(ran[i]["frames"] > ran[i]["loop_frames"] for i in generators)
+
+
+# -- what the program does: the same as plain CPython ---------------------------------------
+
+PROGRAMS = {
+    "arithmetic": """
+        def f(n):
+            return [i * 3 % 7 - i // 2**2 + (i << 1 >> 1 ^ 3 | 4 & 5) - +i for i in range(n)]
+        r = f(50)
+        r.append(-r[3] / 2 if r else ~5)
+    """,
+    "names": """
+        def f():
+            return undefined_name
+        r = f()
+    """,
+    "unbound local": """
+        def f(flag):
+            if flag:
+                x = 1
+            return x
+        r = f(False)
+    """,
+    "unbound free": """
+        def outer():
+            def inner():
+                return v
+            r = inner()
+            v = 1
+            return r
+        r = outer()
+    """,
+    "deleted local": """
+        def f():
+            x = 1
+            del x
+            return x
+        r = f()
+    """,
+    "unpacking": """
+        def f(seq):
+            a, b = seq
+            return a + b
+        r = [f((1, 2)), f([3, 4])]
+        try:
+            f([1, 2, 3])
+        except ValueError as e:
+            r.append(str(e))
+        try:
+            f([1])
+        except ValueError as e:
+            r.append(str(e))
+        f(5)
+    """,
+    "raise from": """
+        def f(n):
+            try:
+                return 10 // n
+            except ZeroDivisionError as e:
+                raise ValueError("no zero") from e
+        r = f(2)
+        f(0)
+    """,
+    "bare raise and finally": """
+        log = []
+        def f(n):
+            try:
+                try:
+                    if n:
+                        raise KeyError(n)
+                finally:
+                    log.append("finally")
+            except KeyError:
+                log.append("caught")
+                raise
+        f(0)
+        f(1)
+    """,
+    "no active exception": """
+        def f():
+            raise
+        f()
+    """,
+    "not an exception": """
+        def f():
+            raise 5
+        f()
+    """,
+    "with statements": """
+        class Quiet:
+            def __init__(self, log):
+                self.log = log
+            def __enter__(self):
+                self.log.append("enter")
+                return self
+            def __exit__(self, kind, value, tb):
+                self.log.append(kind.__name__ if kind else None)
+                return kind is ZeroDivisionError
+        log = []
+        def f(n):
+            with Quiet(log) as q:
+                x = 1 / n
+            return q is not None, log
+        r = f(1), f(0)
+        def g():
+            with 5:
+                pass
+        g()
+    """,
+    "calls": """
+        class A:
+            def __init__(self, v):
+                self.v = v
+            def m(self, a, b=2, *, c=3):
+                return self.v + a + b + c
+        def f(x, y=1):
+            return x - y
+        a = A(10)
+        bound = a.m
+        r = [f(5), f(5, y=3), f(y=2, x=9), a.m(1), a.m(1, c=5), bound(2, 3), A.m(a, 0),
+             sorted([3, 1, 2], key=lambda v: -v), list(map(f, [1, 2]))]
+    """,
+    "containers and formats": """
+        def f(n):
+            t = (n, n + 1)
+            s = {n, n, 2}
+            d = {"a": n, "b": t}
+            d2 = {n: n * 2 for n in range(3)}
+            lst = [*t, *s]
+            dd = {**d, "c": 1}
+            s2 = {*lst}
+            text = f"{n!r:>5}|{n!s}|{n!a}|{n:03d}|{'x'}"
+            sl = lst[1:3], lst[::2]
+            lst[0] = 9
+            del lst[1]
+            return t, sorted(s), d, d2, lst, dd, sorted(s2), text, sl, n in s, n not in t
+        r = f(4)
+        try:
+            [*5]
+        except TypeError as e:
+            r = r + (str(e),)
+        def g():
+            d = {}
+            d.update(**{"a": 1})
+            return {**5}
+        g()
+    """,
+    "closures and classes": """
+        def counter():
+            n = 0
+            def inc(by=1):
+                nonlocal n
+                n += by
+                return n
+            return inc
+        c = counter()
+        class K:
+            base = 3
+            def total(self, v):
+                return self.base + v
+        r = [c(), c(5), K().total(4), K.base]
+    """,
+    "comparisons and jumps": """
+        def f(v):
+            out = []
+            for x in v:
+                if x is None:
+                    out.append("none")
+                elif x and x > 2 or x == -1:
+                    out.append(x)
+                while x > 5:
+                    x -= 2
+                out.append(not x)
+            return out
+        r = f([None, 0, 3, -1, 8, 1])
+        f([1, "a"])
+    """,
+    "imports": """
+        def f():
+            import json
+            import os.path
+            return json.dumps({"a": 1}), os.path.join("a", "b")
+        r = f()
+    """,
+    "assert": """
+        def f(n):
+            assert n > 0, "positive"
+            return n
+        r = f(1)
+        f(0)
+    """,
+    "exception matching": """
+        def f():
+            try:
+                {}["k"]
+            except (TypeError, KeyError) as e:
+                return repr(e)
+        def g():
+            try:
+                1 / 0
+            except 5:
+                pass
+        r = f()
+        g()
+    """,
+}
+
+
+def _outcome(source: str, eval_loop: bool | None) -> tuple[Any, ...]:
+    """What the program did: its globals' r, or its exception and traceback's lines."""
+    code = compile(textwrap.dedent(source), "<program>", "exec")
+    namespace: dict[str, Any] = {"__name__": "__program__"}
+    engine = None
+    if eval_loop is not None:
+        engine = Engine(lambda filename: filename != "<program>", eval_loop=eval_loop)
+        engine.attach()
+    try:
+        exec(code, namespace)  # noqa: S102 - the test's own programs
+        raised: tuple[Any, ...] = ()
+    except BaseException as exc:  # compared below, whatever it is
+        frames = [(f.name, f.lineno) for f in traceback.extract_tb(exc.__traceback__)][1:]
+        chain = [type(exc).__name__, str(exc), getattr(exc, "name", None), frames]
+        if exc.__cause__ is not None:
+            chain += [type(exc.__cause__).__name__, str(exc.__cause__)]
+        raised = tuple(chain)
+    finally:
+        if engine is not None:
+            engine.detach()
+    if engine is not None:
+        stats = engine.stats()
+        assert stats["depth_mismatches"] == 0, stats
+        assert (stats["loop_frames"] > 0) == bool(eval_loop), stats
+    return repr(namespace.get("r")), repr(namespace.get("log")), raised
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_a_program_does_under_the_loop_what_it_does_in_cpython(name: str) -> None:
+    plain = _outcome(PROGRAMS[name], None)
+    assert _outcome(PROGRAMS[name], True) == plain
+    assert _outcome(PROGRAMS[name], False) == plain
+
+
+_RECURSION = """
+import sys
+from tests.native.test_eval_loop import _outcome
+lines = ["depth = 0", "def down():", "    global depth", "    depth += 1", "    down()",
+         "try:", "    down()", "except RecursionError:", "    r = depth"]
+sys.setrecursionlimit(300)
+modes = {"None": None, "True": True, "False": False}
+print(_outcome(chr(10).join(lines), modes[sys.argv[1]])[0])
+"""
+
+
+def test_recursion_runs_out_at_the_same_depth() -> None:
+    # Each in a fresh process: what a process did before moves the depth left by one.
+    def depth(mode: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", _RECURSION, mode],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    plain = depth("None")
+    assert int(plain.strip("'")) > 200
+    assert depth("True") == plain
+    assert depth("False") == plain
+
+
+def test_a_different_outcome_is_told_apart() -> None:
+    # The comparison's negative control: a program that raises on another line, or with
+    # another message, is not the same outcome.
+    base = _outcome(PROGRAMS["unbound local"], None)
+    moved = _outcome("\n" + textwrap.dedent(PROGRAMS["unbound local"]), True)
+    assert moved != base
+    renamed = _outcome(PROGRAMS["unbound local"].replace("return x", "return (x)"), True)
+    assert renamed == _outcome(PROGRAMS["unbound local"].replace("return x", "return (x)"), None)
+    other = _outcome(PROGRAMS["names"], True)
+    assert other != base
