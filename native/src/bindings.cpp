@@ -216,6 +216,7 @@ PYBIND11_MODULE(_engine, m) {
         d["exceptions"] = s.exceptions;
         d["callback_errors"] = s.callback_errors;
         d["loop_frames"] = s.loop_frames;
+        d["loop_handoffs"] = s.loop_handoffs;
         d["max_shadow_depth"] = s.max_shadow_depth;
         d["edge_compactions"] = s.edge_compactions;
         d["edges_kept"] = s.edges_kept;

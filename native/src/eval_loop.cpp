@@ -20,6 +20,10 @@
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 #include <opcode.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "eval_pending.h"
 #include "hooks.hpp"
@@ -385,6 +389,29 @@ bool opcode_events(_PyInterpreterFrame* f) {
   return fo->f_trace_opcodes != 0;
 }
 
+// Once an evaluation function is installed every Python call is a C call, where CPython 3.11
+// runs Python-to-Python calls without one: a program that raised its recursion limit far
+// could run this thread's C stack out. Below a margin (an eighth of the stack, at most
+// 256 KiB) a call raises RecursionError instead, which replay reports as a divergence.
+bool c_stack_low() {
+  thread_local std::uintptr_t floor = 0;
+  thread_local bool known = false;
+  if (!known) {
+    known = true;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* low = nullptr;
+      std::size_t size = 0;
+      if (pthread_attr_getstack(&attr, &low, &size) == 0) {
+        floor = reinterpret_cast<std::uintptr_t>(low) + std::min<std::size_t>(size / 8, 256 << 10);
+      }
+      pthread_attr_destroy(&attr);
+    }
+  }
+  char here = 0;
+  return floor != 0 && reinterpret_cast<std::uintptr_t>(&here) < floor;
+}
+
 // While the tracer runs (and any Python code it calls), nothing is traced: what the trace
 // callback's caller does around it (PyThreadState_EnterTracing, inline).
 inline void enter_tracing(PyThreadState* ts) {
@@ -399,20 +426,23 @@ inline void leave_tracing(PyThreadState* ts) {
 
 }  // namespace
 
+// A generator's or coroutine's frame is CPython's from its start; any other starts here and
+// runs here up to its first instruction the loop does not implement.
 bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
   if (info.loop < 0) {
-    bool ok = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
-    // Instruction by instruction (inline caches are not instructions).
-    for (std::size_t i = 0; ok && i < info.instrs.size();) {
-      ok = loop_implements(info.instrs[i].op);
-      i = static_cast<std::size_t>(info.instrs[i].next);
-    }
-    info.loop = ok ? 1 : 0;
+    info.loop = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
+    for (Instr& in : info.instrs) in.looped = loop_implements(in.op);
   }
   return info.loop == 1;
 }
 
 PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
+  if (c_stack_low()) {
+    PyErr_SetString(PyExc_RecursionError,
+                    "maximum recursion depth exceeded: the C stack is nearly used up (under the "
+                    "provenance engine every Python call is a C call)");
+    return nullptr;
+  }
   // Only a fresh frame of a traced thread, outside the tracer's own callbacks.
   if (throwflag != 0 || ts->tracing != 0 || ts->c_tracefunc != trampoline ||
       _PyInterpreterFrame_LASTI(f) >= 0) {
@@ -428,6 +458,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   }
   ++stats_.loop_frames;
 
+  const std::uint64_t generation = g_generation;  // this engine's; a new one moves it
   _PyCFrame cframe;
   _PyCFrame* prev_cframe = ts->cframe;
   cframe.use_tracing = prev_cframe->use_tracing;
@@ -464,7 +495,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     leave_tracing(ts);                           \
     f->stacktop = -1;                            \
   } while (0)
-#define TRACED() (ts->c_tracefunc == trampoline)
+#define TRACED() (ts->c_tracefunc == trampoline && g_generation == generation)
 #define BREAK_CHECK()                                  \
   do {                                                 \
     if (sealtrace_handle_pending(ts) != 0) goto error; \
@@ -479,9 +510,14 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   f->stacktop = -1;
 
   for (;;) {
+    // Another engine since this frame began (the records of its code may be new ones), or an
+    // instruction the loop does not implement: CPython's loop runs the rest of the frame.
+    // (A KW_NAMES is followed by PRECALL and CALL, which the loop implements.)
+    if (g_generation != generation) goto handoff;
     const Instr& in = program[i];
     const int oparg = in.oparg;
     int next = in.next;
+    if (!in.looped && kwnames == nullptr) goto handoff;
     // The tracer's event before the instruction: at its first code unit (an EXTENDED_ARG when
     // it has one), with the frame as the instruction finds it.
     f->prev_instr = first + i;
@@ -1282,10 +1318,15 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       while (sp > locals + co->co_nlocalsplus) Py_XDECREF(POP());
       f->stacktop = static_cast<int>(sp - locals);
       if (TRACED()) {
+        // The exception stays the frame's while the tracer hears of the unwinding, as
+        // CPython's protected trace call keeps it.
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         enter_tracing(ts);
         ensure_thread();
         on_return(f, nullptr);
         leave_tracing(ts);
+        PyErr_Restore(type, value, tb);
       }
       retval = nullptr;
       goto exit;
@@ -1308,6 +1349,23 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     continue;
   }
   }
+
+handoff:
+  // The rest of the frame goes to CPython's loop, resumed from the frame as a generator's is:
+  // its next instruction after prev_instr, its stack up to stacktop. Under the trace callback
+  // it needs the frame object a call event would have set to opcode events.
+  f->prev_instr = first + i - 1;
+  f->stacktop = static_cast<int>(sp - locals);
+  if (TRACED()) {
+    enter_tracing(ts);
+    frame_object(f);
+    leave_tracing(ts);
+  }
+  if (g_generation == generation) ++stats_.loop_handoffs;
+  ts->recursion_remaining++;
+  ts->cframe = cframe.previous;
+  ts->cframe->use_tracing = cframe.use_tracing;
+  return _PyEval_EvalFrameDefault(ts, f, 0);
 
 exit:
   ts->recursion_remaining++;

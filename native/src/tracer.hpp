@@ -38,6 +38,7 @@ namespace sealtrace {
 struct Instr {
   std::uint8_t op = 0;
   Rule rule = Rule::kNone;
+  bool looped = false;      // the evaluation loop runs it (set when the loop first sees the code)
   std::int32_t effect = 0;  // stack effect without and with the jump (BUILD_TUPLE 300: -299)
   std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;
@@ -57,7 +58,7 @@ struct CodeInfo {
   std::vector<Instr> instrs;  // by code unit; EXTENDED_ARG units hold the full instruction
   std::vector<std::uint8_t> kinds;
   std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
-  std::int8_t loop = -1;  // the evaluation loop runs it: -1 not yet known, 0 no, 1 yes
+  std::int8_t loop = -1;  // the evaluation loop starts it: -1 not yet known, 0 no, 1 yes
   std::uint64_t breakpoint_generation = 0;
 };
 
@@ -155,7 +156,8 @@ struct Stats {
   std::uint64_t untracked_writes = 0;
   std::uint64_t exceptions = 0;
   std::uint64_t callback_errors = 0;
-  std::uint64_t loop_frames = 0;  // frames the evaluation loop ran (eval_loop.cpp)
+  std::uint64_t loop_frames = 0;    // frames the evaluation loop started (eval_loop.cpp)
+  std::uint64_t loop_handoffs = 0;  // ... and left to CPython's loop partway
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
