@@ -103,7 +103,7 @@ PYBIND11_MODULE(_engine, m) {
       .def(py::init([](py::object own_code, bool eval_loop) {
              return new Tracer(own_code.ptr(), eval_loop);
            }),
-           py::arg("own_code"), py::arg("eval_loop") = true)
+           py::arg("own_code"), py::arg("eval_loop") = false)
       .def_property_readonly("eval_loop", &Tracer::eval_loop)
       .def("attach", &Tracer::attach, "Start tracing this thread.")
       .def("detach", &Tracer::detach)

@@ -6,9 +6,10 @@
 // with the frame in the same state (the same instruction, the same value stack): a call at
 // RESUME, an instruction before each instruction (none for RESUME, none for the instruction
 // after an EXTENDED_ARG), an exception where one is raised, a return (with NULL when the frame
-// unwinds). A code object it cannot run whole (a generator, an opcode it does not implement)
-// goes to CPython's own loop under the trace callback, frame by frame; so does every frame
-// while the thread is not traced or the tracer is inside a callback of its own.
+// unwinds). A generator's or coroutine's frame goes to CPython's own loop under the trace
+// callback from its start, and any other frame from an opcode the loop does not implement
+// (resumed there as a generator's frame is); so does every frame while its thread is not
+// traced or the tracer is inside a callback of its own.
 //
 // The instruction bodies follow CPython 3.11's de-specialised instructions (what the
 // interpreter runs while tracing), with the same errors and messages.

@@ -1,6 +1,7 @@
 // The engine's own evaluation loop (PEP 523): while an engine made with eval_loop=True is
 // attached, CPython hands it every frame; it runs a traced frame's bytecode itself, giving the
-// tracer the events the trace callback would, and leaves every other frame to CPython.
+// tracer the events the trace callback would, and leaves every other frame to CPython (and the
+// rest of a frame, from an opcode it does not implement).
 #pragma once
 
 #define Py_BUILD_CORE 1

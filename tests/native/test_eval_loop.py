@@ -360,7 +360,7 @@ from sealtrace._engine import Engine
 sys.setrecursionlimit(1_000_000)
 threading.stack_size(1 << 20)
 def run():
-    engine = Engine(lambda filename: False)
+    engine = Engine(lambda filename: False, eval_loop=True)
     engine.attach()
     def down(n):
         return down(n + 1)
