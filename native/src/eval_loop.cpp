@@ -721,20 +721,14 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         TOP() = Py_NewRef(err == 0 ? Py_True : Py_False);
         break;
       }
-      case BINARY_OP: {
-        PyObject* rhs = POP();
-        PyObject* lhs = TOP();
-        PyObject* res = kBinaryOps[oparg](lhs, rhs);
-        Py_DECREF(lhs);
-        Py_DECREF(rhs);
-        TOP() = res;
-        if (res == nullptr) goto error;
-        break;
-      }
-      case COMPARE_OP: {
+      case BINARY_OP:
+      case COMPARE_OP:
+      case BINARY_SUBSCR: {  // container[sub] too: left and right
         PyObject* right = POP();
         PyObject* left = TOP();
-        PyObject* res = PyObject_RichCompare(left, right, oparg);
+        PyObject* res = in.op == BINARY_OP    ? kBinaryOps[oparg](left, right)
+                        : in.op == COMPARE_OP ? PyObject_RichCompare(left, right, oparg)
+                                              : PyObject_GetItem(left, right);
         Py_DECREF(left);
         Py_DECREF(right);
         TOP() = res;
@@ -758,16 +752,6 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         Py_DECREF(right);
         if (res < 0) goto error;
         PUSH(Py_NewRef((res ^ oparg) != 0 ? Py_True : Py_False));
-        break;
-      }
-      case BINARY_SUBSCR: {
-        PyObject* sub = POP();
-        PyObject* container = TOP();
-        PyObject* res = PyObject_GetItem(container, sub);
-        Py_DECREF(container);
-        Py_DECREF(sub);
-        TOP() = res;
-        if (res == nullptr) goto error;
         break;
       }
       case STORE_SUBSCR: {
@@ -957,16 +941,11 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         PUSH(map);
         break;
       }
-      case LIST_APPEND: {
-        PyObject* v = POP();
-        const int err = PyList_Append(PEEK(oparg), v);
-        Py_DECREF(v);
-        if (err != 0) goto error;
-        break;
-      }
+      case LIST_APPEND:
       case SET_ADD: {
         PyObject* v = POP();
-        const int err = PySet_Add(PEEK(oparg), v);
+        const int err =
+            in.op == LIST_APPEND ? PyList_Append(PEEK(oparg), v) : PySet_Add(PEEK(oparg), v);
         Py_DECREF(v);
         if (err != 0) goto error;
         break;
