@@ -103,9 +103,9 @@ void Tracer::callback_failed() noexcept {
 }
 
 // The frame object of an interpreter frame that is running: its own, or the current frame's
-// (made now if it has none: the evaluation loop makes frame objects only when asked).
-// One made here is set as the trace callback's call event sets a traced frame's (opcode events,
-// no line events), so a callback that turns its opcode events off turns them off.
+// (made now if it has none: the evaluation loop makes frame objects only when asked), set as
+// a call event sets a traced frame's, so a callback that turns its opcode events off turns
+// them off.
 PyFrameObject* Tracer::frame_object(_PyInterpreterFrame* f) {
   PyFrameObject* frame = f->frame_obj;
   if (frame == nullptr) {
@@ -113,10 +113,7 @@ PyFrameObject* Tracer::frame_object(_PyInterpreterFrame* f) {
     if (current == nullptr || current->f_frame != f) return nullptr;
     frame = current;
   }
-  if (frame->f_trace_lines != 0) {
-    frame->f_trace_lines = 0;
-    frame->f_trace_opcodes = 1;
-  }
+  opcode_events_on(frame);
   return frame;
 }
 

@@ -375,19 +375,11 @@ PyObject* lookup(PyObject* mapping, PyObject* name) {
   return v;
 }
 
-// Under the trace callback every traced frame has a frame object from its call event on, set to
-// opcode events and no line events; one made later here (by the program, a traceback, a stop)
-// starts as CPython makes them and is set so at its next instruction. A tool that turns a
-// frame's opcode events off stops them here too.
+// A frame with no frame object has its opcode events; one with a frame object has them as the
+// object says (made here by the program, a traceback or a stop, it is set at its next
+// instruction as a call event sets it: opcode_events_on, hooks.hpp).
 bool opcode_events(_PyInterpreterFrame* f) {
-  PyFrameObject* fo = f->frame_obj;
-  if (fo == nullptr) return true;
-  if (fo->f_trace_lines != 0) {
-    fo->f_trace_lines = 0;
-    fo->f_trace_opcodes = 1;
-    return true;
-  }
-  return fo->f_trace_opcodes != 0;
+  return f->frame_obj == nullptr || opcode_events_on(f->frame_obj);
 }
 
 // Once an evaluation function is installed every Python call is a C call, where CPython 3.11
@@ -414,16 +406,24 @@ bool c_stack_low() {
 }
 
 // While the tracer runs (and any Python code it calls), nothing is traced: what the trace
-// callback's caller does around it (PyThreadState_EnterTracing, inline).
-inline void enter_tracing(PyThreadState* ts) {
-  ++ts->tracing;
-  ts->cframe->use_tracing = 0;
-}
+// callback's caller does around it (PyThreadState_EnterTracing and LeaveTracing, inline).
+class TracingOff {
+ public:
+  explicit TracingOff(PyThreadState* ts) noexcept : ts_(ts) {
+    ++ts_->tracing;
+    ts_->cframe->use_tracing = 0;
+  }
+  ~TracingOff() {
+    --ts_->tracing;
+    ts_->cframe->use_tracing =
+        ts_->c_tracefunc != nullptr || ts_->c_profilefunc != nullptr ? 255 : 0;
+  }
+  TracingOff(const TracingOff&) = delete;
+  TracingOff& operator=(const TracingOff&) = delete;
 
-inline void leave_tracing(PyThreadState* ts) {
-  --ts->tracing;
-  ts->cframe->use_tracing = ts->c_tracefunc != nullptr || ts->c_profilefunc != nullptr ? 255 : 0;
-}
+ private:
+  PyThreadState* ts_;
+};
 
 }  // namespace
 
@@ -450,10 +450,12 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     return _PyEval_EvalFrameDefault(ts, f, throwflag);
   }
   PyCodeObject* co = f->f_code;
-  enter_tracing(ts);
-  ensure_thread();
-  CodeInfo* info = code_info(co);
-  leave_tracing(ts);
+  CodeInfo* info = nullptr;
+  {
+    const TracingOff off(ts);
+    ensure_thread();
+    info = code_info(co);
+  }
   if (info == nullptr || info->own || !loopable(*info, co)) {
     return _PyEval_EvalFrameDefault(ts, f, throwflag);
   }
@@ -490,10 +492,11 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
 #define TRACER_CALL(expr)                        \
   do {                                           \
     f->stacktop = static_cast<int>(sp - locals); \
-    enter_tracing(ts);                           \
-    ensure_thread();                             \
-    expr;                                        \
-    leave_tracing(ts);                           \
+    {                                            \
+      const TracingOff off(ts);                  \
+      ensure_thread();                           \
+      expr;                                      \
+    }                                            \
     f->stacktop = -1;                            \
   } while (0)
 #define TRACED() (ts->c_tracefunc == trampoline && g_generation == generation)
@@ -502,10 +505,14 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     if (sealtrace_handle_pending(ts) != 0) goto error; \
   } while (0)
 
-  if (ts->recursion_remaining-- <= 0 && _Py_CheckRecursiveCall(ts, "") != 0) {
+  // Every way out gives back the recursion depth this frame took and the caller's C frame.
+  auto leave = [ts, &cframe]() {
     ts->recursion_remaining++;
     ts->cframe = cframe.previous;
     ts->cframe->use_tracing = cframe.use_tracing;
+  };
+  if (ts->recursion_remaining-- <= 0 && _Py_CheckRecursiveCall(ts, "") != 0) {
+    leave();
     return nullptr;
   }
   f->stacktop = -1;
@@ -852,10 +859,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         retval = POP();
         f->stacktop = static_cast<int>(sp - locals);
         if (TRACED()) {
-          enter_tracing(ts);
+          const TracingOff off(ts);
           ensure_thread();
           on_return(f, retval);
-          leave_tracing(ts);
         }
         goto exit;
       case BUILD_TUPLE: {
@@ -1302,10 +1308,11 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         // CPython's protected trace call keeps it.
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        enter_tracing(ts);
-        ensure_thread();
-        on_return(f, nullptr);
-        leave_tracing(ts);
+        {
+          const TracingOff off(ts);
+          ensure_thread();
+          on_return(f, nullptr);
+        }
         PyErr_Restore(type, value, tb);
       }
       retval = nullptr;
@@ -1337,20 +1344,15 @@ handoff:
   f->prev_instr = first + i - 1;
   f->stacktop = static_cast<int>(sp - locals);
   if (TRACED()) {
-    enter_tracing(ts);
+    const TracingOff off(ts);
     frame_object(f);
-    leave_tracing(ts);
   }
   if (g_generation == generation) ++stats_.loop_handoffs;
-  ts->recursion_remaining++;
-  ts->cframe = cframe.previous;
-  ts->cframe->use_tracing = cframe.use_tracing;
+  leave();
   return _PyEval_EvalFrameDefault(ts, f, 0);
 
 exit:
-  ts->recursion_remaining++;
-  ts->cframe = cframe.previous;
-  ts->cframe->use_tracing = cframe.use_tracing;
+  leave();
   return retval;
 
 #undef TOP
@@ -1376,10 +1378,11 @@ void Tracer::raise_event(_PyInterpreterFrame* f, PyObject** sp) {
   PyObject* arg = PyTuple_Pack(3, type, value, tb != nullptr ? tb : Py_None);
   if (arg != nullptr) {
     f->stacktop = static_cast<int>(sp - f->localsplus);
-    enter_tracing(ts);
-    ensure_thread();
-    on_exception(f, arg);
-    leave_tracing(ts);
+    {
+      const TracingOff off(ts);
+      ensure_thread();
+      on_exception(f, arg);
+    }
     f->stacktop = -1;
     Py_DECREF(arg);
   } else {

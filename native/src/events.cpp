@@ -80,7 +80,6 @@ void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
       fill_arguments(caller->p, *sf);  // called by untraced code with what a read brought
     }
   }
-  return;
 }
 
 int Tracer::on_opcode(_PyInterpreterFrame* f) {

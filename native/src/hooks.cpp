@@ -1,5 +1,8 @@
 // The tracer's hooks into the interpreter (hooks.hpp).
+#define Py_BUILD_CORE 1
 #include "hooks.hpp"
+
+#include <internal/pycore_frame.h>
 
 #include <utility>
 #include <vector>
@@ -133,6 +136,14 @@ bool hooked(destructor d) {
     if (g_hooks[i].type != nullptr && g_hooks[i].hook == d) return true;
   }
   return false;
+}
+
+bool opcode_events_on(PyFrameObject* frame) {
+  if (frame->f_trace_lines != 0) {
+    frame->f_trace_lines = 0;
+    frame->f_trace_opcodes = 1;
+  }
+  return frame->f_trace_opcodes != 0;
 }
 
 int trampoline(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {

@@ -25,5 +25,11 @@ bool hook_type(PyTypeObject* type);
 // Whether d is one of the deallocation hooks (the type's slots are tracked).
 bool hooked(destructor d);
 int trampoline(PyObject*, PyFrameObject* frame, int what, PyObject* arg);
+// Whether a traced frame's object asks for opcode events. Under the trace callback a traced
+// frame has its object from its call event on, set to opcode events and no line events; one
+// still as CPython makes them (line events on: the evaluation loop makes none at a call, so the
+// program, a traceback or a stop made it) is set so now. A tool that turned a frame's opcode
+// events off finds them off.
+bool opcode_events_on(PyFrameObject* frame);
 
 }  // namespace sealtrace
