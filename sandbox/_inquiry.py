@@ -103,14 +103,20 @@ class Inquiry:
         checkpoints: CheckpointPolicy | None = None,
         digest_key: bytes | None = None,
         window: int | None = None,
+        trace_callback: bool = False,
     ) -> None:
         """With a checkpoint policy, the first pass replays the whole run once taking
         checkpoints, and every later pass forks from the nearest one (close() ends them).
 
         With a window (an event index), every pass replays without the engine up to that
         event and traces from there on (`request_window`): counters count from the window,
-        and an input made before it is a "made before the traced window" marker."""
+        and an input made before it is a "made before the traced window" marker.
+
+        The engine runs the replayed frames in its own evaluation loop; `trace_callback`
+        asks for the trace callback instead (the reference the loop is held to: the same
+        answers, slower)."""
         self.window = window
+        self.trace_callback = trace_callback
         self.data = Plaintext(data)  # what every pass replays
         # What this process asks of the stream itself (sources, callees): not the recorded
         # data, which every pass decodes for itself from `data` (a second copy here would
@@ -162,6 +168,8 @@ class Inquiry:
             query = {**query, "digest_key": self.digest_key.hex()}
         if self.window is not None:
             query = {**query, "window": self.window}
+        if self.trace_callback:
+            query = {**query, "trace_callback": True}
         server = self._checkpointed() if self.policy is not None else None
         # A slice going on from a checkpoint's edges: only the serve pass's checkpoints
         # hold them (not the ones questions kept).
@@ -200,6 +208,8 @@ class Inquiry:
                 query["window"] = self.window
             if self.digest_key is not None:
                 query["digest_key"] = self.digest_key.hex()
+            if self.trace_callback:
+                query["trace_callback"] = True
             try:
                 receipt = replay(
                     self.data, self.meta, timeout=self.timeout, query=query, pass_fds=(fd,)

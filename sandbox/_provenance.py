@@ -355,7 +355,9 @@ class Provenance:
         self.redirect = redirect
         if query.get("digest_key"):
             DIGEST_KEY = bytes.fromhex(query["digest_key"])
-        self.engine = Engine(is_own_code)
+        # The engine's own evaluation loop runs the replayed frames; a query may ask for the
+        # trace callback, the reference the loop is held to (the same answers, slower).
+        self.engine = Engine(is_own_code, eval_loop=not query.get("trace_callback", False))
         # Everything a pass does while the program runs happens in a quiet scope, so passes
         # asking different things run the program identically (engine callbacks are quiet
         # already; these are the replay runtime's hooks).

@@ -26,7 +26,7 @@ void Tracer::note_mismatch(const ShadowFrame& sf, const Instr& in, Tag counter) 
 
 // A new instruction: reset the frame's pending half and read its inputs (objects and tags)
 // off the stack, checking the modelled stack effect against the real depth.
-inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, int depth) {
+void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, int depth) {
   PyObject** lp = sf.iframe->localsplus;
   Tag* s = sf.slots.data();
   Pending& p = sf.p;
@@ -58,8 +58,8 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   if (!p.fill_tags.empty()) p.fill_tags.clear();
   p.callbacks.clear();
   p.callback_values.clear();
-  int pops = op_pops(in.op, in.oparg);
-  int peeks = op_peeks(in.op, in.oparg);
+  int pops = in.pops;
+  int peeks = in.peeks;
   const int stack_depth = depth - sf.code->nlocalsplus;
   if (pops + peeks > stack_depth) {
     note_mismatch(sf, in, now);
@@ -69,12 +69,8 @@ inline void Tracer::begin_pending(ShadowFrame& sf, const Instr& in, int index, i
   p.pops = pops;
   const int n = pops + peeks;
   const int first = depth - n;
-  p.in_objs.resize(static_cast<std::size_t>(n));
-  p.in_tags.resize(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    p.in_objs[static_cast<std::size_t>(i)] = lp[first + i];
-    p.in_tags[static_cast<std::size_t>(i)] = s[first + i];
-  }
+  p.in_objs.assign(lp + first, lp + first + n);
+  p.in_tags.assign(s + first, s + first + n);
 }
 
 void Tracer::begin(ShadowFrame& sf, int index, int depth) {

@@ -217,6 +217,7 @@ PYBIND11_MODULE(_engine, m) {
         d["callback_errors"] = s.callback_errors;
         d["loop_frames"] = s.loop_frames;
         d["loop_handoffs"] = s.loop_handoffs;
+        d["loop_quick"] = s.loop_quick;
         d["max_shadow_depth"] = s.max_shadow_depth;
         d["edge_compactions"] = s.edge_compactions;
         d["edges_kept"] = s.edges_kept;

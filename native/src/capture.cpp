@@ -51,6 +51,7 @@ void Tracer::every(std::uint64_t interval, PyObject* callback) {
   Py_XINCREF(callback);
   every_cb_ = callback;
   every_interval_ = callback != nullptr ? interval : 0;
+  every_next_ = 0;
 }
 
 void Tracer::capture(PyObject* counters, PyObject* pre, PyObject* post) {
@@ -72,6 +73,10 @@ void Tracer::capture(PyObject* counters, PyObject* pre, PyObject* post) {
     capture_min_ = 1;
     capture_max_ = 0;
   }
+  capture_order_.assign(capture_.begin(), capture_.end());
+  std::sort(capture_order_.begin(), capture_order_.end());
+  capture_at_ = 0;
+  capture_next_ = 0;
   Py_XDECREF(capture_pre_);
   Py_XDECREF(capture_post_);
   Py_XINCREF(pre);

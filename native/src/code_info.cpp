@@ -116,6 +116,8 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     in.line = PyCode_Addr2Line(code, static_cast<int>(i * 2));
     in.at = static_cast<std::int32_t>(i);
     in.next = static_cast<std::int32_t>(i + 1 + inline_caches(op));
+    in.pops = op_pops(op, in.oparg);
+    in.peeks = op_peeks(op, in.oparg);
     int e0 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 0);
     int e1 = PyCompile_OpcodeStackEffectWithJump(op, in.oparg, 1);
     in.effect = e0;

@@ -91,12 +91,17 @@ void Tracer::recent_inputs(const Edges& e, QuietVector<Tag>& out) const {
 // read out of containers.
 void Tracer::record(const Pending& p, bool move) {
   edge_inputs(p, inputs_scratch_);
+  record_inputs(p.counter, move);
+}
+
+// The edges of the instruction at `counter`: the inputs in inputs_scratch_.
+void Tracer::record_inputs(Tag counter, bool move) {
   if (!edges_.empty() && edge_tags_.size() + 3 * inputs_scratch_.size() > edge_tags_.capacity()) {
-    compact_edges(p.counter, false);  // the batch's buffer is full: compact, don't grow it
+    compact_edges(counter, false);  // the batch's buffer is full: compact, don't grow it
   }
   const auto begin = static_cast<std::uint32_t>(edge_tags_.size());
   for (const Tag input : inputs_scratch_) {
-    const std::uint64_t z = zigzag(p.counter, input);
+    const std::uint64_t z = zigzag(counter, input);
     if (z < kFarInput) {
       edge_tags_.push_back(static_cast<std::uint32_t>(z));
     } else {
@@ -106,13 +111,13 @@ void Tracer::record(const Pending& p, bool move) {
     }
   }
   const auto count = static_cast<std::uint32_t>(edge_tags_.size() - begin);
-  if (count != 0) edges_.push_back(Edges{p.counter, begin, count, move ? 1U : 0U});
-  if (edges_.size() >= edges_compact_at_) compact_edges(p.counter, false);
+  if (count != 0) edges_.push_back(Edges{counter, begin, count, move ? 1U : 0U});
+  if (edges_.size() >= edges_compact_at_) compact_edges(counter, false);
   bool full = packed_tags_ + edge_tags_.size() > edges_limit_;
   if (full && small_batches() && !edges_.empty()) {
     // A pass packing in small batches has a small limit: first drop what nothing leads back
     // to, and stop only once half the limit is kept (no room left for the next batch).
-    compact_edges(p.counter, false);
+    compact_edges(counter, false);
     full = packed_tags_ > edges_limit_ / 2;
   }
   if (full) {
@@ -120,10 +125,10 @@ void Tracer::record(const Pending& p, bool move) {
     edges_upto_ = 0;  // stop recording; what is kept still answers the nearest steps
     edges_open_ = false;
   }
-  if (p.counter == edges_upto_) edges_open_ = false;  // the root completed
-  if (p.counter == edges_upto_ && edges_done_ != nullptr) {
+  if (counter == edges_upto_) edges_open_ = false;  // the root completed
+  if (counter == edges_upto_ && edges_done_ != nullptr) {
     // The root is done: only its own ancestry is still wanted.
-    compact_edges(p.counter, true);
+    compact_edges(counter, true);
     QuietScope quiet;
     PyObject* cb = edges_done_;
     edges_done_ = nullptr;
@@ -155,6 +160,7 @@ void Tracer::live_tags(F&& visit) const {
     for (Tag t : p.fill_tags) visit(t);
     for (const auto& h : sf.handled) visit(h.second);
   }
+  for (Tag t : inputs_scratch_) visit(t);  // an edge being recorded: its inputs are live
   visit(last_return_.tag);
   visit(exc_tag_);
   visit(exc_origin_);

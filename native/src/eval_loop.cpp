@@ -28,6 +28,7 @@
 
 #include "eval_pending.h"
 #include "hooks.hpp"
+#include "py_values.hpp"
 #include "tracer.hpp"
 
 // Exported by CPython 3.11 but declared only in its internal headers, which need C11 atomics.
@@ -48,6 +49,49 @@ constexpr const char* kUnboundFree =
     "cannot access free variable '%s' where it is not associated with a value in enclosing "
     "scope";
 constexpr const char* kNameError = "name '%.200s' is not defined";
+
+}  // namespace
+
+namespace {
+
+// Whether the loop may tag an instruction itself: one that only moves a value within its frame,
+// pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), or an operator that C
+// alone runs on plain values (Tracer::step_computing).
+std::uint8_t quick_kind(int op) {
+  switch (op) {
+    case NOP:
+    case LOAD_FAST:
+    case LOAD_CLOSURE:
+    case STORE_FAST:
+    case LOAD_CONST:
+    case PUSH_NULL:
+    case POP_TOP:
+    case COPY:
+    case SWAP:
+    case JUMP_FORWARD:
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+    case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_FORWARD_IF_TRUE:
+    case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_TRUE:
+    case POP_JUMP_FORWARD_IF_NONE:
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+    case POP_JUMP_BACKWARD_IF_NONE:
+    case POP_JUMP_BACKWARD_IF_NOT_NONE:
+      return kQuickMove;
+    case BINARY_OP:
+    case COMPARE_OP:
+    case IS_OP:
+    case UNARY_NOT:
+    case UNARY_NEGATIVE:
+    case UNARY_POSITIVE:
+    case UNARY_INVERT:
+      return kQuickCompute;
+    default:
+      return kQuickNo;
+  }
+}
 
 }  // namespace
 
@@ -432,9 +476,178 @@ class TracingOff {
 bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
   if (info.loop < 0) {
     info.loop = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
-    for (Instr& in : info.instrs) in.looped = loop_implements(in.op);
+    for (Instr& in : info.instrs) {
+      in.looped = loop_implements(in.op);
+      in.quick = quick_kind(in.op);
+    }
   }
   return info.loop == 1;
+}
+
+// The tracer's event for an instruction the loop tags itself, while no question watches this
+// instant: no stop, capture, checkpoint, taint or slice root here, no breakpoint in the code.
+// The pending instruction before it
+// completes as at any event; the instruction is counted (and is the run's end so far, in the
+// main module's body); the frame's shadow is returned, or nullptr where on_opcode must run as
+// usual.
+ShadowFrame* Tracer::quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+  if (ts != thread_ || stack_.empty() || stack_.back()->iframe != f) return nullptr;
+  ShadowFrame* sf = stack_.back();
+  if (sf->p.active) {
+    f->stacktop = depth;
+    {
+      const TracingOff off(ts);
+      complete(*sf, depth);  // may call back sealtrace's own code (a slice's root completing)
+    }
+    f->stacktop = -1;
+    if (ts != thread_ || stack_.empty() || stack_.back() != sf) return nullptr;
+  }
+  const CodeInfo& info = *sf->code;
+  const Tag now = counter_.value() + 1;
+  if (tainting_ || !info.breakpoint.empty() ||
+      (stop_line_cb_ != nullptr && info.breakpoint_generation != breakpoint_generation_) ||
+      now == stop_counter_ || now == edges_upto_ ||
+      ((now >= capture_next_ || (every_interval_ != 0 && now >= every_next_)) && watched_at(now))) {
+    return nullptr;
+  }
+  counter_.tick();
+  ++stats_.instructions;
+  ++stats_.loop_quick;
+  if (info.watch_end) end_counter_ = now;
+  return sf;
+}
+
+// Whether a capture or a checkpoint (every) is due at `now`; moves on the next ones after it
+// (the counter only grows within a pass, and capture and every start them afresh).
+bool Tracer::watched_at(std::uint64_t now) {
+  while (capture_at_ < capture_order_.size() && capture_order_[capture_at_] < now) ++capture_at_;
+  capture_next_ = capture_at_ < capture_order_.size() ? capture_order_[capture_at_] : UINT64_MAX;
+  if (every_interval_ != 0 && now >= every_next_) {
+    every_next_ = (now / every_interval_ + (now % every_interval_ != 0 ? 1 : 0)) * every_interval_;
+  }
+  return capture_next_ == now || (every_interval_ != 0 && every_next_ == now);
+}
+
+// An instruction that only moves a value within its frame, pushes a constant or a NULL, pops
+// or jumps: tagged at once, as the two halves would tag it. Refused (on_opcode runs) wherever
+// it could fail or run Python code: an unbound local, a value its pop or store would free (a
+// __del__), a jump on a value that is not True or False, a backward jump while the eval
+// breaker is set (a signal handler called there is bound to the jump's pending half; one that
+// arrives between this check and the jump is told nothing of it). No slice misses it: a slice
+// follows values' tags, and none is its own but a constant's or a NULL's, which have no inputs.
+bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                          PyObject** sp) {
+  PyObject** const locals = f->localsplus;
+  const int depth = static_cast<int>(sp - locals);
+  const int oparg = in.oparg;
+  switch (in.op) {
+    case LOAD_FAST:
+      if (locals[oparg] == nullptr) return false;
+      break;
+    case STORE_FAST:
+      if (locals[oparg] != nullptr && Py_REFCNT(locals[oparg]) == 1) return false;
+      break;
+    case POP_TOP:
+      if (Py_REFCNT(sp[-1]) == 1) return false;
+      break;
+    case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_FORWARD_IF_TRUE:
+      if (sp[-1] != Py_True && sp[-1] != Py_False) return false;
+      break;
+    case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_TRUE:
+      if ((sp[-1] != Py_True && sp[-1] != Py_False) || sealtrace_breaker_set(ts) != 0) {
+        return false;
+      }
+      break;
+    case POP_JUMP_FORWARD_IF_NONE:
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+      if (Py_REFCNT(sp[-1]) == 1) return false;
+      break;
+    case POP_JUMP_BACKWARD_IF_NONE:
+    case POP_JUMP_BACKWARD_IF_NOT_NONE:
+      if (Py_REFCNT(sp[-1]) == 1 || sealtrace_breaker_set(ts) != 0) return false;
+      break;
+    case JUMP_BACKWARD:  // the eval breaker it checks runs nothing (signal handlers, say)
+      if (sealtrace_breaker_set(ts) != 0) return false;
+      break;
+    case COPY:
+    case SWAP:
+      if (depth - oparg < f->f_code->co_nlocalsplus) return false;
+      break;
+    default:
+      break;
+  }
+  ShadowFrame* sf = quick_event(ts, f, depth);
+  if (sf == nullptr) return false;
+  Tag* const s = sf->slots.data();
+  switch (in.op) {
+    case LOAD_FAST:
+      s[depth] = s[oparg];
+      break;
+    case STORE_FAST:
+      s[oparg] = s[depth - 1];
+      break;
+    case LOAD_CONST:
+    case LOAD_CLOSURE:  // the cell itself, a value of its own
+    case PUSH_NULL:
+      s[depth] = counter_.value();
+      break;
+    case COPY:
+      s[depth] = s[depth - oparg];
+      break;
+    case SWAP:
+      std::swap(s[depth - 1], s[depth - oparg]);
+      break;
+    default:  // pops and jumps: nothing to tag
+      break;
+  }
+  return true;
+}
+
+// An operator on plain values (numbers, strings, bytes, None: C alone runs it, no Python code)
+// is counted before it runs; after it, quick_made tags its result, or, where it raises,
+// quick_raised hands the tracer the pending instruction on_opcode would have made.
+ShadowFrame* Tracer::step_computing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                    PyObject** sp) {
+  const int n = in.op == IS_OP || in.op == COMPARE_OP || in.op == BINARY_OP ? 2 : 1;
+  for (int k = 1; k <= n; ++k) {
+    PyObject* v = sp[-k];
+    const bool plain = PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyUnicode_CheckExact(v) ||
+                       PyBool_Check(v) || v == Py_None || PyBytes_CheckExact(v);
+    // IS_OP runs nothing but its pops, which free nothing still held elsewhere.
+    if (!plain && !(in.op == IS_OP && Py_REFCNT(v) > 1)) return nullptr;
+  }
+  return quick_event(ts, f, static_cast<int>(sp - f->localsplus));
+}
+
+// A quickly counted operator's result is a value it made: tagged with its counter, and while
+// a slice is recorded its operands are the edge's inputs (what edge_inputs gives for them).
+void Tracer::quick_made(ShadowFrame& sf, const Instr& in, int before, int after) {
+  const Tag now = counter_.value();
+  Tag* const s = sf.slots.data();
+  const bool recording = now <= edges_upto_ || edges_open_;
+  if (recording) {
+    inputs_scratch_.clear();
+    for (int k = before - (in.pops + in.peeks); k < before; ++k) {
+      Tag t = s[k];
+      if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
+      if (t != 0 && t != now &&
+          std::find(inputs_scratch_.begin(), inputs_scratch_.end(), t) == inputs_scratch_.end()) {
+        inputs_scratch_.push_back(t);
+      }
+    }
+  }
+  s[after - 1] = now;
+  if (recording) record_inputs(now, false);
+}
+
+// A quickly counted operator raised: its pending half as begin would have left it (the inputs'
+// tags are still in the shadow; their objects, freed or not, are not kept).
+void Tracer::quick_raised(ShadowFrame& sf, int index, int depth) {
+  const Instr& in = sf.code->instrs[static_cast<std::size_t>(index)];
+  begin_pending(sf, in, index, depth);
+  std::fill(sf.p.in_objs.begin(), sf.p.in_objs.end(), nullptr);
 }
 
 PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
@@ -477,7 +690,10 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   PyObject* const names = co->co_names;
   PyObject* const consts = co->co_consts;
   const Instr* const program = info->instrs.data();
-  PyObject* kwnames = nullptr;  // KW_NAMES, for the CALL after it (borrowed from co_consts)
+  PyObject* kwnames = nullptr;   // KW_NAMES, for the CALL after it (borrowed from co_consts)
+  ShadowFrame* quick = nullptr;  // the shadow of an operator step_computing counted, while it runs
+  int quick_depth = 0;
+  int quick_index = 0;
   PyObject* retval = nullptr;
   int i = 0;  // the next instruction's code unit
 
@@ -537,9 +753,16 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       continue;
     }
     if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS && TRACED() && opcode_events(f)) {
-      int err = 0;
-      TRACER_CALL(err = on_opcode(f));
-      if (err != 0 && PyErr_Occurred()) goto error;
+      if (in.quick == kQuickMove && step_quietly(ts, f, in, sp)) {
+        // tagged
+      } else if (in.quick == kQuickCompute && (quick = step_computing(ts, f, in, sp)) != nullptr) {
+        quick_depth = static_cast<int>(sp - locals);
+        quick_index = i;
+      } else {
+        int err = 0;
+        TRACER_CALL(err = on_opcode(f));
+        if (err != 0 && PyErr_Occurred()) goto error;
+      }
     }
     f->prev_instr = first + in.at;
     switch (in.op) {
@@ -1282,12 +1505,20 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         PyErr_Format(PyExc_SystemError, "sealtrace's evaluation loop met opcode %d", in.op);
         goto error;
     }
+    if (quick != nullptr) {  // step_computing counted it: its result is the value it made
+      quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
+      quick = nullptr;
+    }
     i = next;
     continue;
 
   error:
     // A new exception at this instruction: its traceback entry and the tracer's event.
     {
+      if (quick != nullptr) {
+        quick_raised(*quick, quick_index, quick_depth);
+        quick = nullptr;
+      }
       PyFrameObject* frame = PyEval_GetFrame();
       if (frame != nullptr && frame->f_frame == f) PyTraceBack_Here(frame);
       if (TRACED()) raise_event(f, sp);

@@ -7,6 +7,10 @@
 #include <internal/pycore_interp.h>
 #include <internal/pycore_pystate.h>
 
+int sealtrace_breaker_set(PyThreadState* tstate) {
+  return _Py_atomic_load_relaxed(&tstate->interp->ceval.eval_breaker) != 0;
+}
+
 int sealtrace_handle_pending(PyThreadState* tstate) {
   struct _ceval_state* ceval = &tstate->interp->ceval;
   if (!_Py_atomic_load_relaxed(&ceval->eval_breaker)) return 0;

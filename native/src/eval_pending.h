@@ -10,6 +10,8 @@ extern "C" {
 #endif
 
 int sealtrace_handle_pending(PyThreadState* tstate);
+// Whether the eval breaker is set: sealtrace_handle_pending would do something.
+int sealtrace_breaker_set(PyThreadState* tstate);
 // The interpreter's own __import__ (borrowed): IMPORT_NAME calls the import system directly
 // when the builtin has not been replaced.
 PyObject* sealtrace_import_func(PyThreadState* tstate);

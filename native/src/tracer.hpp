@@ -35,16 +35,21 @@ struct _PyInterpreterFrame;
 
 namespace sealtrace {
 
+enum QuickKind : std::uint8_t { kQuickNo, kQuickMove, kQuickCompute };
+
 struct Instr {
   std::uint8_t op = 0;
   Rule rule = Rule::kNone;
   bool looped = false;      // the evaluation loop runs it (set when the loop first sees the code)
+  std::uint8_t quick = 0;   // the loop may tag it itself (eval_loop.cpp: quick_kind)
   std::int32_t effect = 0;  // stack effect without and with the jump (BUILD_TUPLE 300: -299)
   std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;
   std::int32_t line = -1;
   std::int32_t at = 0;    // the code unit of the instruction itself (after its EXTENDED_ARGs)
   std::int32_t next = 0;  // the code unit after it and its inline caches
+  std::int32_t pops = 0;  // what begin reads off the stack (op_pops, op_peeks)
+  std::int32_t peeks = 0;
 };
 
 struct CodeInfo {
@@ -158,6 +163,7 @@ struct Stats {
   std::uint64_t callback_errors = 0;
   std::uint64_t loop_frames = 0;    // frames the evaluation loop started (eval_loop.cpp)
   std::uint64_t loop_handoffs = 0;  // ... and left to CPython's loop partway
+  std::uint64_t loop_quick = 0;     // instructions the loop tagged itself (quick_event)
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
@@ -281,6 +287,14 @@ class Tracer {
   ShadowFrame* resync(_PyInterpreterFrame* f);
   static PyFrameObject* frame_object(_PyInterpreterFrame* f);
   bool loopable(CodeInfo& info, PyCodeObject* code);
+  // Instructions the loop tags itself while no question watches (eval_loop.cpp).
+  ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
+  bool watched_at(std::uint64_t now);
+  bool step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in, PyObject** sp);
+  ShadowFrame* step_computing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                              PyObject** sp);
+  void quick_made(ShadowFrame& sf, const Instr& in, int before, int after);
+  void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
   void release(ShadowFrame* frame);
@@ -506,6 +520,7 @@ class Tracer {
   [[nodiscard]] const std::vector<ShadowFrame*>& caller_stack() const noexcept;
 
   std::uint64_t every_interval_ = 0;
+  std::uint64_t every_next_ = 0;  // the next multiple of the interval (watched_at)
   PyObject* every_cb_ = nullptr;
   std::uint64_t breakpoint_generation_ = 0;
   void refresh_breakpoints(CodeInfo& info);
@@ -523,6 +538,11 @@ class Tracer {
   QuietSet<std::uint64_t> capture_;
   std::uint64_t capture_min_ = 1;
   std::uint64_t capture_max_ = 0;
+  // The same counters in order, for the loop's quick events (eval_loop.cpp: watched_at): the
+  // next one at or after the last instant asked, and where it is.
+  std::vector<std::uint64_t> capture_order_;
+  std::size_t capture_at_ = 0;
+  std::uint64_t capture_next_ = 0;
   PyObject* capture_pre_ = nullptr;
   PyObject* capture_post_ = nullptr;
 
@@ -533,6 +553,7 @@ class Tracer {
     std::uint32_t move : 1;  // a move: its inputs are as deep as it is
   };
   void record(const Pending& p, bool move);
+  void record_inputs(Tag counter, bool move);
   // Drops the edges no tag the engine still holds leads back to, or, once the root is done,
   // every edge but the root's ancestry (edges.cpp).
   void compact_edges(Tag current, bool only_current);

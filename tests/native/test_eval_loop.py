@@ -21,7 +21,7 @@ import pytest
 from sealtrace._engine import Engine
 
 from .opcode_cases import CASES, OpcodeCase
-from .test_opcodes import capture_case, expression_names, run_case
+from .test_opcodes import _attached, _globals, _own, capture_case, expression_names, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 _NOT_LOOPED = ("generator", "coroutine", "async")
@@ -40,6 +40,110 @@ def test_a_case_answers_the_same_in_both_loops(case: OpcodeCase) -> None:
     for expect in case.expects:
         stop = (expect, expression_names(expect))
         assert run_case(case, stop).tags == run_case(case, stop, eval_loop=False).tags, expect
+
+
+def _every_tag_at(case: OpcodeCase, counter: int, *, eval_loop: bool) -> tuple[list[Any], int]:
+    """Every tag the frames hold at `counter`'s event (their locals, the stopped frame's value
+    stack, the module's names), innermost frame first; and how many instructions the loop
+    tagged itself. (A caller's value stack is not read: the loop keeps its stack pointer to
+    itself while the frame calls.)"""
+    code = case.compile()
+    engine = Engine(_own(case), eval_loop=eval_loop)
+    seen: list[Any] = []
+
+    def at(frame: Any, _counter: int) -> None:
+        f = frame
+        while f is not None and f.f_code.co_filename == case.filename:
+            seen.append(
+                (
+                    f.f_code.co_name,
+                    [(name, tag) for name, _, tag in engine.frame_locals(f)],
+                    [tag for _, tag in engine.frame_stack(f)] if f is frame else None,
+                )
+            )
+            f = f.f_back
+        names = frame.f_globals
+        seen.append(sorted((k, engine.item_tag(names, k, v)) for k, v in names.items()))
+
+    engine.stop_at_counter(counter, at)
+    with _attached(engine):
+        exec(code, _globals(case))  # noqa: S102 - the case's own program, compiled above
+    assert seen, f"{case.id}: never reached counter {counter}"
+    return seen, engine.stats()["loop_quick"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_instructions_the_loop_tags_itself_leave_the_same_tags(case: OpcodeCase) -> None:
+    # A stop at a counter watches that one instant: before and after it the loop tags moves,
+    # constants and plain operators itself (step_quietly, step_computing), so what every frame
+    # holds at the stop is what those instructions left there.
+    total = run_case(case, eval_loop=False).counter
+    quick = 0
+    for counter in sorted({1 + k * (total - 1) // 11 for k in range(12)}):
+        loop, ran = _every_tag_at(case, counter, eval_loop=True)
+        reference, none = _every_tag_at(case, counter, eval_loop=False)
+        assert loop == reference, counter
+        assert none == 0
+        quick = max(quick, ran)
+    assert quick > 0 or case.id.startswith(_NOT_LOOPED)
+
+
+def _every(case: OpcodeCase, interval: int, *, eval_loop: bool) -> list[Any]:
+    """At every `interval`-th instruction: its counter and the stopped frame's tags."""
+    code = case.compile()
+    engine = Engine(_own(case), eval_loop=eval_loop)
+    seen: list[Any] = []
+
+    def at(frame: Any, counter: int) -> None:
+        locals_ = [(n, t) for n, _, t in engine.frame_locals(frame)]
+        seen.append((counter, locals_, [t for _, t in engine.frame_stack(frame)]))
+
+    engine.every(interval, at)
+    with _attached(engine):
+        exec(code, _globals(case))  # noqa: S102 - the case's own program, compiled above
+    return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_captures_and_checkpoints_between_quick_instructions_come_at_the_same_instants(
+    case: OpcodeCase,
+) -> None:
+    # A capture of some instructions and a callback every few (a session's checkpoints) are
+    # instants the loop leaves to the two halves; between them it tags instructions itself.
+    total = run_case(case, eval_loop=False).counter
+    sparse = list(range(3, total + 1, 7))
+    a, b = capture_case(case, sparse), capture_case(case, sparse, eval_loop=False)
+    assert sorted(a.opname) == sorted(b.opname) == sparse
+    assert (a.opname, a.inputs, a.callbacks) == (b.opname, b.inputs, b.callbacks)
+    loop = _every(case, 5, eval_loop=True)
+    assert [c for c, *_ in loop] == list(range(5, total + 1, 5))
+    assert loop == _every(case, 5, eval_loop=False)
+
+
+def _slices_at_end(case: OpcodeCase, *, eval_loop: bool, batch: int) -> dict[int, Any]:
+    """The backward slice (depth 64) of every value the module holds at the end, with the
+    edges recorded over the whole run, packed every `batch` edges."""
+    code = case.compile()
+    engine = Engine(_own(case), eval_loop=eval_loop)
+    engine.record_edges(1 << 60, 1 << 24, None, batch=batch)
+    names = _globals(case)
+    with _attached(engine):
+        exec(code, names)  # noqa: S102 - the case's own program, compiled above
+    roots = sorted({engine.item_tag(names, k, v) for k, v in names.items()} - {0})
+    assert roots, case.id
+    return {root: engine.backward_slice(root, 64, 100_000) for root in roots}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("batch", [0, 8])
+def test_the_instructions_the_loop_tags_itself_record_the_same_edges(
+    case: OpcodeCase, batch: int
+) -> None:
+    # While a slice is recorded the loop still tags moves and plain operators itself, and
+    # records a plain operator's edge itself: every slice is the same node for node, packed
+    # in the default batches or after every 8 edges (what a compaction keeps is what is live).
+    loop = _slices_at_end(case, eval_loop=True, batch=batch)
+    assert loop == _slices_at_end(case, eval_loop=False, batch=batch)
 
 
 def test_the_loop_runs_the_frames_it_can_and_leaves_the_rest_to_cpython() -> None:

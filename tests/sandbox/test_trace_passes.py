@@ -114,6 +114,31 @@ def test_one_pass_locates_and_slices_with_the_answers_of_two(
             assert inputs, (at, var)  # something to compare: the value was made from others
 
 
+def test_the_engine_s_own_loop_answers_as_the_trace_callback(recorded: Recorded) -> None:
+    # Every pass runs the replayed frames in the engine's evaluation loop (and tags moves,
+    # constants and plain operators itself where no question watches); the trace callback is
+    # the reference it is held to: the same answers node for node, in one pass and in a
+    # session slicing from its checkpoints' edges.
+    from sealtrace.sandbox import CheckpointPolicy, Inquiry
+
+    data, parsed, app, *_ = recorded
+    with Inquiry(data, parsed) as loop, Inquiry(data, parsed, trace_callback=True) as ref:
+        looped, called = loop.survey()["stats"], ref.survey()["stats"]
+    assert looped["loop_frames"] > 0 and looped["loop_quick"] > 0
+    assert called["loop_frames"] == called["loop_quick"] == 0
+    assert looped["instructions"] == called["instructions"]
+    for policy in (None, CheckpointPolicy(interval=20_000)):
+        for at, var in _questions(app):
+            with (
+                Inquiry(data, parsed, checkpoints=policy) as loop,
+                Inquiry(data, parsed, checkpoints=policy, trace_callback=True) as ref,
+            ):
+                answer, _ = _answers(loop, at, var, (64,))
+                reference, _ = _answers(ref, at, var, (64,))
+            assert without_passes(answer[64]) == without_passes(reference[64]), (policy, at, var)
+            assert answer[64]["root"]["inputs"], (at, var)
+
+
 def test_a_locate_the_edge_limit_cut_short_leaves_the_slice_to_a_pass_of_its_own(
     recorded: Recorded,
 ) -> None:
