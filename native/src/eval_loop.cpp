@@ -55,8 +55,9 @@ constexpr const char* kNameError = "name '%.200s' is not defined";
 namespace {
 
 // Whether the loop may tag an instruction itself: one that only moves a value within its frame,
-// pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), or an operator that C
-// alone runs on plain values (Tracer::step_computing).
+// pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator that C alone
+// runs on plain values (Tracer::step_computing), or a load of a global or a name
+// (Tracer::step_loading).
 std::uint8_t quick_kind(int op) {
   switch (op) {
     case NOP:
@@ -88,6 +89,9 @@ std::uint8_t quick_kind(int op) {
     case UNARY_POSITIVE:
     case UNARY_INVERT:
       return kQuickCompute;
+    case LOAD_GLOBAL:
+    case LOAD_NAME:
+      return kQuickLoad;
     default:
       return kQuickNo;
   }
@@ -642,6 +646,39 @@ void Tracer::quick_made(ShadowFrame& sf, const Instr& in, int before, int after)
   if (recording) record_inputs(now, false);
 }
 
+// LOAD_GLOBAL and LOAD_NAME where every namespace is a dict (its lookups run no Python code):
+// counted before it runs, with the slot it reads remembered (begin_name_load), and tagged
+// after it by quick_loaded. A load records no edge: it has no inputs, and what it pushes keeps
+// the tag of the slot it read or is a value of its own.
+ShadowFrame* Tracer::step_loading(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                  PyObject** sp, Tag& tag, std::uintptr_t& value) {
+  if (!PyDict_CheckExact(f->f_globals) || !PyDict_CheckExact(f->f_builtins) ||
+      (in.op == LOAD_NAME && (f->f_locals == nullptr || !PyDict_CheckExact(f->f_locals)))) {
+    return nullptr;
+  }
+  ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
+  if (sf == nullptr) return nullptr;
+  const int name_index = in.op == LOAD_GLOBAL ? (in.oparg >> 1) : in.oparg;
+  const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, name_index));
+  const Slot* slot = in.op == LOAD_NAME ? slots_.slot(addr(f->f_locals), key) : nullptr;
+  if (slot == nullptr) slot = slots_.slot(addr(f->f_globals), key);
+  tag = slot != nullptr ? slot->tag : 0;
+  value = slot != nullptr ? slot->value : 0;
+  return sf;
+}
+
+// What a quick load pushed (complete_slot_load): the value the slot tagged keeps its tag,
+// another is a value of the load's own; LOAD_GLOBAL's NULL has none.
+void Tracer::quick_loaded(ShadowFrame& sf, int before, int after, Tag tag, std::uintptr_t value) {
+  Tag* const s = sf.slots.data();
+  const Tag now = counter_.value();
+  for (int k = before; k < after; ++k) s[k] = now;
+  if (after - before >= 1 && tag != 0 && addr(sf.iframe->localsplus[after - 1]) == value) {
+    s[after - 1] = tag;
+  }
+  if (after - before == 2) s[before] = 0;
+}
+
 // A quickly counted operator raised: its pending half as begin would have left it (the inputs'
 // tags are still in the shadow; their objects, freed or not, are not kept).
 void Tracer::quick_raised(ShadowFrame& sf, int index, int depth) {
@@ -694,6 +731,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   ShadowFrame* quick = nullptr;  // the shadow of an operator step_computing counted, while it runs
   int quick_depth = 0;
   int quick_index = 0;
+  Tag quick_tag = 0;  // step_loading: the slot a quick load read (its tag and value)
+  std::uintptr_t quick_value = 0;
   PyObject* retval = nullptr;
   int i = 0;  // the next instruction's code unit
 
@@ -755,7 +794,10 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS && TRACED() && opcode_events(f)) {
       if (in.quick == kQuickMove && step_quietly(ts, f, in, sp)) {
         // tagged
-      } else if (in.quick == kQuickCompute && (quick = step_computing(ts, f, in, sp)) != nullptr) {
+      } else if ((in.quick == kQuickCompute &&
+                  (quick = step_computing(ts, f, in, sp)) != nullptr) ||
+                 (in.quick == kQuickLoad &&
+                  (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1506,7 +1548,11 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         goto error;
     }
     if (quick != nullptr) {  // step_computing counted it: its result is the value it made
-      quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
+      if (in.quick == kQuickLoad) {
+        quick_loaded(*quick, quick_depth, static_cast<int>(sp - locals), quick_tag, quick_value);
+      } else {
+        quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
+      }
       quick = nullptr;
     }
     i = next;
