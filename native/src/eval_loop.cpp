@@ -54,10 +54,21 @@ constexpr const char* kNameError = "name '%.200s' is not defined";
 
 namespace {
 
+// A number, a string, bytes, True, False or None: C alone runs what operators do with it, and
+// freeing it runs no Python code.
+bool plain_value(PyObject* v) {
+  return PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyUnicode_CheckExact(v) ||
+         PyBool_Check(v) || v == Py_None || PyBytes_CheckExact(v);
+}
+
+// Whether dropping a reference to `v` runs no Python code (a __del__, a weakref's callback):
+// another reference remains, or it is a plain value.
+bool drops_quietly(PyObject* v) { return Py_REFCNT(v) > 1 || plain_value(v); }
+
 // Whether the loop may tag an instruction itself: one that only moves a value within its frame,
 // pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator that C alone
-// runs on plain values (Tracer::step_computing), or a load of a global or a name
-// (Tracer::step_loading).
+// runs on plain values (Tracer::step_computing), or a load or a store of a global or a name
+// (Tracer::step_loading, Tracer::step_storing).
 std::uint8_t quick_kind(int op) {
   switch (op) {
     case NOP:
@@ -92,6 +103,9 @@ std::uint8_t quick_kind(int op) {
     case LOAD_GLOBAL:
     case LOAD_NAME:
       return kQuickLoad;
+    case STORE_NAME:
+    case STORE_GLOBAL:
+      return kQuickStore;
     default:
       return kQuickNo;
   }
@@ -534,11 +548,12 @@ bool Tracer::watched_at(std::uint64_t now) {
 
 // An instruction that only moves a value within its frame, pushes a constant or a NULL, pops
 // or jumps: tagged at once, as the two halves would tag it. Refused (on_opcode runs) wherever
-// it could fail or run Python code: an unbound local, a value its pop or store would free (a
-// __del__), a jump on a value that is not True or False, a backward jump while the eval
-// breaker is set (a signal handler called there is bound to the jump's pending half; one that
-// arrives between this check and the jump is told nothing of it). No slice misses it: a slice
-// follows values' tags, and none is its own but a constant's or a NULL's, which have no inputs.
+// it could fail or run Python code: an unbound local, a value its pop or store would free that
+// is not plain (a __del__ could run), a jump on a value that is not True or False, a backward jump
+// while the eval breaker is set (a signal handler called there is bound to the jump's pending half;
+// one that arrives between this check and the jump is told nothing of it). No slice misses it: a
+// slice follows values' tags, and none is its own but a constant's or a NULL's, which have no
+// inputs.
 bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                           PyObject** sp) {
   PyObject** const locals = f->localsplus;
@@ -549,10 +564,10 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
       if (locals[oparg] == nullptr) return false;
       break;
     case STORE_FAST:
-      if (locals[oparg] != nullptr && Py_REFCNT(locals[oparg]) == 1) return false;
+      if (locals[oparg] != nullptr && !drops_quietly(locals[oparg])) return false;
       break;
     case POP_TOP:
-      if (Py_REFCNT(sp[-1]) == 1) return false;
+      if (!drops_quietly(sp[-1])) return false;
       break;
     case POP_JUMP_FORWARD_IF_FALSE:
     case POP_JUMP_FORWARD_IF_TRUE:
@@ -566,11 +581,11 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
       break;
     case POP_JUMP_FORWARD_IF_NONE:
     case POP_JUMP_FORWARD_IF_NOT_NONE:
-      if (Py_REFCNT(sp[-1]) == 1) return false;
+      if (!drops_quietly(sp[-1])) return false;
       break;
     case POP_JUMP_BACKWARD_IF_NONE:
     case POP_JUMP_BACKWARD_IF_NOT_NONE:
-      if (Py_REFCNT(sp[-1]) == 1 || sealtrace_breaker_set(ts) != 0) return false;
+      if (!drops_quietly(sp[-1]) || sealtrace_breaker_set(ts) != 0) return false;
       break;
     case JUMP_BACKWARD:  // the eval breaker it checks runs nothing (signal handlers, say)
       if (sealtrace_breaker_set(ts) != 0) return false;
@@ -617,10 +632,8 @@ ShadowFrame* Tracer::step_computing(PyThreadState* ts, _PyInterpreterFrame* f, c
   const int n = in.op == IS_OP || in.op == COMPARE_OP || in.op == BINARY_OP ? 2 : 1;
   for (int k = 1; k <= n; ++k) {
     PyObject* v = sp[-k];
-    const bool plain = PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyUnicode_CheckExact(v) ||
-                       PyBool_Check(v) || v == Py_None || PyBytes_CheckExact(v);
     // IS_OP runs nothing but its pops, which free nothing still held elsewhere.
-    if (!plain && !(in.op == IS_OP && Py_REFCNT(v) > 1)) return nullptr;
+    if (!plain_value(v) && !(in.op == IS_OP && Py_REFCNT(v) > 1)) return nullptr;
   }
   return quick_event(ts, f, static_cast<int>(sp - f->localsplus));
 }
@@ -677,6 +690,37 @@ void Tracer::quick_loaded(ShadowFrame& sf, int before, int after, Tag tag, std::
     s[after - 1] = tag;
   }
   if (after - before == 2) s[before] = 0;
+}
+
+// STORE_NAME and STORE_GLOBAL into a dict whose value under the name, if any, is held
+// elsewhere too or plain (dropping it runs no Python code): counted before it runs, the
+// namespace's slot set as begin_name_store sets it, and, while a slice is recorded, the
+// stored value's tag is the edge's input (the namespace's record is updated at this counter,
+// which a slice can reach).
+ShadowFrame* Tracer::step_storing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                  PyObject** sp) {
+  PyObject* ns = in.op == STORE_NAME ? f->f_locals : f->f_globals;
+  if (ns == nullptr || !PyDict_CheckExact(ns)) return nullptr;
+  PyObject* name = PyTuple_GET_ITEM(f->f_code->co_names, in.oparg);
+  PyObject* old = PyDict_GetItemWithError(ns, name);
+  if (old == nullptr && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (old != nullptr && !drops_quietly(old)) return nullptr;
+  const int depth = static_cast<int>(sp - f->localsplus);
+  ShadowFrame* sf = quick_event(ts, f, depth);
+  if (sf == nullptr) return nullptr;
+  const Tag now = counter_.value();
+  Tag stored = sf->slots[static_cast<std::size_t>(depth) - 1];
+  if (trackable(ns)) set_slot(addr(ns), name_key(name), stored, addr(sp[-1]), now);
+  if (now <= edges_upto_ || edges_open_) {
+    inputs_scratch_.clear();
+    if (stored == 0 && window_) stored = kBeforeWindowTag;  // made before the window opened
+    if (stored != 0 && stored != now) inputs_scratch_.push_back(stored);
+    record_inputs(now, false);
+  }
+  return sf;
 }
 
 // A quickly counted operator raised: its pending half as begin would have left it (the inputs'
@@ -797,7 +841,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       } else if ((in.quick == kQuickCompute &&
                   (quick = step_computing(ts, f, in, sp)) != nullptr) ||
                  (in.quick == kQuickLoad &&
-                  (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr)) {
+                  (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
+                 (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1550,6 +1595,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     if (quick != nullptr) {  // step_computing counted it: its result is the value it made
       if (in.quick == kQuickLoad) {
         quick_loaded(*quick, quick_depth, static_cast<int>(sp - locals), quick_tag, quick_value);
+      } else if (in.quick == kQuickStore) {
+        // tagged before it ran
       } else {
         quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
       }

@@ -35,7 +35,7 @@ struct _PyInterpreterFrame;
 
 namespace sealtrace {
 
-enum QuickKind : std::uint8_t { kQuickNo, kQuickMove, kQuickCompute, kQuickLoad };
+enum QuickKind : std::uint8_t { kQuickNo, kQuickMove, kQuickCompute, kQuickLoad, kQuickStore };
 
 struct Instr {
   std::uint8_t op = 0;
@@ -297,6 +297,8 @@ class Tracer {
   ShadowFrame* step_loading(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp, Tag& tag, std::uintptr_t& value);
   void quick_loaded(ShadowFrame& sf, int before, int after, Tag tag, std::uintptr_t value);
+  ShadowFrame* step_storing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                            PyObject** sp);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);

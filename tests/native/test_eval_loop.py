@@ -120,6 +120,52 @@ def test_captures_and_checkpoints_between_quick_instructions_come_at_the_same_in
     assert loop == _every(case, 5, eval_loop=False)
 
 
+FREES = """\
+class Noisy:
+    def __init__(self, v):
+        self.v = v
+    def __del__(self):
+        seen = self.v
+def f():
+    x = Noisy(1)
+    x = Noisy(2)
+    Noisy(3)
+    if Noisy(6) is not None:
+        pass
+f()
+g = Noisy(4)
+g = Noisy(5)
+"""
+
+
+def _in_del(hit: int, *, eval_loop: bool) -> list[tuple[str, int]]:
+    """The tags of __del__'s locals at its `hit`-th run (FREES)."""
+    code = compile(FREES, "<frees>", "exec")
+    engine = Engine(lambda filename: filename != "<frees>", eval_loop=eval_loop)
+    seen: list[tuple[str, int]] = []
+
+    def at(frame: Any, _counter: int) -> None:
+        seen.extend((name, tag) for name, _, tag in engine.frame_locals(frame))
+
+    engine.stop_at_line("<frees>", FREES.splitlines().index("        seen = self.v") + 1, hit, at)
+    engine.attach()
+    try:
+        exec(code, {"__name__": "frees"})  # noqa: S102 - the program above
+    finally:
+        engine.detach()
+    return seen
+
+
+@pytest.mark.parametrize("hit", [1, 2, 3, 4])
+def test_a_pop_or_store_that_runs_del_is_left_to_the_two_halves(hit: int) -> None:
+    # STORE_FAST, POP_TOP, a jump's pop and STORE_NAME each free an object whose __del__ runs
+    # Python code while they run (the loop leaves such an instance to the two halves): self
+    # has the same tag either way.
+    loop = _in_del(hit, eval_loop=True)
+    assert loop == _in_del(hit, eval_loop=False)
+    assert dict(loop)["self"] != 0
+
+
 def _slices_at_end(case: OpcodeCase, *, eval_loop: bool, batch: int) -> dict[int, Any]:
     """The backward slice (depth 64) of every value the module holds at the end, with the
     edges recorded over the whole run, packed every `batch` edges."""
