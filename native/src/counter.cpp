@@ -4,8 +4,6 @@
 
 namespace sealtrace {
 
-std::uint64_t InstructionCounter::tick() { return advance(1); }
-
 std::uint64_t InstructionCounter::advance(std::uint64_t n) {
   // Wrapping would alias two different instants of the run: refuse instead.
   if (n > std::numeric_limits<std::uint64_t>::max() - value_) {

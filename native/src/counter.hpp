@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace sealtrace {
@@ -14,8 +15,14 @@ class InstructionCounter {
   InstructionCounter() = default;
 
   // Advances by one and returns the new value (the first instruction is 1;
-  // 0 means "before anything ran").
-  std::uint64_t tick();
+  // 0 means "before anything ran"). Inline: once an instruction.
+  std::uint64_t tick() {
+    // Wrapping would alias two different instants of the run: refuse instead.
+    if (value_ == std::numeric_limits<std::uint64_t>::max()) {
+      throw std::overflow_error("instruction counter would wrap");
+    }
+    return ++value_;
+  }
 
   // Advances by n (n may be 0) and returns the new value.
   std::uint64_t advance(std::uint64_t n);

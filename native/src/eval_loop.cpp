@@ -71,13 +71,14 @@ bool drops_quietly(PyObject* v) { return Py_REFCNT(v) > 1 || plain_value(v); }
 // (Tracer::step_loading, Tracer::step_storing).
 std::uint8_t quick_kind(int op) {
   switch (op) {
-    case NOP:
     case LOAD_FAST:
     case LOAD_CLOSURE:
     case STORE_FAST:
     case LOAD_CONST:
-    case PUSH_NULL:
     case POP_TOP:
+      return kQuickInline;
+    case NOP:
+    case PUSH_NULL:
     case COPY:
     case SWAP:
     case JUMP_FORWARD:
@@ -504,11 +505,10 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
 
 // The tracer's event for an instruction the loop tags itself, while no question watches this
 // instant: no stop, capture, checkpoint, taint or slice root here, no breakpoint in the code.
-// The pending instruction before it
-// completes as at any event; the instruction is counted (and is the run's end so far, in the
-// main module's body); the frame's shadow is returned, or nullptr where on_opcode must run as
-// usual.
-ShadowFrame* Tracer::quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+// The pending instruction before it completes as at any event; the frame's shadow is
+// returned, or nullptr where on_opcode must run as usual. quick_tick then counts the
+// instruction, or on_opcode runs after all (the instruction turned out not to be quick).
+inline ShadowFrame* Tracer::quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
   if (ts != thread_ || stack_.empty() || stack_.back()->iframe != f) return nullptr;
   ShadowFrame* sf = stack_.back();
   if (sf->p.active) {
@@ -528,10 +528,12 @@ ShadowFrame* Tracer::quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int 
       ((now >= capture_next_ || (every_interval_ != 0 && now >= every_next_)) && watched_at(now))) {
     return nullptr;
   }
-  counter_.tick();
-  ++stats_.instructions;
-  ++stats_.loop_quick;
-  if (info.watch_end) end_counter_ = now;
+  return sf;
+}
+
+ShadowFrame* Tracer::quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+  ShadowFrame* sf = quick_ready(ts, f, depth);
+  if (sf != nullptr) quick_tick(*sf);
   return sf;
 }
 
@@ -556,19 +558,9 @@ bool Tracer::watched_at(std::uint64_t now) {
 // inputs.
 bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                           PyObject** sp) {
-  PyObject** const locals = f->localsplus;
-  const int depth = static_cast<int>(sp - locals);
+  const int depth = static_cast<int>(sp - f->localsplus);
   const int oparg = in.oparg;
   switch (in.op) {
-    case LOAD_FAST:
-      if (locals[oparg] == nullptr) return false;
-      break;
-    case STORE_FAST:
-      if (locals[oparg] != nullptr && !drops_quietly(locals[oparg])) return false;
-      break;
-    case POP_TOP:
-      if (!drops_quietly(sp[-1])) return false;
-      break;
     case POP_JUMP_FORWARD_IF_FALSE:
     case POP_JUMP_FORWARD_IF_TRUE:
       if (sp[-1] != Py_True && sp[-1] != Py_False) return false;
@@ -601,14 +593,6 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
   if (sf == nullptr) return false;
   Tag* const s = sf->slots.data();
   switch (in.op) {
-    case LOAD_FAST:
-      s[depth] = s[oparg];
-      break;
-    case STORE_FAST:
-      s[oparg] = s[depth - 1];
-      break;
-    case LOAD_CONST:
-    case LOAD_CLOSURE:  // the cell itself, a value of its own
     case PUSH_NULL:
       s[depth] = counter_.value();
       break;
@@ -772,6 +756,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   PyObject* const consts = co->co_consts;
   const Instr* const program = info->instrs.data();
   PyObject* kwnames = nullptr;   // KW_NAMES, for the CALL after it (borrowed from co_consts)
+  ShadowFrame* ready = nullptr;  // quick_ready: the instruction's case tags it (kQuickInline)
   ShadowFrame* quick = nullptr;  // the shadow of an operator step_computing counted, while it runs
   int quick_depth = 0;
   int quick_index = 0;
@@ -799,6 +784,16 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     f->stacktop = -1;                            \
   } while (0)
 #define TRACED() (ts->c_tracefunc == trampoline && g_generation == generation)
+// An instruction quick_ready let through that is not quick after all: the usual event.
+#define SLOW_EVENT()                               \
+  do {                                             \
+    ready = nullptr;                               \
+    f->prev_instr = first + i;                     \
+    int err_ = 0;                                  \
+    TRACER_CALL(err_ = on_opcode(f));              \
+    f->prev_instr = first + in.at;                 \
+    if (err_ != 0 && PyErr_Occurred()) goto error; \
+  } while (0)
 #define BREAK_CHECK()                                  \
   do {                                                 \
     if (sealtrace_handle_pending(ts) != 0) goto error; \
@@ -835,8 +830,12 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       i = in.next;
       continue;
     }
+    ready = nullptr;
     if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS && TRACED() && opcode_events(f)) {
-      if (in.quick == kQuickMove && step_quietly(ts, f, in, sp)) {
+      if (in.quick == kQuickInline &&
+          (ready = quick_ready(ts, f, static_cast<int>(sp - locals))) != nullptr) {
+        // tagged in its case below (or on_opcode runs there)
+      } else if (in.quick == kQuickMove && step_quietly(ts, f, in, sp)) {
         // tagged
       } else if ((in.quick == kQuickCompute &&
                   (quick = step_computing(ts, f, in, sp)) != nullptr) ||
@@ -855,7 +854,17 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     switch (in.op) {
       case NOP:
         break;
+      // The loop's own tags for the commonest instructions (quick_ready let them through):
+      // the same the two halves give; where one could fail or free a value that is not plain
+      // (a __del__ could run), the usual event instead.
       case POP_TOP:
+        if (ready != nullptr) {
+          if (drops_quietly(TOP())) {
+            quick_tick(*ready);
+          } else {
+            SLOW_EVENT();
+          }
+        }
         Py_DECREF(POP());
         break;
       case PUSH_NULL:
@@ -864,6 +873,15 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       case LOAD_FAST:
       case LOAD_CLOSURE: {
         PyObject* v = locals[oparg];
+        if (ready != nullptr) {
+          if (v != nullptr) {
+            Tag* const s = ready->slots.data();
+            const Tag now = quick_tick(*ready);
+            s[sp - locals] = in.op == LOAD_FAST ? s[oparg] : now;  // a cell is a value of its own
+          } else {
+            SLOW_EVENT();
+          }
+        }
         if (v == nullptr) {
           unbound(co, oparg);
           goto error;
@@ -872,10 +890,21 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         break;
       }
       case LOAD_CONST:
+        if (ready != nullptr)
+          ready->slots[static_cast<std::size_t>(sp - locals)] = quick_tick(*ready);
         PUSH(Py_NewRef(PyTuple_GET_ITEM(consts, oparg)));
         break;
       case STORE_FAST: {
         PyObject* old = locals[oparg];
+        if (ready != nullptr) {
+          if (old == nullptr || drops_quietly(old)) {
+            quick_tick(*ready);
+            Tag* const s = ready->slots.data();
+            s[oparg] = s[sp - locals - 1];
+          } else {
+            SLOW_EVENT();
+          }
+        }
         locals[oparg] = POP();
         Py_XDECREF(old);
         break;
@@ -1688,6 +1717,7 @@ exit:
 #undef STACK_SHRINK
 #undef STACK_GROW
 #undef TRACER_CALL
+#undef SLOW_EVENT
 #undef TRACED
 #undef BREAK_CHECK
 }

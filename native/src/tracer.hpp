@@ -35,7 +35,14 @@ struct _PyInterpreterFrame;
 
 namespace sealtrace {
 
-enum QuickKind : std::uint8_t { kQuickNo, kQuickMove, kQuickCompute, kQuickLoad, kQuickStore };
+enum QuickKind : std::uint8_t {
+  kQuickNo,
+  kQuickInline,
+  kQuickMove,
+  kQuickCompute,
+  kQuickLoad,
+  kQuickStore
+};
 
 struct Instr {
   std::uint8_t op = 0;
@@ -288,7 +295,17 @@ class Tracer {
   static PyFrameObject* frame_object(_PyInterpreterFrame* f);
   bool loopable(CodeInfo& info, PyCodeObject* code);
   // Instructions the loop tags itself while no question watches (eval_loop.cpp).
+  ShadowFrame* quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
   ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
+  // Counts an instruction quick_ready let through (the run's end so far, in the main module's
+  // body). Inline: once an instruction.
+  Tag quick_tick(const ShadowFrame& sf) {
+    const Tag now = counter_.tick();
+    ++stats_.instructions;
+    ++stats_.loop_quick;
+    if (sf.code->watch_end) end_counter_ = now;
+    return now;
+  }
   bool watched_at(std::uint64_t now);
   bool step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in, PyObject** sp);
   ShadowFrame* step_computing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
