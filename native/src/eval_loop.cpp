@@ -28,6 +28,7 @@
 
 #include "eval_pending.h"
 #include "hooks.hpp"
+#include "ops.hpp"
 #include "py_values.hpp"
 #include "tracer.hpp"
 
@@ -67,8 +68,8 @@ bool drops_quietly(PyObject* v) { return Py_REFCNT(v) > 1 || plain_value(v); }
 
 // Whether the loop may tag an instruction itself: one that only moves a value within its frame,
 // pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator that C alone
-// runs on plain values (Tracer::step_computing), or a load or a store of a global or a name
-// (Tracer::step_loading, Tracer::step_storing).
+// runs on plain values (Tracer::step_computing), a load or a store of a global or a name
+// (Tracer::step_loading, Tracer::step_storing), or a step of a range (Tracer::step_iterating).
 std::uint8_t quick_kind(int op) {
   switch (op) {
     case LOAD_FAST:
@@ -107,6 +108,8 @@ std::uint8_t quick_kind(int op) {
     case STORE_NAME:
     case STORE_GLOBAL:
       return kQuickStore;
+    case FOR_ITER:
+      return kQuickIter;
     default:
       return kQuickNo;
   }
@@ -707,6 +710,39 @@ ShadowFrame* Tracer::step_storing(PyThreadState* ts, _PyInterpreterFrame* f, con
   return sf;
 }
 
+// FOR_ITER over a range: its next item is a new int and runs no Python code. Counted before it
+// runs; quick_iterated tags what it left after (complete_for_iter's rule for an iterator with
+// no items of its own).
+ShadowFrame* Tracer::step_iterating(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp) {
+  PyObject* iter = sp[-1];
+  if ((!Py_IS_TYPE(iter, &PyRangeIter_Type) && !Py_IS_TYPE(iter, &PyLongRangeIter_Type)) ||
+      !fills_.empty()) {
+    return nullptr;
+  }
+  return quick_event(ts, f, static_cast<int>(sp - f->localsplus));
+}
+
+// The item a range gave is a value of FOR_ITER's own (unless a slot holds that very object);
+// an exhausted range leaves the stack, and its frame forgets what iterated below. While a
+// slice is recorded the range's tag is the edge's input (a move of it, for an item).
+void Tracer::quick_iterated(ShadowFrame& sf, int before, int after) {
+  const Tag now = counter_.value();
+  Tag* const s = sf.slots.data();
+  Tag iter = s[before - 1];
+  if (after > before) {
+    const Tag held = held_tag(sf.iframe->localsplus[before]);
+    s[before] = held != 0 ? held : now;
+  } else {
+    drop_iters(sf, before - 1);
+  }
+  if (now <= edges_upto_ || edges_open_) {
+    inputs_scratch_.clear();
+    if (iter == 0 && window_) iter = kBeforeWindowTag;  // made before the window opened
+    if (iter != 0 && iter != now) inputs_scratch_.push_back(iter);
+    record_inputs(now, after > before);
+  }
+}
+
 // A quickly counted operator raised: its pending half as begin would have left it (the inputs'
 // tags are still in the shadow; their objects, freed or not, are not kept).
 void Tracer::quick_raised(ShadowFrame& sf, int index, int depth) {
@@ -841,7 +877,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                   (quick = step_computing(ts, f, in, sp)) != nullptr) ||
                  (in.quick == kQuickLoad &&
                   (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
-                 (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr)) {
+                 (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr) ||
+                 (in.quick == kQuickIter && (quick = step_iterating(ts, f, sp)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1626,6 +1663,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         quick_loaded(*quick, quick_depth, static_cast<int>(sp - locals), quick_tag, quick_value);
       } else if (in.quick == kQuickStore) {
         // tagged before it ran
+      } else if (in.quick == kQuickIter) {
+        quick_iterated(*quick, quick_depth, static_cast<int>(sp - locals));
       } else {
         quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
       }

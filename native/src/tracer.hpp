@@ -41,7 +41,8 @@ enum QuickKind : std::uint8_t {
   kQuickMove,
   kQuickCompute,
   kQuickLoad,
-  kQuickStore
+  kQuickStore,
+  kQuickIter
 };
 
 struct Instr {
@@ -316,6 +317,8 @@ class Tracer {
   void quick_loaded(ShadowFrame& sf, int before, int after, Tag tag, std::uintptr_t value);
   ShadowFrame* step_storing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp);
+  ShadowFrame* step_iterating(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp);
+  void quick_iterated(ShadowFrame& sf, int before, int after);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);

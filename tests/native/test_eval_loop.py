@@ -42,6 +42,63 @@ def test_a_case_answers_the_same_in_both_loops(case: OpcodeCase) -> None:
         assert run_case(case, stop).tags == run_case(case, stop, eval_loop=False).tags, expect
 
 
+# Programs made of the instructions the loop tags itself (opcode_cases has every opcode, these
+# have them at scale): loops over ranges (small and long ints), names and globals stored and
+# loaded, operators on numbers and strings, values held in containers and read back.
+QUICK_CASES = [
+    OpcodeCase(
+        "quick_ranges",
+        """
+        total = 0
+        for i in range(40):
+            total += i * 3 % 7
+        def f(n):
+            acc = []
+            for j in range(n):
+                acc.append(j * 2 if j % 3 else -j)
+            s = 0
+            for k in range(2, n, 3):
+                s = s + k
+            return acc, s
+        pair = f(30)
+        big = 0
+        for b in range(2**62, 2**62 + 6):
+            big = b - 2**62 + big
+        kept = [10**20 + 1, 10**20 + 2]
+        for v in range(3):
+            last = kept[v % 2] + v
+        """,
+        frozenset(),
+        (),
+    ),
+    OpcodeCase(
+        "quick_names",
+        """
+        RATE = 0.2
+        label = "order"
+        def price(q, unit):
+            global label
+            base = q * unit
+            label = label + ":" + str(q)
+            return base - base * RATE if base > 10 else base
+        prices = []
+        for q in range(1, 12):
+            p = price(q, 2.5)
+            if p is not None and p != 0:
+                prices.append(p)
+            del p
+        total = sum(prices)
+        flag = not total < 0
+        inverse = -total, ~len(prices), +total
+        text = label * 2 if flag else label
+        """,
+        frozenset(),
+        (),
+    ),
+]
+ALL_CASES = [*CASES, *QUICK_CASES]
+
+
 def _every_tag_at(case: OpcodeCase, counter: int, *, eval_loop: bool) -> tuple[list[Any], int]:
     """Every tag the frames hold at `counter`'s event (their locals, the stopped frame's value
     stack, the module's names), innermost frame first; and how many instructions the loop
@@ -72,7 +129,7 @@ def _every_tag_at(case: OpcodeCase, counter: int, *, eval_loop: bool) -> tuple[l
     return seen, engine.stats()["loop_quick"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 def test_the_instructions_the_loop_tags_itself_leave_the_same_tags(case: OpcodeCase) -> None:
     # A stop at a counter watches that one instant: before and after it the loop tags moves,
     # constants and plain operators itself (step_quietly, step_computing), so what every frame
@@ -104,7 +161,7 @@ def _every(case: OpcodeCase, interval: int, *, eval_loop: bool) -> list[Any]:
     return seen
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 def test_captures_and_checkpoints_between_quick_instructions_come_at_the_same_instants(
     case: OpcodeCase,
 ) -> None:
@@ -180,7 +237,7 @@ def _slices_at_end(case: OpcodeCase, *, eval_loop: bool, batch: int) -> dict[int
     return {root: engine.backward_slice(root, 64, 100_000) for root in roots}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 @pytest.mark.parametrize("batch", [0, 8])
 def test_the_instructions_the_loop_tags_itself_record_the_same_edges(
     case: OpcodeCase, batch: int
