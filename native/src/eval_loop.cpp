@@ -69,7 +69,8 @@ bool drops_quietly(PyObject* v) { return Py_REFCNT(v) > 1 || plain_value(v); }
 // Whether the loop may tag an instruction itself: one that only moves a value within its frame,
 // pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator that C alone
 // runs on plain values (Tracer::step_computing), a load or a store of a global or a name
-// (Tracer::step_loading, Tracer::step_storing), or a step of a range (Tracer::step_iterating).
+// (Tracer::step_loading, Tracer::step_storing), a step of a range (Tracer::step_iterating), or
+// an item of a list, a tuple or a dict (Tracer::step_subscripting).
 std::uint8_t quick_kind(int op) {
   switch (op) {
     case LOAD_FAST:
@@ -110,6 +111,8 @@ std::uint8_t quick_kind(int op) {
       return kQuickStore;
     case FOR_ITER:
       return kQuickIter;
+    case BINARY_SUBSCR:
+      return kQuickSubscr;
     default:
       return kQuickNo;
   }
@@ -743,6 +746,40 @@ void Tracer::quick_iterated(ShadowFrame& sf, int before, int after) {
   }
 }
 
+// BINARY_SUBSCR of a list or a tuple by an int, or of a dict by a string or an int (C alone
+// runs it), while no slice is recorded (its inputs would be read as begin reads them): counted
+// before it runs, with the slot it reads remembered (begin_subscr_load), and tagged after it by
+// quick_subscripted.
+ShadowFrame* Tracer::step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp,
+                                       Tag& tag, std::uintptr_t& value) {
+  PyObject* container = sp[-2];
+  PyObject* sub = sp[-1];
+  const bool plain =
+      ((PyList_CheckExact(container) || PyTuple_CheckExact(container)) && PyLong_CheckExact(sub)) ||
+      (PyDict_CheckExact(container) && (PyUnicode_CheckExact(sub) || PyLong_CheckExact(sub)));
+  if (!plain || counter_.value() + 1 <= edges_upto_ || edges_open_) return nullptr;
+  ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
+  if (sf == nullptr) return nullptr;
+  tag = 0;
+  value = 0;
+  std::uint64_t key = 0;
+  PyObject* current = nullptr;
+  if (subscript_key(container, sub, key, &current)) {
+    tag = slots_.get(addr(container), key, addr(current));
+    value = addr(current);
+  }
+  return sf;
+}
+
+// The item read keeps its slot's tag where the slot tagged it; another is the read's own
+// value, unless a slot holds that very object (complete_slot_load's rule).
+void Tracer::quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value) {
+  PyObject* v = sf.iframe->localsplus[after - 1];
+  Tag t = tag != 0 && addr(v) == value ? tag : 0;
+  if (t == 0) t = held_tag(v);
+  sf.slots[static_cast<std::size_t>(after) - 1] = t != 0 ? t : counter_.value();
+}
+
 // A quickly counted operator raised: its pending half as begin would have left it (the inputs'
 // tags are still in the shadow; their objects, freed or not, are not kept).
 void Tracer::quick_raised(ShadowFrame& sf, int index, int depth) {
@@ -878,7 +915,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                  (in.quick == kQuickLoad &&
                   (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
                  (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr) ||
-                 (in.quick == kQuickIter && (quick = step_iterating(ts, f, sp)) != nullptr)) {
+                 (in.quick == kQuickIter && (quick = step_iterating(ts, f, sp)) != nullptr) ||
+                 (in.quick == kQuickSubscr &&
+                  (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1665,6 +1704,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         // tagged before it ran
       } else if (in.quick == kQuickIter) {
         quick_iterated(*quick, quick_depth, static_cast<int>(sp - locals));
+      } else if (in.quick == kQuickSubscr) {
+        quick_subscripted(*quick, static_cast<int>(sp - locals), quick_tag, quick_value);
       } else {
         quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
       }

@@ -42,7 +42,8 @@ enum QuickKind : std::uint8_t {
   kQuickCompute,
   kQuickLoad,
   kQuickStore,
-  kQuickIter
+  kQuickIter,
+  kQuickSubscr
 };
 
 struct Instr {
@@ -319,6 +320,9 @@ class Tracer {
                             PyObject** sp);
   ShadowFrame* step_iterating(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp);
   void quick_iterated(ShadowFrame& sf, int before, int after);
+  ShadowFrame* step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp, Tag& tag,
+                                 std::uintptr_t& value);
+  void quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);

@@ -95,6 +95,29 @@ QUICK_CASES = [
         frozenset(),
         (),
     ),
+    OpcodeCase(
+        "quick_items",
+        """
+        table = {"a": 5, "b": "x", 3: 7}
+        row = [1, 2, 3]
+        pick = table["a"] + row[1]
+        word = table["b"]
+        def get(t, k):
+            got = t[k]
+            return got
+        g = get(table, 3)
+        h = get(row, -1)
+        pair = (word, g)
+        first = pair[0]
+        missing = None
+        try:
+            missing = table["nope"]
+        except KeyError:
+            missing = row[0]
+        """,
+        frozenset(),
+        (),
+    ),
 ]
 ALL_CASES = [*CASES, *QUICK_CASES]
 
