@@ -456,8 +456,10 @@ bool opcode_events(_PyInterpreterFrame* f) {
 // could run this thread's C stack out. Below a margin (an eighth of the stack, at most
 // 256 KiB) a call raises RecursionError instead, which replay reports as a divergence.
 bool c_stack_low() {
-  thread_local std::uintptr_t floor = 0;
-  thread_local bool known = false;
+  // Initial-exec: read at every call, where a dlopen()ed library's default TLS model costs a
+  // __tls_get_addr call (16 bytes of the static TLS surplus glibc keeps for such libraries).
+  [[gnu::tls_model("initial-exec")]] static thread_local std::uintptr_t floor = 0;
+  [[gnu::tls_model("initial-exec")]] static thread_local bool known = false;
   if (!known) {
     known = true;
     pthread_attr_t attr;
