@@ -83,6 +83,7 @@ std::uint8_t quick_kind(int op) {
     case PUSH_NULL:
     case COPY:
     case SWAP:
+    case PRECALL:
     case JUMP_FORWARD:
     case JUMP_BACKWARD:
     case JUMP_BACKWARD_NO_INTERRUPT:
@@ -556,14 +557,14 @@ bool Tracer::watched_at(std::uint64_t now) {
   return capture_next_ == now || (every_interval_ != 0 && every_next_ == now);
 }
 
-// An instruction that only moves a value within its frame, pushes a constant or a NULL, pops
-// or jumps: tagged at once, as the two halves would tag it. Refused (on_opcode runs) wherever
-// it could fail or run Python code: an unbound local, a value its pop or store would free that
-// is not plain (a __del__ could run), a jump on a value that is not True or False, a backward jump
-// while the eval breaker is set (a signal handler called there is bound to the jump's pending half;
-// one that arrives between this check and the jump is told nothing of it). No slice misses it: a
-// slice follows values' tags, and none is its own but a constant's or a NULL's, which have no
-// inputs.
+// An instruction that only moves a value within its frame (PRECALL unpacking a bound method
+// among them), pushes a constant or a NULL, pops or jumps: tagged at once, as the two halves would
+// tag it. Refused (on_opcode runs) wherever it could fail or run Python code: an unbound local, a
+// value its pop or store would free that is not plain (a __del__ could run), a jump on a value that
+// is not True or False, a backward jump while the eval breaker is set (a signal handler called
+// there is bound to the jump's pending half; one that arrives between this check and the jump is
+// told nothing of it). No slice misses it: a slice follows values' tags, and none is its own but a
+// constant's or a NULL's, which have no inputs.
 bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                           PyObject** sp) {
   const int depth = static_cast<int>(sp - f->localsplus);
@@ -594,6 +595,9 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
     case SWAP:
       if (depth - oparg < f->f_code->co_nlocalsplus) return false;
       break;
+    case PRECALL:
+      if (depth - oparg - 2 < f->f_code->co_nlocalsplus) return false;
+      break;
     default:
       break;
   }
@@ -604,6 +608,12 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
     case PUSH_NULL:
       s[depth] = counter_.value();
       break;
+    case PRECALL: {  // a bound method unpacked into [function, self]: both keep its tag
+      PyObject** const slots = f->localsplus + depth - oparg - 2;
+      if (slots[0] == nullptr && PyMethod_Check(slots[1]))
+        s[depth - oparg - 2] = s[depth - oparg - 1];
+      break;
+    }
     case COPY:
       s[depth] = s[depth - oparg];
       break;
