@@ -217,49 +217,78 @@ void Tracer::compact_edges(Tag current, bool only_current) {
                    [](const Edges& a, const Edges& b) { return a.counter < b.counter; });
   QuietVector<std::uint8_t> keep_recent(edges_.size(), 0);
   QuietVector<std::uint8_t> keep_packed(packed_count_, 0);
-  // Work: a recent edge's index * 2, or a packed edge's ordinal * 2 + 1.
-  QuietVector<std::uint64_t> todo;
-  QuietVector<Tag> scratch;
+  // Inputs still to follow. Inputs are mostly older than the instruction, but not all (what a
+  // generator yielded to sum() while it ran): a work list, not one pass by age. It is drained
+  // after each live tag, so it holds one value's ancestry's frontier at a time.
+  QuietVector<Tag> todo;
   QuietVector<Tag> recent;  // a recent edge's inputs, decoded
-  auto mark = [&](Tag t) {
-    auto it = std::lower_bound(edges_.begin(), edges_.end(), t,
-                               [](const Edges& e, Tag c) { return e.counter < c; });
-    for (; it != edges_.end() && it->counter == t; ++it) {
-      const auto i = static_cast<std::size_t>(it - edges_.begin());
-      if (keep_recent[i] != 0) continue;
-      keep_recent[i] = 1;
-      todo.push_back(static_cast<std::uint64_t>(i) << 1);
-    }
-    bool move = false;
-    std::size_t ordinal = 0;
-    if (packed_count_ != 0 && find_edge(t, scratch, move, ordinal) && keep_packed[ordinal] == 0) {
-      keep_packed[ordinal] = 1;
-      todo.push_back((static_cast<std::uint64_t>(ordinal) << 1) | 1U);
-    }
+  // Packed blocks decoded once for many lookups (a walk back through an ancestry reads the
+  // edges of one block after another): a few, each where its index falls.
+  struct Decoded {
+    std::size_t block = static_cast<std::size_t>(-1);
+    QuietVector<Tag> counters;
+    QuietVector<std::uint8_t> moves;
+    QuietVector<std::uint32_t> starts;  // where each edge's inputs begin in `inputs`, and end
+    QuietVector<Tag> inputs;
   };
-  // Inputs are mostly older than the instruction, but not all (what a generator yielded to
-  // sum() while it ran): a work list, not one pass by age. It is drained after each live tag,
-  // so it holds one value's ancestry at a time, never every live tag.
+  constexpr std::size_t kDecoded = 16;
+  QuietVector<Decoded> decoded(kDecoded);
+  QuietVector<Tag> in_block;
+  auto decode = [&](std::size_t block) -> const Decoded& {
+    Decoded& d = decoded[block % kDecoded];
+    if (d.block == block) return d;
+    d.block = block;
+    d.counters.clear();
+    d.moves.clear();
+    d.starts.assign(1, 0);
+    d.inputs.clear();
+    packed_decode(block, in_block, [&](std::size_t, Tag c, bool m, const QuietVector<Tag>& in) {
+      d.counters.push_back(c);
+      d.moves.push_back(m ? 1 : 0);
+      d.inputs.insert(d.inputs.end(), in.begin(), in.end());
+      d.starts.push_back(static_cast<std::uint32_t>(d.inputs.size()));
+      return true;
+    });
+    return d;
+  };
+  std::size_t last_block = static_cast<std::size_t>(-1);
+  auto mark = [&](Tag t) {
+    if (!edges_.empty() && t >= edges_.front().counter) {  // most inputs are older than these
+      auto it = std::lower_bound(edges_.begin(), edges_.end(), t,
+                                 [](const Edges& e, Tag c) { return e.counter < c; });
+      for (; it != edges_.end() && it->counter == t; ++it) {
+        const auto i = static_cast<std::size_t>(it - edges_.begin());
+        if (keep_recent[i] != 0) continue;
+        keep_recent[i] = 1;
+        recent_inputs(*it, recent);
+        todo.insert(todo.end(), recent.begin(), recent.end());
+      }
+    }
+    if (packed_count_ == 0) return;
+    // packed_block(t), without its search where t falls in the block last looked in.
+    std::size_t block = last_block;
+    if (block == static_cast<std::size_t>(-1) || t < packed_blocks_[block].counter ||
+        (block + 1 < packed_blocks_.size() && t >= packed_blocks_[block + 1].counter)) {
+      block = packed_block(t);
+    }
+    if (block == static_cast<std::size_t>(-1)) return;
+    last_block = block;
+    const Decoded& d = decode(block);
+    // The block's first edge of this counter (find_edge's: of two records the first).
+    auto at = std::lower_bound(d.counters.begin(), d.counters.end(), t);
+    if (at == d.counters.end() || *at != t) return;
+    const auto k = static_cast<std::size_t>(at - d.counters.begin());
+    const std::size_t ordinal = block * kBlock + k;
+    if (keep_packed[ordinal] != 0) return;
+    keep_packed[ordinal] = 1;
+    todo.insert(todo.end(), d.inputs.begin() + d.starts[k], d.inputs.begin() + d.starts[k + 1]);
+  };
   QuietVector<Tag> inputs;
   auto drain = [&]() {
     while (!todo.empty()) {
-      const std::uint64_t w = todo.back();
+      const Tag t = todo.back();
       todo.pop_back();
-      if ((w & 1U) == 0) {
-        const Edges e = edges_[w >> 1];
-        recent_inputs(e, recent);
-        for (Tag t : recent) mark(t);
-        continue;
-      }
-      const std::size_t ordinal = w >> 1;
-      packed_decode(ordinal / kBlock, inputs,
-                    [&](std::size_t i, Tag, bool, const QuietVector<Tag>& in) {
-                      if (i < ordinal) return true;
-                      scratch.assign(in.begin(), in.end());
-                      return false;
-                    });
-      const QuietVector<Tag> found(scratch);
-      for (Tag t : found) mark(t);
+      mark(t);
     }
   };
   std::size_t live = 0;
