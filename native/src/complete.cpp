@@ -216,7 +216,7 @@ void Tracer::complete(ShadowFrame& sf, int depth) {
   if (p.tainted_inputs || p.taint_source) tainted_.insert(now);
   if (keeps_inputs(now)) {
     const bool move = pushed >= 0 && is_move(sf, base, depth);
-    if (now <= edges_upto_ || edges_open_) record(p, move);
+    if (recording_edges(now)) record(p, move);
     if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
       capture_post(sf, depth, std::max(base, sf.code->nlocalsplus), move);
     }

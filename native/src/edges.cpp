@@ -227,7 +227,6 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   struct Decoded {
     std::size_t block = static_cast<std::size_t>(-1);
     QuietVector<Tag> counters;
-    QuietVector<std::uint8_t> moves;
     QuietVector<std::uint32_t> starts;  // where each edge's inputs begin in `inputs`, and end
     QuietVector<Tag> inputs;
   };
@@ -239,12 +238,10 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     if (d.block == block) return d;
     d.block = block;
     d.counters.clear();
-    d.moves.clear();
     d.starts.assign(1, 0);
     d.inputs.clear();
-    packed_decode(block, in_block, [&](std::size_t, Tag c, bool m, const QuietVector<Tag>& in) {
+    packed_decode(block, in_block, [&](std::size_t, Tag c, bool, const QuietVector<Tag>& in) {
       d.counters.push_back(c);
-      d.moves.push_back(m ? 1 : 0);
       d.inputs.insert(d.inputs.end(), in.begin(), in.end());
       d.starts.push_back(static_cast<std::uint32_t>(d.inputs.size()));
       return true;

@@ -645,17 +645,11 @@ ShadowFrame* Tracer::step_computing(PyThreadState* ts, _PyInterpreterFrame* f, c
 void Tracer::quick_made(ShadowFrame& sf, const Instr& in, int before, int after) {
   const Tag now = counter_.value();
   Tag* const s = sf.slots.data();
-  const bool recording = now <= edges_upto_ || edges_open_;
+  const bool recording = recording_edges(now);
   if (recording) {
     inputs_scratch_.clear();
-    for (int k = before - (in.pops + in.peeks); k < before; ++k) {
-      Tag t = s[k];
-      if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
-      if (t != 0 && t != now &&
-          std::find(inputs_scratch_.begin(), inputs_scratch_.end(), t) == inputs_scratch_.end()) {
-        inputs_scratch_.push_back(t);
-      }
-    }
+    for (int k = before - (in.pops + in.peeks); k < before; ++k)
+      add_input(inputs_scratch_, now, s[k]);
   }
   s[after - 1] = now;
   if (recording) record_inputs(now, false);
@@ -673,10 +667,7 @@ ShadowFrame* Tracer::step_loading(PyThreadState* ts, _PyInterpreterFrame* f, con
   }
   ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
   if (sf == nullptr) return nullptr;
-  const int name_index = in.op == LOAD_GLOBAL ? (in.oparg >> 1) : in.oparg;
-  const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, name_index));
-  const Slot* slot = in.op == LOAD_NAME ? slots_.slot(addr(f->f_locals), key) : nullptr;
-  if (slot == nullptr) slot = slots_.slot(addr(f->f_globals), key);
+  const Slot* slot = name_slot(f, in);
   tag = slot != nullptr ? slot->tag : 0;
   value = slot != nullptr ? slot->value : 0;
   return sf;
@@ -714,12 +705,11 @@ ShadowFrame* Tracer::step_storing(PyThreadState* ts, _PyInterpreterFrame* f, con
   ShadowFrame* sf = quick_event(ts, f, depth);
   if (sf == nullptr) return nullptr;
   const Tag now = counter_.value();
-  Tag stored = sf->slots[static_cast<std::size_t>(depth) - 1];
-  if (trackable(ns)) set_slot(addr(ns), name_key(name), stored, addr(sp[-1]), now);
-  if (now <= edges_upto_ || edges_open_) {
+  const Tag stored = sf->slots[static_cast<std::size_t>(depth) - 1];
+  set_name_slot(f, in, stored, sp[-1], now);
+  if (recording_edges(now)) {
     inputs_scratch_.clear();
-    if (stored == 0 && window_) stored = kBeforeWindowTag;  // made before the window opened
-    if (stored != 0 && stored != now) inputs_scratch_.push_back(stored);
+    add_input(inputs_scratch_, now, stored);
     record_inputs(now, false);
   }
   return sf;
@@ -743,17 +733,16 @@ ShadowFrame* Tracer::step_iterating(PyThreadState* ts, _PyInterpreterFrame* f, P
 void Tracer::quick_iterated(ShadowFrame& sf, int before, int after) {
   const Tag now = counter_.value();
   Tag* const s = sf.slots.data();
-  Tag iter = s[before - 1];
+  const Tag iter = s[before - 1];
   if (after > before) {
     const Tag held = held_tag(sf.iframe->localsplus[before]);
     s[before] = held != 0 ? held : now;
   } else {
     drop_iters(sf, before - 1);
   }
-  if (now <= edges_upto_ || edges_open_) {
+  if (recording_edges(now)) {
     inputs_scratch_.clear();
-    if (iter == 0 && window_) iter = kBeforeWindowTag;  // made before the window opened
-    if (iter != 0 && iter != now) inputs_scratch_.push_back(iter);
+    add_input(inputs_scratch_, now, iter);
     record_inputs(now, after > before);
   }
 }
@@ -769,7 +758,7 @@ ShadowFrame* Tracer::step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f
   const bool plain =
       ((PyList_CheckExact(container) || PyTuple_CheckExact(container)) && PyLong_CheckExact(sub)) ||
       (PyDict_CheckExact(container) && (PyUnicode_CheckExact(sub) || PyLong_CheckExact(sub)));
-  if (!plain || counter_.value() + 1 <= edges_upto_ || edges_open_) return nullptr;
+  if (!plain || recording_edges(counter_.value() + 1)) return nullptr;
   ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
   if (sf == nullptr) return nullptr;
   tag = 0;
@@ -842,10 +831,10 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   const Instr* const program = info->instrs.data();
   PyObject* kwnames = nullptr;   // KW_NAMES, for the CALL after it (borrowed from co_consts)
   ShadowFrame* ready = nullptr;  // quick_ready: the instruction's case tags it (kQuickInline)
-  ShadowFrame* quick = nullptr;  // the shadow of an operator step_computing counted, while it runs
+  ShadowFrame* quick = nullptr;  // the shadow of an instruction a step_* counted, while it runs
   int quick_depth = 0;
   int quick_index = 0;
-  Tag quick_tag = 0;  // step_loading: the slot a quick load read (its tag and value)
+  Tag quick_tag = 0;  // step_loading, step_subscripting: the slot read (its tag and value)
   std::uintptr_t quick_value = 0;
   PyObject* retval = nullptr;
   int i = 0;  // the next instruction's code unit
@@ -1709,17 +1698,23 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         PyErr_Format(PyExc_SystemError, "sealtrace's evaluation loop met opcode %d", in.op);
         goto error;
     }
-    if (quick != nullptr) {  // step_computing counted it: its result is the value it made
-      if (in.quick == kQuickLoad) {
-        quick_loaded(*quick, quick_depth, static_cast<int>(sp - locals), quick_tag, quick_value);
-      } else if (in.quick == kQuickStore) {
-        // tagged before it ran
-      } else if (in.quick == kQuickIter) {
-        quick_iterated(*quick, quick_depth, static_cast<int>(sp - locals));
-      } else if (in.quick == kQuickSubscr) {
-        quick_subscripted(*quick, static_cast<int>(sp - locals), quick_tag, quick_value);
-      } else {
-        quick_made(*quick, in, quick_depth, static_cast<int>(sp - locals));
+    if (quick != nullptr) {  // a step_* counted it: what it left is tagged now
+      const int after = static_cast<int>(sp - locals);
+      switch (in.quick) {
+        case kQuickLoad:
+          quick_loaded(*quick, quick_depth, after, quick_tag, quick_value);
+          break;
+        case kQuickIter:
+          quick_iterated(*quick, quick_depth, after);
+          break;
+        case kQuickSubscr:
+          quick_subscripted(*quick, after, quick_tag, quick_value);
+          break;
+        case kQuickCompute:
+          quick_made(*quick, in, quick_depth, after);
+          break;
+        default:  // kQuickStore: tagged before it ran
+          break;
       }
       quick = nullptr;
     }

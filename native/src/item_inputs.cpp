@@ -287,18 +287,20 @@ void Tracer::prepare_query_inputs(Pending& p) {
 // The inputs an instruction records and a capture reports: its operands (a call's callable
 // aside, operands replaced by their items aside), the values Python code handed back to C
 // while it ran, and the items C read.
+void Tracer::add_input(QuietVector<Tag>& out, Tag counter, Tag t) const {
+  if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
+  if (t != 0 && t != counter && std::find(out.begin(), out.end(), t) == out.end()) {
+    out.push_back(t);
+  }
+}
+
 void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
   out.clear();
   std::size_t first = 0;
   if (p.rule == Rule::kCall || p.rule == Rule::kCallFunctionEx) {
     first = (!p.in_objs.empty() && p.in_objs[0] != nullptr) ? 1 : 2;
   }
-  auto push = [&](Tag t) {
-    if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
-    if (t != 0 && t != p.counter && std::find(out.begin(), out.end(), t) == out.end()) {
-      out.push_back(t);
-    }
-  };
+  auto push = [&](Tag t) { add_input(out, p.counter, t); };
   const bool read = p.query_counter == p.counter;  // items and moves were read for it
   // A result that is one item of an argument (moves.cpp) was read from it alone.
   // Its data is that item's alone: the container it sat in and the key or index that chose

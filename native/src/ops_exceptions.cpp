@@ -80,7 +80,7 @@ void Tracer::land_exception(ShadowFrame& sf, int depth) {
   for (int i = std::max(keep, sf.code->nlocalsplus); i < top; ++i) s[i] = 0;
   if (top >= sf.code->nlocalsplus) s[top] = exc_tag_;
   drop_iters(sf, top);
-  if (p.counter <= edges_upto_ || edges_open_) record(p, false);
+  if (recording_edges(p.counter)) record(p, false);
   if (p.counter >= capture_min_ && p.counter <= capture_max_ && capture_.count(p.counter) != 0) {
     capture_post(sf, depth, depth, false);
   }

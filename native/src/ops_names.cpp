@@ -20,20 +20,32 @@ namespace sealtrace {
 void Tracer::begin_name_store(ShadowFrame& sf, const Instr& in, int depth) {
   _PyInterpreterFrame* f = sf.iframe;
   const Tag now = sf.p.counter;
-  const bool local = in.rule == Rule::kStoreName || in.rule == Rule::kDeleteName;
-  PyObject* ns = local ? f->f_locals : f->f_globals;
+  if (in.rule == Rule::kStoreName || in.rule == Rule::kStoreGlobal) {
+    set_name_slot(f, in, stack_top_tag(sf, depth, 0), stack_top(sf, depth, 0), now);
+    return;
+  }
+  PyObject* ns = in.rule == Rule::kDeleteName ? f->f_locals : f->f_globals;
+  if (ns == nullptr || !trackable(ns)) return;
+  slots_.erase(addr(ns), name_key(PyTuple_GET_ITEM(f->f_code->co_names, in.oparg)), now);
+}
+
+// STORE_NAME, STORE_GLOBAL (begin_name_store; the loop's own, eval_loop.cpp): the namespace's
+// slot of the name tags the value stored.
+void Tracer::set_name_slot(_PyInterpreterFrame* f, const Instr& in, Tag tag, PyObject* value,
+                           Tag now) {
+  PyObject* ns = in.rule == Rule::kStoreName ? f->f_locals : f->f_globals;
   if (ns == nullptr || !trackable(ns)) return;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, in.oparg));
-  if (in.rule == Rule::kStoreName || in.rule == Rule::kStoreGlobal) {
-    set_slot(addr(ns), key, stack_top_tag(sf, depth, 0), addr(stack_top(sf, depth, 0)), now);
-  } else {
-    slots_.erase(addr(ns), key, now);
-  }
+  set_slot(addr(ns), key, tag, addr(value), now);
 }
 
 // LOAD_GLOBAL, LOAD_NAME: the locals' slot (LOAD_NAME), else the globals'.
 void Tracer::begin_name_load(ShadowFrame& sf, const Instr& in) {
-  _PyInterpreterFrame* f = sf.iframe;
+  remember(sf.p, name_slot(sf.iframe, in));
+}
+
+// The slot a LOAD_GLOBAL or LOAD_NAME reads (begin_name_load; the loop's own, eval_loop.cpp).
+const Slot* Tracer::name_slot(_PyInterpreterFrame* f, const Instr& in) const {
   const int name_index = in.op == kLoadGlobalOp ? (in.oparg >> 1) : in.oparg;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, name_index));
   const Slot* slot = nullptr;
@@ -41,7 +53,7 @@ void Tracer::begin_name_load(ShadowFrame& sf, const Instr& in) {
     slot = slots_.slot(addr(f->f_locals), key);
   }
   if (slot == nullptr) slot = slots_.slot(addr(f->f_globals), key);
-  remember(sf.p, slot);
+  return slot;
 }
 
 // LOAD_CLASSDEREF: the class body's locals, else the cell.

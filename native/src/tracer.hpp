@@ -172,7 +172,7 @@ struct Stats {
   std::uint64_t callback_errors = 0;
   std::uint64_t loop_frames = 0;    // frames the evaluation loop started (eval_loop.cpp)
   std::uint64_t loop_handoffs = 0;  // ... and left to CPython's loop partway
-  std::uint64_t loop_quick = 0;     // instructions the loop tagged itself (quick_event)
+  std::uint64_t loop_quick = 0;     // instructions the loop tagged itself (quick_tick)
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
@@ -346,7 +346,9 @@ class Tracer {
   void complete_computed(ShadowFrame& sf, int base, int depth);
   // Names, globals, cells and `import *` (ops_names.cpp).
   void begin_name_store(ShadowFrame& sf, const Instr& in, int depth);
+  void set_name_slot(_PyInterpreterFrame* f, const Instr& in, Tag tag, PyObject* value, Tag now);
   void begin_name_load(ShadowFrame& sf, const Instr& in);
+  const Slot* name_slot(_PyInterpreterFrame* f, const Instr& in) const;
   void begin_class_deref(ShadowFrame& sf, const Instr& in);
   void begin_deref_load(ShadowFrame& sf, const Instr& in);
   void begin_deref_store(ShadowFrame& sf, const Instr& in, int depth);
@@ -416,8 +418,11 @@ class Tracer {
   };
   // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
   // capture of it): only then are containers' items and moves read. Inline: the hot path.
+  [[nodiscard]] bool recording_edges(Tag now) const noexcept {
+    return now <= edges_upto_ || edges_open_;
+  }
   [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
-    return now <= edges_upto_ || edges_open_ ||
+    return recording_edges(now) ||
            (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
   }
   [[nodiscard]] bool is_container(PyObject* v) const noexcept;
@@ -430,6 +435,8 @@ class Tracer {
   enum FormatRead { kNotRead, kSome, kAll };
   FormatRead format_item_tags(const Pending& p, ItemWalk& w) const;
   void edge_inputs(const Pending& p, QuietVector<Tag>& out) const;
+  // One input of the instruction at `counter` into `out`, as its edge names it.
+  void add_input(QuietVector<Tag>& out, Tag counter, Tag t) const;
   // Moves: produced values that compute nothing and cost no depth (moves.cpp).
   void gather_move_candidates(Pending& p);
   // min() and max(): every item (or argument) compared decided which one is the result, so it
