@@ -164,12 +164,7 @@ class Inquiry:
     def run(self, query: dict[str, Any], start: int = 0) -> dict[str, Any]:
         """One pass; `start` is the earliest counter the pass needs to run from."""
         self.passes += 1
-        if self.digest_key is not None:
-            query = {**query, "digest_key": self.digest_key.hex()}
-        if self.window is not None:
-            query = {**query, "window": self.window}
-        if self.trace_callback:
-            query = {**query, "trace_callback": True}
+        query = {**query, **self._settings()}
         server = self._checkpointed() if self.policy is not None else None
         # A slice going on from a checkpoint's edges: only the serve pass's checkpoints
         # hold them (not the ones questions kept).
@@ -189,6 +184,17 @@ class Inquiry:
         result: dict[str, Any] = receipt.data["result"]
         return result
 
+    def _settings(self) -> dict[str, Any]:
+        """What every pass of this inquiry is told besides its question."""
+        settings: dict[str, Any] = {}
+        if self.digest_key is not None:
+            settings["digest_key"] = self.digest_key.hex()
+        if self.window is not None:
+            settings["window"] = self.window
+        if self.trace_callback:
+            settings["trace_callback"] = True
+        return settings
+
     def _checkpointed(self) -> CheckpointedReplay:
         if self._replay is None:
             assert self.policy is not None
@@ -203,13 +209,8 @@ class Inquiry:
                 # Edges of the live values' ancestry, in every checkpoint: a question's slice
                 # goes on from the nearest one (locate), not from the start.
                 "edges": self.policy.edges,
+                **self._settings(),
             }
-            if self.window is not None:
-                query["window"] = self.window
-            if self.digest_key is not None:
-                query["digest_key"] = self.digest_key.hex()
-            if self.trace_callback:
-                query["trace_callback"] = True
             try:
                 receipt = replay(
                     self.data, self.meta, timeout=self.timeout, query=query, pass_fds=(fd,)
