@@ -42,6 +42,17 @@ int inline_caches(std::uint8_t op) {
 // -- code objects ---------------------------------------------------------------------------
 
 CodeInfo* Tracer::code_info(PyCodeObject* code) {
+  // Read as _PyCode_GetExtra reads it (once a call: the exported function's checks cost more
+  // than the read). CPython 3.11 keeps its layout in Objects/codeobject.c, not a header.
+  struct CodeExtras {
+    Py_ssize_t ce_size;
+    void* ce_extras[1];
+  };
+  const auto* extras = static_cast<const CodeExtras*>(code->co_extra);
+  if (extras != nullptr && g_extra_index < extras->ce_size) {
+    auto* info = static_cast<CodeInfo*>(extras->ce_extras[g_extra_index]);
+    if (info != nullptr && info->generation == generation_) return info;
+  }
   void* extra = nullptr;
   if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
     PyErr_Clear();

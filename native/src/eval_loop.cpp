@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "eval_pending.h"
+#include "fields.h"
 #include "hooks.hpp"
 #include "ops.hpp"
 #include "py_values.hpp"
@@ -114,6 +115,10 @@ std::uint8_t quick_kind(int op) {
       return kQuickIter;
     case BINARY_SUBSCR:
       return kQuickSubscr;
+    case LOAD_ATTR:
+    case LOAD_METHOD:
+    case STORE_ATTR:
+      return kQuickAttr;
     default:
       return kQuickNo;
   }
@@ -518,6 +523,10 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
 // returned, or nullptr where on_opcode must run as usual. quick_tick then counts the
 // instruction, or on_opcode runs after all (the instruction turned out not to be quick).
 inline ShadowFrame* Tracer::quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+  if (run_live_ && counter_.value() + 1 < run_.until) {
+    run_.frame = f;
+    return run_.shadow;
+  }
   if (ts != thread_ || stack_.empty() || stack_.back()->iframe != f) return nullptr;
   ShadowFrame* sf = stack_.back();
   if (sf->p.active) {
@@ -537,6 +546,13 @@ inline ShadowFrame* Tracer::quick_ready(PyThreadState* ts, _PyInterpreterFrame* 
       ((now >= capture_next_ || (every_interval_ != 0 && now >= every_next_)) && watched_at(now))) {
     return nullptr;
   }
+  // Until the next instant a stop, a slice root, a capture or a checkpoint is at, a quick
+  // instruction right after this one is let through on its counter alone.
+  Tag until = capture_next_;
+  if (every_interval_ != 0) until = std::min(until, every_next_);
+  if (stop_counter_ > now) until = std::min(until, stop_counter_);
+  if (edges_upto_ > now) until = std::min(until, edges_upto_);
+  run_ = QuickRun{f, sf, until};
   return sf;
 }
 
@@ -758,7 +774,8 @@ ShadowFrame* Tracer::step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f
   const bool plain =
       ((PyList_CheckExact(container) || PyTuple_CheckExact(container)) && PyLong_CheckExact(sub)) ||
       (PyDict_CheckExact(container) && (PyUnicode_CheckExact(sub) || PyLong_CheckExact(sub)));
-  if (!plain || recording_edges(counter_.value() + 1)) return nullptr;
+  // The pop of a container nothing else holds would free it (a __del__ of an item could run).
+  if (!plain || Py_REFCNT(container) < 2 || recording_edges(counter_.value() + 1)) return nullptr;
   ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
   if (sf == nullptr) return nullptr;
   tag = 0;
@@ -779,6 +796,96 @@ void Tracer::quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr
   Tag t = tag != 0 && addr(v) == value ? tag : 0;
   if (t == 0) t = held_tag(v);
   sf.slots[static_cast<std::size_t>(after) - 1] = t != 0 ? t : counter_.value();
+}
+
+// LOAD_ATTR, LOAD_METHOD and STORE_ATTR of an instance attribute where C alone runs them: the
+// type's generic getattr/setattr, no class attribute of that name (no descriptor, no property)
+// but, for LOAD_METHOD, a method descriptor (a function, `list.append`); the instance's own
+// attribute there to read (or, for a store, its old value dropped quietly); the owner held
+// elsewhere too (its pop frees nothing); no slice being recorded and no buffer fills. A load
+// is counted before it runs with the slot it reads remembered as begin_attr_load remembers it
+// (the instance's, its __dict__'s, a class's), and tagged after it by quick_attribute; a store
+// sets the slot as begin_attr_store sets it.
+ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                    PyObject** sp, Tag& tag, std::uintptr_t& value) {
+  PyObject* owner = sp[-1];
+  PyTypeObject* tp = Py_TYPE(owner);
+  if (Py_REFCNT(owner) < 2 || !fills_.empty() || recording_edges(counter_.value() + 1)) {
+    return nullptr;
+  }
+  PyObject* name = PyTuple_GET_ITEM(f->f_code->co_names, in.oparg);
+  int known = 0;
+  PyObject* own = nullptr;
+  if (in.op == STORE_ATTR) {
+    if (tp->tp_setattro != PyObject_GenericSetAttr || PyModule_Check(owner) ||
+        tp->tp_dictoffset == 0 || _PyType_Lookup(tp, name) != nullptr || !trackable(owner)) {
+      return nullptr;
+    }
+    own = sealtrace_instance_attr(owner, name, &known);
+    if (known == 0 || (own != nullptr && !drops_quietly(own))) return nullptr;
+  } else {
+    if (tp->tp_getattro != PyObject_GenericGetAttr) return nullptr;
+    PyObject* descr = _PyType_Lookup(tp, name);
+    // LOAD_METHOD: a method descriptor (a function, a builtin type's method) is never called
+    // to be found, and an attribute of the instance's own of that name is read instead.
+    if (in.op == LOAD_ATTR ? descr != nullptr
+                           : descr == nullptr ||
+                                 !PyType_HasFeature(Py_TYPE(descr), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
+      return nullptr;
+    }
+    own = sealtrace_instance_attr(owner, name, &known);
+    if (known == 0 || (in.op == LOAD_ATTR && own == nullptr)) return nullptr;
+  }
+  const int depth = static_cast<int>(sp - f->localsplus);
+  ShadowFrame* sf = quick_event(ts, f, depth);
+  if (sf == nullptr) return nullptr;
+  const Tag now = counter_.value();
+  const std::uint64_t key = attr_key(name);
+  if (in.op == STORE_ATTR) {
+    set_slot(addr(owner), key, sf->slots[static_cast<std::size_t>(depth) - 2], addr(sp[-2]), now);
+    return sf;
+  }
+  tag = 0;
+  value = 0;
+  const Slot* slot = slots_.slot(addr(owner), key);
+  if (slot == nullptr || slot->tag == 0) {
+    PyObject* dict = in.op == LOAD_ATTR ? sealtrace_instance_dict(owner) : nullptr;
+    const Slot* in_dict = dict != nullptr ? slots_.slot(addr(dict), name_key(name)) : nullptr;
+    if (in_dict != nullptr) slot = in_dict;
+  }
+  if (slot != nullptr) {
+    tag = slot->tag;
+    value = slot->value;
+  }
+  if (tag == 0) {
+    PyObject* v = nullptr;
+    tag = class_attr_slot(owner, name, &v);
+    if (tag != 0) value = addr(v);
+  }
+  return sf;
+}
+
+// What a quick attribute load pushed: LOAD_METHOD's [method, self] keeps self's tag (the method
+// is the load's own value); an attribute (LOAD_ATTR's, or LOAD_METHOD's [NULL, attribute]) keeps
+// the tag of the slot remembered if that slot still held it, else is a value of the load's own
+// unless a slot holds that very object (complete_slot_load's and complete_load_method's rules).
+void Tracer::quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
+                             std::uintptr_t value) {
+  if (in.op == STORE_ATTR) return;
+  Tag* const s = sf.slots.data();
+  PyObject** const lp = sf.iframe->localsplus;
+  const Tag now = counter_.value();
+  const Tag owner = s[before - 1];
+  if (in.op == LOAD_METHOD && lp[after - 2] != nullptr) {
+    s[after - 2] = now;
+    s[after - 1] = owner;
+    return;
+  }
+  PyObject* v = lp[after - 1];
+  Tag t = tag != 0 && addr(v) == value ? tag : 0;
+  if (t == 0) t = held_tag(v);
+  s[after - 1] = t != 0 ? t : now;
+  if (in.op == LOAD_METHOD) s[after - 2] = 0;
 }
 
 // A quickly counted operator raised: its pending half as begin would have left it (the inputs'
@@ -856,6 +963,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       expr;                                      \
     }                                            \
     f->stacktop = -1;                            \
+    run_.frame = nullptr;                        \
   } while (0)
 #define TRACED() (ts->c_tracefunc == trampoline && g_generation == generation)
 // An instruction quick_ready let through that is not quick after all: the usual event.
@@ -874,7 +982,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   } while (0)
 
   // Every way out gives back the recursion depth this frame took and the caller's C frame.
-  auto leave = [ts, &cframe]() {
+  auto leave = [this, ts, &cframe]() {
+    run_.frame = nullptr;  // a frame made later at this address starts no run
     ts->recursion_remaining++;
     ts->cframe = cframe.previous;
     ts->cframe->use_tracing = cframe.use_tracing;
@@ -905,7 +1014,12 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       continue;
     }
     ready = nullptr;
-    if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS && TRACED() && opcode_events(f)) {
+    // Right after a quick instruction of this frame the thread is still traced, the frame
+    // still has its opcode events, and quick_ready needs only the counter (QuickRun).
+    run_live_ = run_.frame == f;
+    run_.frame = nullptr;
+    if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS &&
+        (run_live_ || (TRACED() && opcode_events(f)))) {
       if (in.quick == kQuickInline &&
           (ready = quick_ready(ts, f, static_cast<int>(sp - locals))) != nullptr) {
         // tagged in its case below (or on_opcode runs there)
@@ -918,7 +1032,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                  (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr) ||
                  (in.quick == kQuickIter && (quick = step_iterating(ts, f, sp)) != nullptr) ||
                  (in.quick == kQuickSubscr &&
-                  (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr)) {
+                  (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr) ||
+                 (in.quick == kQuickAttr &&
+                  (quick = step_attribute(ts, f, in, sp, quick_tag, quick_value)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1712,6 +1828,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
           break;
         case kQuickCompute:
           quick_made(*quick, in, quick_depth, after);
+          break;
+        case kQuickAttr:
+          quick_attribute(*quick, in, quick_depth, after, quick_tag, quick_value);
           break;
         default:  // kQuickStore: tagged before it ran
           break;

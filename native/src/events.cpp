@@ -55,7 +55,7 @@ int Tracer::on_event(PyFrameObject* frame, int what, PyObject* arg) {
 
 void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
   ++stats_.frames;
-  auto parked = suspended_.find(f);
+  auto parked = suspended_.empty() ? suspended_.end() : suspended_.find(f);
   if (parked != suspended_.end()) {
     ShadowFrame* sf = parked->second;
     suspended_.erase(parked);

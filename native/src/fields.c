@@ -42,6 +42,39 @@ PyObject* sealtrace_instance_dict(PyObject* obj) {
   return slot == NULL ? NULL : *slot;
 }
 
+PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known) {
+  PyTypeObject* tp = Py_TYPE(obj);
+  *known = 1;
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
+    PyDictValues* values = *_PyObject_ValuesPointer(obj);
+    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+    if (values == NULL) return NULL;
+    if (keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) {
+      *known = 0;
+      return NULL;
+    }
+    PyDictUnicodeEntry* entries = DK_UNICODE_ENTRIES(keys);
+    for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
+      PyObject* key = entries[i].me_key;
+      // Names are interned, but a str made at run time may spell one: compared by content too.
+      if (key == name || (key != NULL && _PyUnicode_EQ(key, name))) return values->values[i];
+    }
+    return NULL;
+  }
+  PyObject* dict = sealtrace_instance_dict(obj);
+  if (dict == NULL) return NULL;
+  if (!PyDict_CheckExact(dict)) {
+    *known = 0;
+    return NULL;
+  }
+  PyObject* v = PyDict_GetItemWithError(dict, name);
+  if (v == NULL && PyErr_Occurred()) {
+    PyErr_Clear();
+    *known = 0;
+  }
+  return v;
+}
+
 static int dict_holds(PyObject* dict, PyObject* value) {
   if (dict == NULL || !PyDict_Check(dict) || PyDict_GET_SIZE(dict) > 1024) return 0;
   Py_ssize_t pos = 0;

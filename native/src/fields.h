@@ -20,6 +20,11 @@ PyObject* sealtrace_instance_fields(PyObject* obj);
 // NULL otherwise.
 PyObject* sealtrace_instance_dict(PyObject* obj);
 
+// The instance's own attribute `name` (an exact str), borrowed, or NULL when it has none; read
+// from its __dict__ or its inline values without building either and without running Python
+// code. *known is 0 where that cannot be told so (a __dict__ that is not an exact dict).
+PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known);
+
 // Whether one of the instance's attributes (or a class's namespace entries) is `value` itself.
 int sealtrace_instance_holds(PyObject* obj, PyObject* value);
 

@@ -127,10 +127,36 @@ void NodePool::give(void* block) noexcept {
 
 // -- SlotTable --------------------------------------------------------------------------------
 
+namespace {
+
+NodePool& record_pool() {
+  static NodePool& pool = *new NodePool(sizeof(ObjectRecord), alignof(ObjectRecord));
+  return pool;
+}
+
+}  // namespace
+
+ObjectRecord& SlotTable::record(std::uintptr_t object) {
+  auto [entry, inserted] = records_.try_emplace(object);
+  if (inserted) {
+    try {
+      *entry = new (record_pool().take()) ObjectRecord();
+    } catch (...) {
+      records_.erase(object);
+      throw;
+    }
+  }
+  return **entry;
+}
+
+void SlotTable::free_record(ObjectRecord* record) noexcept {
+  record->~ObjectRecord();
+  record_pool().give(record);
+}
+
 const Slot* SlotTable::slot(std::uintptr_t object, std::uint64_t key) const {
-  auto it = records_.find(object);
-  if (it == records_.end()) return nullptr;
-  return it->second.slots.find(key);
+  const ObjectRecord* r = record_of(object);
+  return r != nullptr ? r->slots.find(key) : nullptr;
 }
 
 Tag SlotTable::get(std::uintptr_t object, std::uint64_t key, std::uintptr_t value) const {
@@ -140,22 +166,19 @@ Tag SlotTable::get(std::uintptr_t object, std::uint64_t key, std::uintptr_t valu
 
 void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
                     Tag now, bool hold) {
-  ObjectRecord& record = records_[object];
-  auto [slot, inserted] = record.slots.try_emplace(key, Slot{tag, value});
+  ObjectRecord& r = record(object);
+  auto [slot, inserted] = r.slots.try_emplace(key, Slot{tag, value});
   if (inserted) {
     ++slot_count_;
   } else {
     unhold(object, slot->value);
     *slot = Slot{tag, value};
   }
-  record.updated = now;
-  if (hold && value != 0 && tag != 0) holders_[value] = Holder{object, key};
+  r.updated = now;
+  if (hold && value != 0 && tag != 0) *holders_.try_emplace(value).first = Holder{object, key};
 }
 
-const Holder* SlotTable::holder(std::uintptr_t value) const {
-  auto it = holders_.find(value);
-  return it == holders_.end() ? nullptr : &it->second;
-}
+const Holder* SlotTable::holder(std::uintptr_t value) const { return holders_.find(value); }
 
 Tag SlotTable::held(const Holder& h, std::uintptr_t value) const {
   const Slot* s = slot(h.container, h.key);
@@ -166,79 +189,76 @@ void SlotTable::drop_holder(std::uintptr_t value) noexcept { holders_.erase(valu
 
 void SlotTable::unhold(std::uintptr_t object, std::uintptr_t value) noexcept {
   if (holders_.empty()) return;
-  auto it = holders_.find(value);
-  if (it != holders_.end() && it->second.container == object) holders_.erase(it);
+  const Holder* h = holders_.find(value);
+  if (h != nullptr && h->container == object) holders_.erase(value);
 }
 
 void SlotTable::erase(std::uintptr_t object, std::uint64_t key, Tag now) {
-  auto it = records_.find(object);
-  if (it == records_.end()) return;
-  if (const Slot* slot = it->second.slots.find(key)) {
+  ObjectRecord* r = record_of(object);
+  if (r == nullptr) return;
+  if (const Slot* slot = r->slots.find(key)) {
     unhold(object, slot->value);
-    it->second.slots.erase(key);
+    r->slots.erase(key);
     --slot_count_;
   }
-  it->second.updated = now;
+  r->updated = now;
 }
 
 void SlotTable::drop_slots(std::uintptr_t object, Tag now) {
-  auto it = records_.find(object);
-  if (it == records_.end()) return;
-  for (const auto& [key, slot] : it->second.slots) unhold(object, slot.value);
-  slot_count_ -= it->second.slots.size();
-  it->second.slots.clear();
-  it->second.updated = now;
-  it->second.dirty = true;
+  ObjectRecord* r = record_of(object);
+  if (r == nullptr) return;
+  for (const auto& [key, slot] : r->slots) unhold(object, slot.value);
+  slot_count_ -= r->slots.size();
+  r->slots.clear();
+  r->updated = now;
+  r->dirty = true;
 }
 
 void SlotTable::reorder(std::uintptr_t object, Tag now) {
-  auto it = records_.find(object);
-  if (it == records_.end()) return;
+  ObjectRecord* r = record_of(object);
+  if (r == nullptr) return;
   SlotMap members;
-  for (const auto& [key, slot] : it->second.slots) {
+  for (const auto& [key, slot] : r->slots) {
     if (slot.value == 0) continue;
     *members.try_emplace(member_key(slot.value), slot).first = slot;
-    auto h = holders_.find(slot.value);
-    if (h != holders_.end() && h->second.container == object && h->second.key == key) {
-      h->second.key = member_key(slot.value);
-    }
+    Holder* h = holders_.find(slot.value);
+    if (h != nullptr && h->container == object && h->key == key) h->key = member_key(slot.value);
   }
-  slot_count_ -= it->second.slots.size();
+  slot_count_ -= r->slots.size();
   slot_count_ += members.size();
-  it->second.slots.swap(members);
-  it->second.updated = now;
+  r->slots.swap(members);
+  r->updated = now;
 }
 
 void SlotTable::mark_created(std::uintptr_t object, Tag now, bool empty) {
-  ObjectRecord& record = records_[object];
-  if (record.created == 0) {
-    record.created = now;
-    record.created_empty = empty;
+  ObjectRecord& r = record(object);
+  if (r.created == 0) {
+    r.created = now;
+    r.created_empty = empty;
   }
 }
 
 void SlotTable::mark_dirty(std::uintptr_t object, Tag now) {
-  ObjectRecord& record = records_[object];
-  record.dirty = true;
-  record.updated = now;
+  ObjectRecord& r = record(object);
+  r.dirty = true;
+  r.updated = now;
 }
 
-void SlotTable::mark_updated(std::uintptr_t object, Tag now) { records_[object].updated = now; }
+void SlotTable::mark_updated(std::uintptr_t object, Tag now) { record(object).updated = now; }
 
 void SlotTable::forget(std::uintptr_t object) noexcept {
-  auto it = records_.find(object);
-  if (it == records_.end()) return;
-  for (const auto& [key, slot] : it->second.slots) unhold(object, slot.value);
-  slot_count_ -= it->second.slots.size();
-  records_.erase(it);
+  ObjectRecord* r = record_of(object);
+  if (r == nullptr) return;
+  for (const auto& [key, slot] : r->slots) unhold(object, slot.value);
+  slot_count_ -= r->slots.size();
+  records_.erase(object);
+  free_record(r);
 }
 
-const ObjectRecord* SlotTable::find(std::uintptr_t object) const {
-  auto it = records_.find(object);
-  return it == records_.end() ? nullptr : &it->second;
-}
+const ObjectRecord* SlotTable::find(std::uintptr_t object) const { return record_of(object); }
 
 void SlotTable::clear() noexcept {
+  records_.for_each([this](std::uintptr_t /*object*/, ObjectRecord* r) { free_record(r); });
   records_.clear();
   holders_.clear();
   slot_count_ = 0;

@@ -43,7 +43,8 @@ enum QuickKind : std::uint8_t {
   kQuickLoad,
   kQuickStore,
   kQuickIter,
-  kQuickSubscr
+  kQuickSubscr,
+  kQuickAttr
 };
 
 struct Instr {
@@ -299,6 +300,16 @@ class Tracer {
   // Instructions the loop tags itself while no question watches (eval_loop.cpp).
   ShadowFrame* quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
   ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
+  // A run of quick instructions in one frame: after one, nothing but another quick instruction
+  // has run (no event, no Python code), so the next needs only its counter checked against
+  // the next watched instant (quick_ready). Any event or call out ends the run.
+  struct QuickRun {
+    const _PyInterpreterFrame* frame = nullptr;  // the frame of the last quick instruction
+    ShadowFrame* shadow = nullptr;
+    Tag until = 0;  // the next instant a question may watch: quick_ready checks it in full
+  };
+  QuickRun run_;
+  bool run_live_ = false;  // this instruction continues run_ (the loop's top says)
   // Counts an instruction quick_ready let through (the run's end so far, in the main module's
   // body). Inline: once an instruction.
   Tag quick_tick(const ShadowFrame& sf) {
@@ -323,6 +334,10 @@ class Tracer {
   ShadowFrame* step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp, Tag& tag,
                                  std::uintptr_t& value);
   void quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value);
+  ShadowFrame* step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                              PyObject** sp, Tag& tag, std::uintptr_t& value);
+  void quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
+                       std::uintptr_t value);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,44 @@ QUICK_CASES = [
         frozenset(),
         (),
     ),
+    OpcodeCase(
+        "quick_attributes",
+        """
+        class Vec:
+            def __init__(self, x, y):
+                self.x = x
+                self.y = y
+            def shifted(self, dx):
+                return Vec(self.x + dx, self.y)
+        class Tagged(Vec):
+            kind = "tagged"
+            def label(self):
+                return self.kind + str(self.x)
+        v = Vec(1, [2, 3])
+        for i in range(6):
+            v = v.shifted(i)
+            v.x = v.x * 2
+        t = Tagged(v.x, v.y)
+        t.label = lambda: "own"
+        name = t.label()
+        v.measure = len
+        size = v.measure(v.y)
+        t.__dict__["z"] = v.x + 1
+        z = t.z
+        vars(v)["x"] = 40
+        far = v.x + t.z
+        ys = v.y
+        first = t.y[0]
+        t.y = None
+        del t.x
+        try:
+            gone = t.x
+        except AttributeError:
+            gone = t.kind
+        """,
+        frozenset(),
+        (),
+    ),
 ]
 ALL_CASES = [*CASES, *QUICK_CASES]
 QUICK_IDS = {c.id for c in QUICK_CASES}
@@ -188,20 +227,28 @@ def test_the_instructions_the_loop_tags_itself_leave_the_same_tags(case: OpcodeC
     assert quick > 0 or case.id.startswith(_NOT_LOOPED)
 
 
-def _every(case: OpcodeCase, interval: int, *, eval_loop: bool) -> list[Any]:
-    """At every `interval`-th instruction: its counter and the stopped frame's tags."""
+def _watched(case: OpcodeCase, eval_loop: bool, arm: Callable[[Any, list[Any]], None]) -> list[Any]:
+    """The case run under an engine `arm` set watching, and what its callbacks noted."""
     code = case.compile()
     engine = Engine(_own(case), eval_loop=eval_loop)
     seen: list[Any] = []
-
-    def at(frame: Any, counter: int) -> None:
-        locals_ = [(n, t) for n, _, t in engine.frame_locals(frame)]
-        seen.append((counter, locals_, [t for _, t in engine.frame_stack(frame)]))
-
-    engine.every(interval, at)
+    arm(engine, seen)
     with _attached(engine):
         exec(code, _globals(case))  # noqa: S102 - the case's own program, compiled above
     return seen
+
+
+def _every(case: OpcodeCase, interval: int, *, eval_loop: bool) -> list[Any]:
+    """At every `interval`-th instruction: its counter and the stopped frame's tags."""
+
+    def arm(engine: Any, seen: list[Any]) -> None:
+        def at(frame: Any, counter: int) -> None:
+            locals_ = [(n, t) for n, _, t in engine.frame_locals(frame)]
+            seen.append((counter, locals_, [t for _, t in engine.frame_stack(frame)]))
+
+        engine.every(interval, at)
+
+    return _watched(case, eval_loop, arm)
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
@@ -220,6 +267,33 @@ def test_captures_and_checkpoints_between_quick_instructions_come_at_the_same_in
     assert loop == _every(case, 5, eval_loop=False)
 
 
+def _rearmed(case: OpcodeCase, step: int, *, eval_loop: bool) -> list[Any]:
+    """Stops that each set the next one `step` instructions on, from inside the callback:
+    where each came and what the stopped frame held."""
+
+    def arm(engine: Any, seen: list[Any]) -> None:
+        def at(frame: Any, counter: int) -> None:
+            seen.append((counter, [t for _, _, t in engine.frame_locals(frame)]))
+            engine.stop_at_counter(counter + step, at)
+
+        engine.stop_at_counter(step, at)
+
+    return _watched(case, eval_loop, arm)
+
+
+@pytest.mark.parametrize("case", QUICK_CASES, ids=[c.id for c in QUICK_CASES])
+def test_a_stop_set_by_a_callback_inside_a_run_of_quick_instructions_comes(
+    case: OpcodeCase,
+) -> None:
+    # Between two quick instructions the loop checks only the counter against the next watched
+    # instant it worked out (Tracer::QuickRun); a stop set by Python code run since (here a
+    # stop's own callback) must end that reckoning, not be skipped.
+    total = run_case(case, eval_loop=False).counter
+    loop = _rearmed(case, 3, eval_loop=True)
+    assert [c for c, _ in loop] == list(range(3, total + 1, 3))
+    assert loop == _rearmed(case, 3, eval_loop=False)
+
+
 FREES = """\
 class Noisy:
     def __init__(self, v):
@@ -235,6 +309,12 @@ def f():
 f()
 g = Noisy(4)
 g = Noisy(5)
+pick = {"k": 1, "n": Noisy(7)}["k"]
+got = Noisy(8).v
+g.w = Noisy(9)
+g.w = 0
+Noisy(10).v = 2
+g = None
 """
 
 
@@ -256,11 +336,12 @@ def _in_del(hit: int, *, eval_loop: bool) -> list[tuple[str, int]]:
     return seen
 
 
-@pytest.mark.parametrize("hit", [1, 2, 3, 4])
+@pytest.mark.parametrize("hit", range(1, 11))
 def test_a_pop_or_store_that_runs_del_is_left_to_the_two_halves(hit: int) -> None:
-    # STORE_FAST, POP_TOP, a jump's pop and STORE_NAME each free an object whose __del__ runs
-    # Python code while they run (the loop leaves such an instance to the two halves): self
-    # has the same tag either way.
+    # STORE_FAST, POP_TOP, a jump's pop, STORE_NAME, a subscript of a dict nothing else holds,
+    # an attribute of an instance nothing else holds, an attribute's old value replaced: each
+    # frees an object whose __del__ runs Python code while they run (the loop leaves such an
+    # instance to the two halves): self has the same tag either way.
     loop = _in_del(hit, eval_loop=True)
     assert loop == _in_del(hit, eval_loop=False)
     assert dict(loop)["self"] != 0
