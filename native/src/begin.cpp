@@ -114,7 +114,7 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       }
       break;
     case Rule::kStoreSubscr:
-      begin_subscr_store(sf, depth);
+      begin_subscr_store(sf, depth, sf.p.counter);
       break;
     case Rule::kDeleteSubscr:
       begin_subscr_delete(sf, depth);
@@ -127,10 +127,10 @@ void Tracer::begin(ShadowFrame& sf, int index, int depth) {
       begin_deref_store(sf, in, depth);
       break;
     case Rule::kListAppend:
-      begin_list_append(sf, in, depth);
+      begin_list_append(sf, in, depth, sf.p.counter);
       break;
     case Rule::kMapAdd:
-      begin_map_add(sf, in, depth);
+      begin_map_add(sf, in, depth, sf.p.counter);
       break;
     case Rule::kListExtend:
       begin_list_extend(sf, in, depth);

@@ -63,15 +63,61 @@ bool plain_value(PyObject* v) {
          PyBool_Check(v) || v == Py_None || PyBytes_CheckExact(v);
 }
 
+bool frees_quietly(PyObject* v, int depth);
+
 // Whether dropping a reference to `v` runs no Python code (a __del__, a weakref's callback):
-// another reference remains, or it is a plain value.
-bool drops_quietly(PyObject* v) { return Py_REFCNT(v) > 1 || plain_value(v); }
+// another reference remains, it is a plain value, or freeing it frees nothing else that could
+// (frees_quietly, `depth` attributes deep).
+bool drops_quietly(PyObject* v, int depth = 2) {
+  return Py_REFCNT(v) > 1 || plain_value(v) || (depth > 0 && frees_quietly(v, depth));
+}
+
+// An instance of a class of the program's own (its attributes in a dict, no __slots__, no C base
+// but object) with no __del__ and no weak reference to it, whose attributes drop quietly too:
+// freeing it runs no Python code (the attribute a loop replaces, `p = p.moved(1)`).
+bool frees_quietly(PyObject* v, int depth) {
+  PyTypeObject* tp = Py_TYPE(v);
+  constexpr unsigned long kPlainClass = Py_TPFLAGS_HEAPTYPE | Py_TPFLAGS_MANAGED_DICT;
+  if ((tp->tp_flags & kPlainClass) != kPlainClass || tp->tp_finalize != nullptr ||
+      tp->tp_del != nullptr || tp->tp_itemsize != 0) {
+    return false;
+  }
+  const Py_ssize_t weaklist = tp->tp_weaklistoffset;
+  const auto plain_size =
+      static_cast<Py_ssize_t>(sizeof(PyObject) + (weaklist != 0 ? sizeof(PyObject*) : 0));
+  if (tp->tp_basicsize != plain_size) return false;  // __slots__, or a C base's fields
+  if (weaklist != 0 &&
+      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(v) + weaklist) != nullptr) {
+    return false;
+  }
+  constexpr int kMaxFields = 16;
+  PyObject* fields[kMaxFields];
+  const int n = sealtrace_instance_values(v, fields, kMaxFields);
+  if (n < 0) return false;
+  for (int k = 0; k < n; ++k) {
+    if (!drops_quietly(fields[k], depth - 1)) return false;
+  }
+  return true;
+}
+
+// Whether a store into the exact dict `dict` under `key` (a str or an int, whose lookup runs no
+// Python code) replaces nothing or a value that drops quietly; false where the lookup fails.
+bool replaces_quietly(PyObject* dict, PyObject* key) {
+  PyObject* old = PyDict_GetItemWithError(dict, key);
+  if (old == nullptr && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  return old == nullptr || drops_quietly(old);
+}
 
 // Whether the loop may tag an instruction itself: one that only moves a value within its frame,
-// pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator that C alone
-// runs on plain values (Tracer::step_computing), a load or a store of a global or a name
-// (Tracer::step_loading, Tracer::step_storing), a step of a range (Tracer::step_iterating), or
-// an item of a list, a tuple or a dict (Tracer::step_subscripting).
+// pushes a constant or a NULL, pops or jumps (Tracer::step_quietly), an operator or an
+// f-string's piece that C alone runs on plain values (Tracer::step_computing), a load or a store
+// of a global or a name (Tracer::step_loading, Tracer::step_storing), a step of a range, a list,
+// a tuple or a dict (Tracer::step_iterating), an item of a list, a tuple or a dict read
+// (Tracer::step_subscripting) or stored (Tracer::step_putting), or an instance's attribute
+// (Tracer::step_attribute).
 std::uint8_t quick_kind(int op) {
   switch (op) {
     case LOAD_FAST:
@@ -104,6 +150,8 @@ std::uint8_t quick_kind(int op) {
     case UNARY_NEGATIVE:
     case UNARY_POSITIVE:
     case UNARY_INVERT:
+    case FORMAT_VALUE:
+    case BUILD_STRING:
       return kQuickCompute;
     case LOAD_GLOBAL:
     case LOAD_NAME:
@@ -119,6 +167,10 @@ std::uint8_t quick_kind(int op) {
     case LOAD_METHOD:
     case STORE_ATTR:
       return kQuickAttr;
+    case STORE_SUBSCR:
+    case LIST_APPEND:
+    case MAP_ADD:
+      return kQuickPut;
     default:
       return kQuickNo;
   }
@@ -642,13 +694,13 @@ bool Tracer::step_quietly(PyThreadState* ts, _PyInterpreterFrame* f, const Instr
   return true;
 }
 
-// An operator on plain values (numbers, strings, bytes, None: C alone runs it, no Python code)
-// is counted before it runs; after it, quick_made tags its result, or, where it raises,
-// quick_raised hands the tracer the pending instruction on_opcode would have made.
+// An operator on plain values (numbers, strings, bytes, None: C alone runs it, no Python code),
+// an f-string's formatting of one (FORMAT_VALUE, its spec a string) or its joining of strings
+// (BUILD_STRING), is counted before it runs; after it, quick_made tags its result, or, where it
+// raises, quick_raised hands the tracer the pending instruction on_opcode would have made.
 ShadowFrame* Tracer::step_computing(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                                     PyObject** sp) {
-  const int n = in.op == IS_OP || in.op == COMPARE_OP || in.op == BINARY_OP ? 2 : 1;
-  for (int k = 1; k <= n; ++k) {
+  for (int k = 1; k <= in.pops; ++k) {
     PyObject* v = sp[-k];
     // IS_OP runs nothing but its pops, which free nothing still held elsewhere.
     if (!plain_value(v) && !(in.op == IS_OP && Py_REFCNT(v) > 1)) return nullptr;
@@ -710,13 +762,7 @@ ShadowFrame* Tracer::step_storing(PyThreadState* ts, _PyInterpreterFrame* f, con
                                   PyObject** sp) {
   PyObject* ns = in.op == STORE_NAME ? f->f_locals : f->f_globals;
   if (ns == nullptr || !PyDict_CheckExact(ns)) return nullptr;
-  PyObject* name = PyTuple_GET_ITEM(f->f_code->co_names, in.oparg);
-  PyObject* old = PyDict_GetItemWithError(ns, name);
-  if (old == nullptr && PyErr_Occurred() != nullptr) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  if (old != nullptr && !drops_quietly(old)) return nullptr;
+  if (!replaces_quietly(ns, PyTuple_GET_ITEM(f->f_code->co_names, in.oparg))) return nullptr;
   const int depth = static_cast<int>(sp - f->localsplus);
   ShadowFrame* sf = quick_event(ts, f, depth);
   if (sf == nullptr) return nullptr;
@@ -731,28 +777,60 @@ ShadowFrame* Tracer::step_storing(PyThreadState* ts, _PyInterpreterFrame* f, con
   return sf;
 }
 
-// FOR_ITER over a range: its next item is a new int and runs no Python code. Counted before it
-// runs; quick_iterated tags what it left after (complete_for_iter's rule for an iterator with
-// no items of its own).
+// FOR_ITER over a range, a list, a tuple or a dict (its keys, values or items): C alone runs
+// its next step. Counted before it runs; quick_iterated tags what it left after (complete's
+// rules). A step that ends the iteration pops the iterator: it must free nothing but the
+// iterator (its sequence or dict held elsewhere too, or not ended now). While a slice is
+// recorded only a range's steps are tagged here (their edge is a move of the range); no buffer
+// fills wait (a text file's reads).
 ShadowFrame* Tracer::step_iterating(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp) {
   PyObject* iter = sp[-1];
-  if ((!Py_IS_TYPE(iter, &PyRangeIter_Type) && !Py_IS_TYPE(iter, &PyLongRangeIter_Type)) ||
-      !fills_.empty()) {
-    return nullptr;
+  if (!fills_.empty()) return nullptr;
+  PyTypeObject* tp = Py_TYPE(iter);
+  if (tp != &PyRangeIter_Type && tp != &PyLongRangeIter_Type) {
+    if (recording_edges(counter_.value() + 1)) return nullptr;
+    if (tp == &PyListIter_Type || tp == &PyTupleIter_Type) {
+      const auto* it = reinterpret_cast<const SeqIterLayout*>(iter);
+      const bool ends = it->it_seq == nullptr || it->it_index >= Py_SIZE(it->it_seq);
+      if (ends && Py_REFCNT(iter) < 2 && it->it_seq != nullptr && Py_REFCNT(it->it_seq) < 2) {
+        return nullptr;
+      }
+    } else if (tp == &PyDictIterKey_Type || tp == &PyDictIterValue_Type ||
+               tp == &PyDictIterItem_Type) {
+      const auto* it = reinterpret_cast<const DictIterLayout*>(iter);
+      const auto* dict = reinterpret_cast<PyObject*>(it->di_dict);
+      if (Py_REFCNT(iter) < 2 && dict != nullptr && Py_REFCNT(dict) < 2) return nullptr;
+      // items() reuses its last tuple when nothing else holds it, dropping what it held.
+      PyObject* last = it->di_result;
+      if (last != nullptr && Py_REFCNT(last) == 1 && PyTuple_GET_SIZE(last) == 2 &&
+          (!drops_quietly(PyTuple_GET_ITEM(last, 0)) ||
+           !drops_quietly(PyTuple_GET_ITEM(last, 1)))) {
+        return nullptr;
+      }
+    } else {
+      return nullptr;
+    }
   }
   return quick_event(ts, f, static_cast<int>(sp - f->localsplus));
 }
 
-// The item a range gave is a value of FOR_ITER's own (unless a slot holds that very object);
-// an exhausted range leaves the stack, and its frame forgets what iterated below. While a
-// slice is recorded the range's tag is the edge's input (a move of it, for an item).
+// The item a step gave keeps the tag of where it came from (iterated_tag: none for a range's
+// new int), else it is a value of FOR_ITER's own unless a slot holds that very object; a tuple
+// of dict.items() carries its items' tags. An exhausted iterator leaves the stack, and its
+// frame forgets what iterated below. While a slice is recorded (a range only) the range's tag
+// is the edge's input (a move of it, for an item).
 void Tracer::quick_iterated(ShadowFrame& sf, int before, int after) {
   const Tag now = counter_.value();
   Tag* const s = sf.slots.data();
   const Tag iter = s[before - 1];
   if (after > before) {
-    const Tag held = held_tag(sf.iframe->localsplus[before]);
-    s[before] = held != 0 ? held : now;
+    PyObject* item = sf.iframe->localsplus[before];
+    Tag tag = iterated_tag(sf, before - 1, item);
+    if (tag == 0) tag = held_tag(item);
+    s[before] = tag != 0 ? tag : now;
+    if (PyTuple_CheckExact(item) && trackable(item)) {
+      tag_iterated_tuple(sf.iframe->localsplus[before - 1], item, now);
+    }
   } else {
     drop_iters(sf, before - 1);
   }
@@ -861,6 +939,57 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
     PyObject* v = nullptr;
     tag = class_attr_slot(owner, name, &v);
     if (tag != 0) value = addr(v);
+  }
+  return sf;
+}
+
+// STORE_SUBSCR into a dict by a string or an int or into a list by an int, LIST_APPEND and
+// MAP_ADD (a comprehension's list or dict): C alone runs them. Counted before they run, with the
+// slot set as begin sets it. Refused where the store would free something that is not plain
+// (the value a dict key or a list item held, a container nothing else holds) and while a slice
+// is recorded (their edges are begin's and complete's).
+ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                  PyObject** sp) {
+  if (recording_edges(counter_.value() + 1)) return nullptr;
+  auto plain_key = [](PyObject* key) {
+    return PyUnicode_CheckExact(key) || PyLong_CheckExact(key);
+  };
+  if (in.op == STORE_SUBSCR) {
+    PyObject* container = sp[-2];
+    PyObject* key = sp[-1];
+    if (Py_REFCNT(container) < 2) return nullptr;
+    if (PyDict_CheckExact(container) && plain_key(key)) {
+      if (!replaces_quietly(container, key)) return nullptr;
+    } else if (PyList_CheckExact(container) && PyLong_CheckExact(key)) {
+      const Py_ssize_t n = PyList_GET_SIZE(container);
+      Py_ssize_t i = PyLong_AsSsize_t(key);
+      if (i == -1 && PyErr_Occurred() != nullptr) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      if (i < 0) i += n;
+      if (i >= 0 && i < n && !drops_quietly(PyList_GET_ITEM(container, i))) return nullptr;
+    } else {
+      return nullptr;
+    }
+  } else if (in.op == LIST_APPEND) {
+    if (!PyList_CheckExact(sp[-1 - in.oparg])) return nullptr;
+  } else {  // MAP_ADD: [..., dict, ..., key, value]
+    PyObject* dict = sp[-2 - in.oparg];
+    if (!PyDict_CheckExact(dict) || !plain_key(sp[-2]) || !replaces_quietly(dict, sp[-2])) {
+      return nullptr;
+    }
+  }
+  const int depth = static_cast<int>(sp - f->localsplus);
+  ShadowFrame* sf = quick_event(ts, f, depth);
+  if (sf == nullptr) return nullptr;
+  const Tag now = counter_.value();
+  if (in.op == STORE_SUBSCR) {
+    begin_subscr_store(*sf, depth, now);
+  } else if (in.op == LIST_APPEND) {
+    begin_list_append(*sf, in, depth, now);
+  } else {
+    begin_map_add(*sf, in, depth, now);
   }
   return sf;
 }
@@ -1034,7 +1163,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                  (in.quick == kQuickSubscr &&
                   (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr) ||
                  (in.quick == kQuickAttr &&
-                  (quick = step_attribute(ts, f, in, sp, quick_tag, quick_value)) != nullptr)) {
+                  (quick = step_attribute(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
+                 (in.quick == kQuickPut && (quick = step_putting(ts, f, in, sp)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else {
@@ -1832,7 +1962,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         case kQuickAttr:
           quick_attribute(*quick, in, quick_depth, after, quick_tag, quick_value);
           break;
-        default:  // kQuickStore: tagged before it ran
+        default:  // kQuickStore, kQuickPut: tagged before it ran
           break;
       }
       quick = nullptr;

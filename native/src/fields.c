@@ -75,6 +75,35 @@ PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known) {
   return v;
 }
 
+int sealtrace_instance_values(PyObject* obj, PyObject** out, int max) {
+  PyTypeObject* tp = Py_TYPE(obj);
+  int n = 0;
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
+    PyDictValues* values = *_PyObject_ValuesPointer(obj);
+    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+    if (values == NULL) return 0;
+    if (keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) return -1;
+    for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
+      if (values->values[i] == NULL) continue;
+      if (n == max) return -1;
+      out[n++] = values->values[i];
+    }
+    return n;
+  }
+  PyObject* dict = sealtrace_instance_dict(obj);
+  if (dict == NULL) return 0;
+  if (!PyDict_CheckExact(dict)) return -1;
+  if (Py_REFCNT(dict) > 1) return 0; /* freeing the instance leaves its dict alive */
+  Py_ssize_t pos = 0;
+  PyObject* k = NULL;
+  PyObject* v = NULL;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (n == max || !PyUnicode_CheckExact(k)) return -1;
+    out[n++] = v;
+  }
+  return n;
+}
+
 static int dict_holds(PyObject* dict, PyObject* value) {
   if (dict == NULL || !PyDict_Check(dict) || PyDict_GET_SIZE(dict) > 1024) return 0;
   Py_ssize_t pos = 0;

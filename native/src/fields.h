@@ -25,6 +25,10 @@ PyObject* sealtrace_instance_dict(PyObject* obj);
 // code. *known is 0 where that cannot be told so (a __dict__ that is not an exact dict).
 PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known);
 
+// The instance's own attribute values (borrowed), read from its __dict__ or its inline values
+// into out; their number, or -1 where there are more than max or they cannot be read so.
+int sealtrace_instance_values(PyObject* obj, PyObject** out, int max);
+
 // Whether one of the instance's attributes (or a class's namespace entries) is `value` itself.
 int sealtrace_instance_holds(PyObject* obj, PyObject* value);
 

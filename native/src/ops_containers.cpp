@@ -20,21 +20,20 @@
 namespace sealtrace {
 
 // LIST_APPEND: a comprehension's list sits oparg values below the top.
-void Tracer::begin_list_append(ShadowFrame& sf, const Instr& in, int depth) {
+void Tracer::begin_list_append(ShadowFrame& sf, const Instr& in, int depth, Tag now) {
   PyObject* list = sf.iframe->localsplus[depth - 1 - in.oparg];
   if (PyList_Check(list) && trackable(list)) {
     set_slot(addr(list), index_key(PyList_GET_SIZE(list)), stack_top_tag(sf, depth, 0),
-             addr(stack_top(sf, depth, 0)), sf.p.counter);
+             addr(stack_top(sf, depth, 0)), now);
   }
 }
 
 // MAP_ADD.
-void Tracer::begin_map_add(ShadowFrame& sf, const Instr& in, int depth) {
+void Tracer::begin_map_add(ShadowFrame& sf, const Instr& in, int depth, Tag now) {
   PyObject* map = sf.iframe->localsplus[depth - 2 - in.oparg];
   std::uint64_t key = 0;
   if (PyDict_Check(map) && trackable(map) && item_key(stack_top(sf, depth, 1), key)) {
-    set_slot(addr(map), key, stack_top_tag(sf, depth, 0), addr(stack_top(sf, depth, 0)),
-             sf.p.counter);
+    set_slot(addr(map), key, stack_top_tag(sf, depth, 0), addr(stack_top(sf, depth, 0)), now);
   }
 }
 

@@ -29,21 +29,15 @@ void Tracer::complete_get_iter(ShadowFrame& sf, int base, int depth) {
   }
 }
 
-// FOR_ITER pushed the next item: the slot tag of a list's or tuple's item, else computed.
-void Tracer::complete_for_iter(ShadowFrame& sf, int base, int depth) {
-  const Pending& p = sf.p;
-  PyObject** lp = sf.iframe->localsplus;
-  Tag* s = sf.slots.data();
-  if (depth - base != 1) {
-    fill(sf, base, depth);
-    return;
-  }
-  PyObject* item = lp[p.before];
+// The tag of the item FOR_ITER just pushed above the iterator in stack slot `slot`, where one
+// says where it came from: the slot of a list's or tuple's item (GET_ITER's IterState, moved on
+// one, or the iterator's own index), a dict's value; 0 where none does.
+Tag Tracer::iterated_tag(ShadowFrame& sf, int slot, PyObject* item) {
+  PyObject* iter = sf.iframe->localsplus[slot];
   Tag tag = 0;
-  const int slot = p.before - 1;
   for (auto& st : sf.iters) {
     if (st.slot != slot) continue;
-    if (st.iter == lp[slot]) {
+    if (st.iter == iter) {
       const Py_ssize_t i = st.next++;
       if (i < Py_SIZE(st.seq) && seq_item(st.seq, i) == item) {
         tag = slots_.get(addr(st.seq), index_key(i), addr(item));
@@ -51,13 +45,26 @@ void Tracer::complete_for_iter(ShadowFrame& sf, int base, int depth) {
     }
     break;
   }
-  PyObject* iter = lp[slot];
   if (tag == 0) tag = iterated_item_tag(slots_, iter, item);
   if (tag == 0 && Py_IS_TYPE(iter, &PyDictIterValue_Type)) {
     tag = dict_iterated_tag(slots_, iter, item);
   }
-  s[p.before] = tag != 0 ? tag : computed(p, item);
-  if (PyTuple_CheckExact(item) && trackable(item)) tag_iterated_tuple(iter, item, p.counter);
+  return tag;
+}
+
+// FOR_ITER pushed the next item: the tag of where it came from, else computed.
+void Tracer::complete_for_iter(ShadowFrame& sf, int base, int depth) {
+  const Pending& p = sf.p;
+  if (depth - base != 1) {
+    fill(sf, base, depth);
+    return;
+  }
+  PyObject* item = sf.iframe->localsplus[p.before];
+  const Tag tag = iterated_tag(sf, p.before - 1, item);
+  sf.slots.data()[p.before] = tag != 0 ? tag : computed(p, item);
+  if (PyTuple_CheckExact(item) && trackable(item)) {
+    tag_iterated_tuple(sf.iframe->localsplus[p.before - 1], item, p.counter);
+  }
 }
 
 // The tuple dict.items(), enumerate() or zip() just made: its items keep the tags of where

@@ -46,8 +46,7 @@ void Tracer::complete_missing(ShadowFrame& sf, int depth) {
 }
 
 // STORE_SUBSCR.
-void Tracer::begin_subscr_store(ShadowFrame& sf, int depth) {
-  const Tag now = sf.p.counter;
+void Tracer::begin_subscr_store(ShadowFrame& sf, int depth, Tag now) {
   PyObject* container = stack_top(sf, depth, 1);
   PyObject* key_obj = stack_top(sf, depth, 0);
   std::uint64_t key = 0;

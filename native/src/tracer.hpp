@@ -44,7 +44,8 @@ enum QuickKind : std::uint8_t {
   kQuickStore,
   kQuickIter,
   kQuickSubscr,
-  kQuickAttr
+  kQuickAttr,
+  kQuickPut
 };
 
 struct Instr {
@@ -338,6 +339,8 @@ class Tracer {
                               PyObject** sp, Tag& tag, std::uintptr_t& value);
   void quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
                        std::uintptr_t value);
+  ShadowFrame* step_putting(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                            PyObject** sp);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
@@ -375,12 +378,14 @@ class Tracer {
   void complete_load_method(ShadowFrame& sf, int base, int depth);
   // Subscripts (ops_subscripts.cpp).
   void begin_subscr_load(ShadowFrame& sf, int depth);
-  void begin_subscr_store(ShadowFrame& sf, int depth);
+  // The stores' slots, set before the instruction runs at `now` (begin's; the loop's quick
+  // puts, step_putting).
+  void begin_subscr_store(ShadowFrame& sf, int depth, Tag now);
   void begin_subscr_delete(ShadowFrame& sf, int depth);
   void complete_missing(ShadowFrame& sf, int depth);
   // Building and extending containers (ops_containers.cpp).
-  void begin_list_append(ShadowFrame& sf, const Instr& in, int depth);
-  void begin_map_add(ShadowFrame& sf, const Instr& in, int depth);
+  void begin_list_append(ShadowFrame& sf, const Instr& in, int depth, Tag now);
+  void begin_map_add(ShadowFrame& sf, const Instr& in, int depth, Tag now);
   void begin_list_extend(ShadowFrame& sf, const Instr& in, int depth);
   void begin_dict_update(ShadowFrame& sf, const Instr& in, int depth);
   void begin_build_map(ShadowFrame& sf, const Instr& in);
@@ -415,6 +420,7 @@ class Tracer {
   void land_exception(ShadowFrame& sf, int depth);
   // Iteration (ops_iteration.cpp).
   void complete_get_iter(ShadowFrame& sf, int base, int depth);
+  Tag iterated_tag(ShadowFrame& sf, int slot, PyObject* item);
   void complete_for_iter(ShadowFrame& sf, int base, int depth);
   void tag_iterated_tuple(PyObject* iter, PyObject* tuple, Tag now);
   void bind_arguments(const Pending& p, ShadowFrame& callee);

@@ -77,6 +77,11 @@ QUICK_CASES = [
         """
         RATE = 0.2
         label = "order"
+        head = f"{label}:{RATE:.2f}/{len(label)!r} {RATE > 0}"
+        try:
+            shown = f"{label:d}"
+        except ValueError:
+            shown = f"{RATE!s:>12}|{None}"
         def price(q, unit):
             global label
             base = q * unit
@@ -133,6 +138,58 @@ QUICK_CASES = [
         for i in range(12):
             out.append(read(i))
             got = meter.read(i)
+        """,
+        frozenset(),
+        (),
+    ),
+    OpcodeCase(
+        "quick_loops",
+        """
+        rows = [{"id": n, "tags": ("a", n)} for n in range(5)]
+        total = 0
+        for row in rows:
+            total += row["id"]
+            for t in row["tags"]:
+                last = t
+        table = {"x": [1, 2], "y": [3], "z": []}
+        for k in table:
+            first = k
+        for vals in table.values():
+            for v in vals:
+                total = total + v
+        for k, vals in table.items():
+            pair = (k, len(vals))
+        for n in sorted(table):
+            picked = table[n]
+        for word in ("p", "q"):
+            end = word
+        try:
+            for k in table:
+                table["w" + k] = 0
+        except RuntimeError:
+            broke = k
+        """,
+        frozenset(),
+        (),
+    ),
+    OpcodeCase(
+        "quick_puts",
+        """
+        scores = {}
+        grid = [0, 0, 0]
+        for n in range(6):
+            scores["s" + str(n % 3)] = n * 2
+            scores[n] = grid
+            grid[n % 3] = n
+            grid[-1] = scores["s0"]
+        squares = [n * n for n in range(5) if n != 2]
+        index = {str(n): n + 1 for n in (1, 2, 1)}
+        nested = {k: [v, k] for k, v in index.items()}
+        again = grid[0] + squares[-1] + index["1"]
+        try:
+            grid[7] = 1
+        except IndexError:
+            grid[0] = again
         """,
         frozenset(),
         (),
@@ -315,6 +372,25 @@ g.w = Noisy(9)
 g.w = 0
 Noisy(10).v = 2
 g = None
+for item in [Noisy(11), 0]:
+    pass
+for key, val in {"n": Noisy(12)}.items():
+    pass
+held = {"m": Noisy(13), "n": Noisy(14)}
+for key, val in held.items():
+    held[key] = 0
+    del val
+del key
+box = {"k": Noisy(15)}
+box["k"] = 1
+once = {k: Noisy(16) if n == 0 else n for n, k in enumerate("aa")}
+cells = [Noisy(17), 0]
+cells[-2] = 2
+class Plain:
+    pass
+wrap = Plain()
+wrap.inner = Noisy(18)
+wrap = None
 """
 
 
@@ -336,12 +412,15 @@ def _in_del(hit: int, *, eval_loop: bool) -> list[tuple[str, int]]:
     return seen
 
 
-@pytest.mark.parametrize("hit", range(1, 11))
+@pytest.mark.parametrize("hit", range(1, 19))
 def test_a_pop_or_store_that_runs_del_is_left_to_the_two_halves(hit: int) -> None:
     # STORE_FAST, POP_TOP, a jump's pop, STORE_NAME, a subscript of a dict nothing else holds,
-    # an attribute of an instance nothing else holds, an attribute's old value replaced: each
-    # frees an object whose __del__ runs Python code while they run (the loop leaves such an
-    # instance to the two halves): self has the same tag either way.
+    # an attribute of an instance nothing else holds, an attribute's old value replaced, the end
+    # of a loop over a list or a dict nothing else holds, a dict's items() reusing its tuple, a
+    # dict's value or a list's item replaced by a store or a comprehension, an instance of a
+    # class with no __del__ freed with the one it holds: each frees an object whose __del__ runs
+    # Python code while they run (the loop leaves such an instance to the two halves): self
+    # has the same tag either way.
     loop = _in_del(hit, eval_loop=True)
     assert loop == _in_del(hit, eval_loop=False)
     assert dict(loop)["self"] != 0
