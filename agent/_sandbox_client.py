@@ -77,6 +77,7 @@ from sealtrace.sandbox.questions import (
     StackAnswer,
     Trace,
     TraceAnswer,
+    recording_end,
     requests_answer,
     resolve_function,
     source_answer,
@@ -512,6 +513,9 @@ class SandboxClient:
         }
         if stop.ival:
             query["window"] = stop.ival - 1
+        ends = recording_end(self.parsed.stop)
+        if ends is not None:
+            query["recording_end"] = ends
         return cast(TraceAnswer, {"query": query, "root": tree(order[0], True)})
 
     def _value(self, fr: Frame | None) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from .questions import (
     TraceAnswer,
     parse_at,
     parse_from,
+    recording_end,
     requests_answer,
     resolve_function,
     resolve_source,
@@ -451,6 +452,9 @@ class Inquiry:
             query["truncated"] = truncated or bool(self.last_cuts)
             if window is not None:
                 query["window"] = window
+            ends = recording_end(self.parsed.stop)
+            if ends is not None:
+                query["recording_end"] = ends
             # The documents are built as plain dicts; their shapes are the contract's.
             answers[depth] = cast(TraceAnswer, {"query": query, "root": root})
         return answers

@@ -211,6 +211,32 @@ class StoppedAt(TypedDict):
     function: str | None
 
 
+class RecordingEnd(TypedDict):
+    """Where the recording stops short of the program's end: a process that ended without
+    finishing it (incomplete), a run the recorder rotated (it goes on in `continued_in`), or a
+    stop the recorder wrote (a pseudo-terminal's fork). `--at end` is this point."""
+
+    events: int | None
+    reason: str
+    incomplete: bool
+    continued_in: str | None
+
+
+def recording_end(stop: Mapping[str, Any] | None) -> RecordingEnd | None:
+    """What an answer says of a recording that stops before the program ends (its STOP
+    record, as parsed), or None for one that runs to the end."""
+    if not stop:
+        return None
+    events = stop.get("events")
+    following = stop.get("continued_in")
+    return {
+        "events": events if isinstance(events, int) and not isinstance(events, bool) else None,
+        "reason": str(stop.get("reason") or ""),
+        "incomplete": stop.get("incomplete") is True,
+        "continued_in": following if isinstance(following, str) else None,
+    }
+
+
 class TraceQuery(TypedDict):
     at: str
     var: str
@@ -223,6 +249,8 @@ class TraceQuery(TypedDict):
     # A windowed answer (in-process, `--at request:N`): the event at which the engine began
     # to trace; inputs made before it are "made before the traced window" markers.
     window: NotRequired[int]
+    # The recording stops before the program's end (every answer reaches that far only).
+    recording_end: NotRequired[RecordingEnd]
 
 
 class TraceAnswer(TypedDict):

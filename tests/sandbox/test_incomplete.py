@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import KeyFiles, run_cli
-from .replaying import PYTHON, record, replay, write_app
+from .replaying import PYTHON, record, replay, trace_json, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +65,19 @@ def test_a_killed_run_answers_up_to_where_it_ends(killed: Path, keys: KeyFiles) 
     text = proc.stdout.decode()
     assert text.startswith("total = ")
     assert "External input: file.readall" in text
+
+
+def test_a_killed_run_s_json_answer_says_where_the_recording_ends(
+    killed: Path, keys: KeyFiles
+) -> None:
+    # `--at end` of an incomplete recording is where the recording ends, not the program's
+    # end: the JSON answer says so as the text's note does, with the event it ends at.
+    _, receipt = replay(keys, killed, "--allow-incomplete")
+    assert receipt is not None
+    doc = trace_json(killed, keys, "end", "total", "--allow-incomplete")
+    assert doc["query"]["recording_end"] == {
+        "events": receipt["stop"]["events"],
+        "reason": receipt["stop"]["reason"],
+        "incomplete": True,
+        "continued_in": None,
+    }

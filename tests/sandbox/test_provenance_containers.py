@@ -199,6 +199,7 @@ def test_an_aggregate_made_in_c_traces_to_the_input(
     doc = _trace(recording, var)
     assert ("external", READ) in _origins(doc), (var, _origins(doc))
     assert not doc["query"]["truncated"]
+    assert "recording_end" not in doc["query"]  # the recording runs to the program's end
 
 
 def test_a_sum_over_an_appended_list_has_the_items_as_inputs(

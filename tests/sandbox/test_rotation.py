@@ -13,10 +13,12 @@ before that is not the one named, and a line that cannot be reached are refused.
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +134,38 @@ def test_a_value_in_the_last_run_traces_to_a_read_in_the_first(
     }
     prices = next(e.index for e in parsed.events if e.callee.endswith("readall"))
     assert prices < first_run_ends and prices in reads  # the prices file, read in run 1
+    assert "recording_end" not in doc["query"]  # the line of runs reaches the program's end
+
+
+def test_the_end_of_a_run_the_recorder_rotated_is_said_to_be_where_it_goes_on(
+    batch: list[Path], keys: KeyFiles
+) -> None:
+    _data, parsed = load_recording(str(batch[0]), keys.identity)
+    assert parsed.stop is not None
+    doc = trace_json(batch[0], keys, "end", "total", "--depth", "2")
+    assert doc["query"]["recording_end"] == {
+        "events": parsed.stop["events"],
+        "reason": parsed.stop["reason"],
+        "incomplete": False,
+        "continued_in": parsed.stop["continued_in"],
+    }
+
+
+def test_the_sandbox_says_where_a_rotated_run_ends_as_in_process(
+    batch: list[Path], keys: KeyFiles, podman_service: tuple[Any, Any, str], replay_image: str
+) -> None:
+    # The agent rebuilds the answer from the sandbox's frames: it says where the recording
+    # ends from the recording it holds, as the in-process answer does.
+    proc = run_cli(
+        "trace", str(batch[0]), "--identity", str(keys.identity_path), "--at", "end",
+        "--var", "total", "--depth", "2", "--json",
+        env={"SEALTRACE_PODMAN_SOCKET": podman_service[2]}, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    boxed = json.loads(proc.stdout)
+    plain = trace_json(batch[0], keys, "end", "total", "--depth", "2")
+    assert boxed["query"]["recording_end"] == plain["query"]["recording_end"]
+    assert boxed["query"]["recording_end"]["continued_in"] is not None
 
 
 def test_a_rotated_run_replays_in_the_sandbox(
