@@ -100,8 +100,11 @@ bool frees_quietly(PyObject* v, int depth) {
   return true;
 }
 
-// Whether a store into the exact dict `dict` under `key` (a str or an int, whose lookup runs no
-// Python code) replaces nothing or a value that drops quietly; false where the lookup fails.
+// A dict key whose hashing and comparing run no Python code: an exact str or int.
+bool plain_key(PyObject* key) { return PyUnicode_CheckExact(key) || PyLong_CheckExact(key); }
+
+// Whether a store into the exact dict `dict` under `key` (a plain_key) replaces nothing or a value
+// that drops quietly; false where the lookup fails.
 bool replaces_quietly(PyObject* dict, PyObject* key) {
   PyObject* old = PyDict_GetItemWithError(dict, key);
   if (old == nullptr && PyErr_Occurred() != nullptr) {
@@ -851,7 +854,7 @@ ShadowFrame* Tracer::step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f
   PyObject* sub = sp[-1];
   const bool plain =
       ((PyList_CheckExact(container) || PyTuple_CheckExact(container)) && PyLong_CheckExact(sub)) ||
-      (PyDict_CheckExact(container) && (PyUnicode_CheckExact(sub) || PyLong_CheckExact(sub)));
+      (PyDict_CheckExact(container) && plain_key(sub));
   // The pop of a container nothing else holds would free it (a __del__ of an item could run).
   if (!plain || Py_REFCNT(container) < 2 || recording_edges(counter_.value() + 1)) return nullptr;
   ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
@@ -867,13 +870,18 @@ ShadowFrame* Tracer::step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f
   return sf;
 }
 
-// The item read keeps its slot's tag where the slot tagged it; another is the read's own
-// value, unless a slot holds that very object (complete_slot_load's rule).
+// What a quick read of a slot (its tag and the value it tagged) pushed: the slot's tag where it
+// still tags `v`; else a value of the read's own, unless a slot holds that very object
+// (complete_slot_load's rule).
+Tag Tracer::quick_read(PyObject* v, Tag tag, std::uintptr_t value) const noexcept {
+  if (tag != 0 && addr(v) == value) return tag;
+  const Tag held = held_tag(v);
+  return held != 0 ? held : counter_.value();
+}
+
 void Tracer::quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value) {
-  PyObject* v = sf.iframe->localsplus[after - 1];
-  Tag t = tag != 0 && addr(v) == value ? tag : 0;
-  if (t == 0) t = held_tag(v);
-  sf.slots[static_cast<std::size_t>(after) - 1] = t != 0 ? t : counter_.value();
+  sf.slots[static_cast<std::size_t>(after) - 1] =
+      quick_read(sf.iframe->localsplus[after - 1], tag, value);
 }
 
 // LOAD_ATTR, LOAD_METHOD and STORE_ATTR of an instance attribute where C alone runs them: the
@@ -917,29 +925,14 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
   const int depth = static_cast<int>(sp - f->localsplus);
   ShadowFrame* sf = quick_event(ts, f, depth);
   if (sf == nullptr) return nullptr;
-  const Tag now = counter_.value();
-  const std::uint64_t key = attr_key(name);
   if (in.op == STORE_ATTR) {
-    set_slot(addr(owner), key, sf->slots[static_cast<std::size_t>(depth) - 2], addr(sp[-2]), now);
+    set_slot(addr(owner), attr_key(name), sf->slots[static_cast<std::size_t>(depth) - 2],
+             addr(sp[-2]), counter_.value());
     return sf;
   }
-  tag = 0;
-  value = 0;
-  const Slot* slot = slots_.slot(addr(owner), key);
-  if (slot == nullptr || slot->tag == 0) {
-    PyObject* dict = in.op == LOAD_ATTR ? sealtrace_instance_dict(owner) : nullptr;
-    const Slot* in_dict = dict != nullptr ? slots_.slot(addr(dict), name_key(name)) : nullptr;
-    if (in_dict != nullptr) slot = in_dict;
-  }
-  if (slot != nullptr) {
-    tag = slot->tag;
-    value = slot->value;
-  }
-  if (tag == 0) {
-    PyObject* v = nullptr;
-    tag = class_attr_slot(owner, name, &v);
-    if (tag != 0) value = addr(v);
-  }
+  const Slot source = instance_attr_source(owner, name, in.op == LOAD_ATTR, true);
+  tag = source.tag;
+  value = source.value;
   return sf;
 }
 
@@ -951,9 +944,6 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
 ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                                   PyObject** sp) {
   if (recording_edges(counter_.value() + 1)) return nullptr;
-  auto plain_key = [](PyObject* key) {
-    return PyUnicode_CheckExact(key) || PyLong_CheckExact(key);
-  };
   if (in.op == STORE_SUBSCR) {
     PyObject* container = sp[-2];
     PyObject* key = sp[-1];
@@ -961,14 +951,11 @@ ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, con
     if (PyDict_CheckExact(container) && plain_key(key)) {
       if (!replaces_quietly(container, key)) return nullptr;
     } else if (PyList_CheckExact(container) && PyLong_CheckExact(key)) {
-      const Py_ssize_t n = PyList_GET_SIZE(container);
-      Py_ssize_t i = PyLong_AsSsize_t(key);
-      if (i == -1 && PyErr_Occurred() != nullptr) {
-        PyErr_Clear();
+      std::uint64_t slot = 0;
+      PyObject* current = nullptr;  // the item the index names, if in range
+      if (subscript_key(container, key, slot, &current) && !drops_quietly(current)) {
         return nullptr;
       }
-      if (i < 0) i += n;
-      if (i >= 0 && i < n && !drops_quietly(PyList_GET_ITEM(container, i))) return nullptr;
     } else {
       return nullptr;
     }
@@ -1010,10 +997,7 @@ void Tracer::quick_attribute(ShadowFrame& sf, const Instr& in, int before, int a
     s[after - 1] = owner;
     return;
   }
-  PyObject* v = lp[after - 1];
-  Tag t = tag != 0 && addr(v) == value ? tag : 0;
-  if (t == 0) t = held_tag(v);
-  s[after - 1] = t != 0 ? t : now;
+  s[after - 1] = quick_read(lp[after - 1], tag, value);
   if (in.op == LOAD_METHOD) s[after - 2] = 0;
 }
 
@@ -1070,7 +1054,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   ShadowFrame* quick = nullptr;  // the shadow of an instruction a step_* counted, while it runs
   int quick_depth = 0;
   int quick_index = 0;
-  Tag quick_tag = 0;  // step_loading, step_subscripting: the slot read (its tag and value)
+  Tag quick_tag = 0;  // step_loading, step_subscripting, step_attribute: the slot read
   std::uintptr_t quick_value = 0;
   PyObject* retval = nullptr;
   int i = 0;  // the next instruction's code unit

@@ -7,13 +7,23 @@
 #include <internal/pycore_dict.h>
 #include <internal/pycore_object.h>
 
-PyObject* sealtrace_instance_fields(PyObject* obj) {
+/* Whether the instance keeps its attributes inline (its class manages its dict, and none was
+   built): then *values holds them (NULL while it has none) and *keys names them (the class's
+   shared keys; callers check they are split keys before reading them by position). */
+static int kept_inline(PyObject* obj, PyDictValues** values, PyDictKeysObject** keys) {
   PyTypeObject* tp = Py_TYPE(obj);
-  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0) {
-    PyObject* dict = *_PyObject_ManagedDictPointer(obj);
-    if (dict != NULL) return Py_NewRef(dict);
-    PyDictValues* values = *_PyObject_ValuesPointer(obj);
-    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) == 0 || *_PyObject_ManagedDictPointer(obj) != NULL) {
+    return 0;
+  }
+  *values = *_PyObject_ValuesPointer(obj);
+  *keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+  return 1;
+}
+
+PyObject* sealtrace_instance_fields(PyObject* obj) {
+  PyDictValues* values = NULL;
+  PyDictKeysObject* keys = NULL;
+  if (kept_inline(obj, &values, &keys)) {
     if (values == NULL || keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) Py_RETURN_NONE;
     PyObject* out = PyDict_New();
     if (out == NULL) return NULL;
@@ -28,10 +38,9 @@ PyObject* sealtrace_instance_fields(PyObject* obj) {
     }
     return out;
   }
-  if (tp->tp_dictoffset == 0) Py_RETURN_NONE;
-  PyObject** slot = _PyObject_GetDictPtr(obj);  // no managed dict: nothing is built
-  if (slot == NULL || *slot == NULL) Py_RETURN_NONE;
-  return Py_NewRef(*slot);
+  PyObject* dict = sealtrace_instance_dict(obj);  // one built already: nothing is built here
+  if (dict == NULL) Py_RETURN_NONE;
+  return Py_NewRef(dict);
 }
 
 PyObject* sealtrace_instance_dict(PyObject* obj) {
@@ -43,11 +52,10 @@ PyObject* sealtrace_instance_dict(PyObject* obj) {
 }
 
 PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known) {
-  PyTypeObject* tp = Py_TYPE(obj);
+  PyDictValues* values = NULL;
+  PyDictKeysObject* keys = NULL;
   *known = 1;
-  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
-    PyDictValues* values = *_PyObject_ValuesPointer(obj);
-    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+  if (kept_inline(obj, &values, &keys)) {
     if (values == NULL) return NULL;
     if (keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) {
       *known = 0;
@@ -76,11 +84,10 @@ PyObject* sealtrace_instance_attr(PyObject* obj, PyObject* name, int* known) {
 }
 
 int sealtrace_instance_values(PyObject* obj, PyObject** out, int max) {
-  PyTypeObject* tp = Py_TYPE(obj);
+  PyDictValues* values = NULL;
+  PyDictKeysObject* keys = NULL;
   int n = 0;
-  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
-    PyDictValues* values = *_PyObject_ValuesPointer(obj);
-    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+  if (kept_inline(obj, &values, &keys)) {
     if (values == NULL) return 0;
     if (keys == NULL || keys->dk_kind != DICT_KEYS_SPLIT) return -1;
     for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
@@ -117,10 +124,9 @@ static int dict_holds(PyObject* dict, PyObject* value) {
 
 int sealtrace_instance_holds(PyObject* obj, PyObject* value) {
   if (PyType_Check(obj)) return dict_holds(((PyTypeObject*)obj)->tp_dict, value);
-  PyTypeObject* tp = Py_TYPE(obj);
-  if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) != 0 && *_PyObject_ManagedDictPointer(obj) == NULL) {
-    PyDictValues* values = *_PyObject_ValuesPointer(obj);
-    PyDictKeysObject* keys = ((PyHeapTypeObject*)tp)->ht_cached_keys;
+  PyDictValues* values = NULL;
+  PyDictKeysObject* keys = NULL;
+  if (kept_inline(obj, &values, &keys)) {
     if (values == NULL || keys == NULL) return 0;
     for (Py_ssize_t i = 0; i < keys->dk_nentries; ++i) {
       if (values->values[i] == value) return 1;

@@ -284,9 +284,6 @@ void Tracer::prepare_query_inputs(Pending& p) {
   p.move_digests.clear();
 }
 
-// The inputs an instruction records and a capture reports: its operands (a call's callable
-// aside, operands replaced by their items aside), the values Python code handed back to C
-// while it ran, and the items C read.
 void Tracer::add_input(QuietVector<Tag>& out, Tag counter, Tag t) const {
   if (t == 0 && window_) t = kBeforeWindowTag;  // made before the window opened
   if (t != 0 && t != counter && std::find(out.begin(), out.end(), t) == out.end()) {
@@ -294,6 +291,9 @@ void Tracer::add_input(QuietVector<Tag>& out, Tag counter, Tag t) const {
   }
 }
 
+// The inputs an instruction records and a capture reports: its operands (a call's callable
+// aside, operands replaced by their items aside), the values Python code handed back to C
+// while it ran, and the items C read.
 void Tracer::edge_inputs(const Pending& p, QuietVector<Tag>& out) const {
   out.clear();
   std::size_t first = 0;

@@ -21,23 +21,37 @@ void Tracer::begin_attr_load(ShadowFrame& sf, const Instr& in, int depth) {
   PyObject* owner = stack_top(sf, depth, 0);
   PyObject* name = PyTuple_GET_ITEM(sf.iframe->f_code->co_names, in.oparg);
   PyObject* ns = namespace_of(owner);
-  remember(p, ns != nullptr ? slots_.slot(addr(ns), name_key(name))
-                            : slots_.slot(addr(owner), attr_key(name)));
-  if (p.aux_tag == 0 && ns == nullptr && in.rule == Rule::kLoadAttr) {
-    // Written through the instance's __dict__ (ORMs, copy.copy's __dict__.update).
-    PyObject* dict = sealtrace_instance_dict(owner);
-    if (dict != nullptr) remember(p, slots_.slot(addr(dict), name_key(name)));
-  }
-  if (p.aux_tag == 0 && ns == nullptr && in.rule != Rule::kImportFrom) {
-    PyObject* v = nullptr;
-    p.aux_tag = class_attr_slot(owner, name, &v);
-    p.aux_value = v;
+  if (ns != nullptr) {
+    remember(p, slots_.slot(addr(ns), name_key(name)));
+  } else {
+    const Slot source =
+        instance_attr_source(owner, name, in.rule == Rule::kLoadAttr, in.rule != Rule::kImportFrom);
+    p.aux_tag = source.tag;
+    p.aux_value = reinterpret_cast<PyObject*>(source.value);
   }
   if (in.rule == Rule::kLoadAttr && ns == nullptr && PyUnicode_Check(name) &&
       PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
     p.flag = true;  // complete_slot_load gives the dict its owner's attribute slots
     p.copy_of = owner;
   }
+}
+
+Slot Tracer::instance_attr_source(PyObject* owner, PyObject* name, bool via_dict,
+                                  bool via_class) const {
+  Slot found;
+  if (const Slot* own = slots_.slot(addr(owner), attr_key(name))) found = *own;
+  if (found.tag == 0 && via_dict) {
+    // Written through the instance's __dict__ (ORMs, copy.copy's __dict__.update).
+    PyObject* dict = sealtrace_instance_dict(owner);
+    const Slot* in_dict = dict != nullptr ? slots_.slot(addr(dict), name_key(name)) : nullptr;
+    if (in_dict != nullptr) found = *in_dict;
+  }
+  if (found.tag == 0 && via_class) {
+    PyObject* v = nullptr;
+    found.tag = class_attr_slot(owner, name, &v);
+    found.value = addr(v);
+  }
+  return found;
 }
 
 // obj.__dict__ read by Python code (a logging formatter's `fmt % record.__dict__`): its items

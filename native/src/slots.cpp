@@ -189,8 +189,7 @@ void SlotTable::drop_holder(std::uintptr_t value) noexcept { holders_.erase(valu
 
 void SlotTable::unhold(std::uintptr_t object, std::uintptr_t value) noexcept {
   if (holders_.empty()) return;
-  const Holder* h = holders_.find(value);
-  if (h != nullptr && h->container == object) holders_.erase(value);
+  holders_.erase_if(value, [object](const Holder& h) { return h.container == object; });
 }
 
 void SlotTable::erase(std::uintptr_t object, std::uint64_t key, Tag now) {

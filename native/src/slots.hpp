@@ -179,15 +179,20 @@ class AddressTable {
   }
   // Whether key was there.
   bool erase(std::uintptr_t key) noexcept {
+    return erase_if(key, [](const V&) { return true; });
+  }
+  // Erases key's entry where `doomed(value)` (one lookup); whether it did.
+  template <class Pred>
+  bool erase_if(std::uintptr_t key, Pred&& doomed) noexcept {
     if (key == 0) {
-      const bool was = has_zero_;
-      has_zero_ = false;
+      const bool was = has_zero_ && doomed(zero_);
+      if (was) has_zero_ = false;
       return was;
     }
     if (size_ == 0) return false;
     std::size_t hole = probe(key);
     const std::uint32_t at = index_[hole];
-    if (at == 0) return false;
+    if (at == 0 || !doomed(entries_[at - 1].value)) return false;
     const std::size_t m = slots_ - 1;
     for (std::size_t j = (hole + 1) & m; index_[j] != 0; j = (j + 1) & m) {
       const std::size_t home = home_of(entries_[index_[j] - 1].key);

@@ -335,6 +335,7 @@ class Tracer {
   ShadowFrame* step_subscripting(PyThreadState* ts, _PyInterpreterFrame* f, PyObject** sp, Tag& tag,
                                  std::uintptr_t& value);
   void quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value);
+  Tag quick_read(PyObject* v, Tag tag, std::uintptr_t value) const noexcept;
   ShadowFrame* step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                               PyObject** sp, Tag& tag, std::uintptr_t& value);
   void quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
@@ -437,11 +438,13 @@ class Tracer {
     bool cut = false;
     void add(Tag t);
   };
-  // Whether this pass keeps the inputs of the instruction at `now` (a slice up to its root, a
-  // capture of it): only then are containers' items and moves read. Inline: the hot path.
+  // Whether this pass records the edge of the instruction at `now` (a slice up to its root, a
+  // serve pass's ancestry). Inline: the hot path.
   [[nodiscard]] bool recording_edges(Tag now) const noexcept {
     return now <= edges_upto_ || edges_open_;
   }
+  // Whether this pass keeps the inputs of the instruction at `now` (its edge, or a capture of
+  // it): only then are containers' items and moves read. Inline: the hot path.
   [[nodiscard]] bool keeps_inputs(Tag now) const noexcept {
     return recording_edges(now) ||
            (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0);
@@ -478,6 +481,9 @@ class Tracer {
   void set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
   void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
   Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
+  // The slot an attribute load of an instance (not a module) reads: the instance's own, else,
+  // via_dict, its __dict__'s, else, via_class, a class's; a tag of 0 where none tags it.
+  Slot instance_attr_source(PyObject* owner, PyObject* name, bool via_dict, bool via_class) const;
   void model_call(ShadowFrame& sf);
   void model_list_method(Pending& p, PyObject* self, const char* name, PyObject** args,
                          const Tag* tags, int argc);
