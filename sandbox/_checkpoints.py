@@ -44,6 +44,7 @@ from sealtrace.proxy.boundary import outside_the_program
 
 __all__ = [
     "KEEP_GAP",
+    "KEPT_WITH_EDGES",
     "CheckpointPolicy",
     "CheckpointedReplay",
     "Checkpoints",
@@ -158,6 +159,10 @@ _RETRY = 1024
 # A question that starts at least this many instructions past its nearest checkpoint keeps
 # one where it starts (CheckpointedReplay.keep): a later question there replays none of them.
 KEEP_GAP = 10_000
+# Of the checkpoints questions kept, at most this many hold the edges since the start (a
+# question's pass that sliced keeps its edges in the checkpoint it keeps at its stop): each
+# holds up to KEPT_EDGE_LIMIT input tags (sandbox._provenance), the oldest goes first.
+KEPT_WITH_EDGES = 4
 _main_ident = threading.main_thread().ident
 
 
@@ -177,11 +182,15 @@ class Checkpoints:
         policy: CheckpointPolicy,
         configure: Callable[[dict[str, Any], Callable[[dict[str, Any], int], NoReturn]], None],
         release: tuple[int, ...] = (),
+        holds_edges: Callable[[], bool] = lambda: False,
     ) -> None:
         """release: descriptors a checkpoint must not keep (the result pipe), or the session
-        would wait on them for as long as the checkpoint lives."""
+        would wait on them for as long as the checkpoint lives. holds_edges: whether the
+        engine holds every edge since the start a live value leads back to, now (a checkpoint
+        taken then tells the session so: a slice can go on from it)."""
         self.engine = engine
         self.release = release
+        self.holds_edges = holds_edges
         self.control = Socket(fileno=control_fd)
         self.interval = policy.interval
         self.cap = policy.cap
@@ -228,7 +237,8 @@ class Checkpoints:
             self._serve(mine)  # returns only in a worker
             return False
         mine.close()
-        send(self.control, {"checkpoint": counter, "pid": pid}, [theirs.fileno()])
+        message = {"checkpoint": counter, "pid": pid, "edges": bool(self.holds_edges())}
+        send(self.control, message, [theirs.fileno()])
         theirs.close()
         self.taken.append((counter, pid))
         if len(self.taken) > self.cap:
@@ -313,6 +323,9 @@ class CheckpointedReplay:
         self.timeout = timeout
         self.keep = keep
         self.kept: list[int] = []  # the counters of the checkpoints questions added, oldest first
+        # The checkpoints that hold the edges since the start (a slice goes on from them): the
+        # serve pass's until its edge limit, and those a slicing question kept within its own.
+        self.edged: set[int] = set()
         self.control, self.child_end = _socket.socketpair()
         self.checkpoints: dict[int, Socket] = {}
         self.pids: dict[int, int] = {}
@@ -345,8 +358,11 @@ class CheckpointedReplay:
                 self.first = counter
             self.checkpoints[counter] = Socket(fileno=fds[0])
             self.pids[counter] = int(message["pid"])
+            if message.get("edges") is True:
+                self.edged.add(counter)
         elif "dropped" in message:
             self.pids.pop(int(message["dropped"]), None)
+            self.edged.discard(int(message["dropped"]))
             dropped = self.checkpoints.pop(int(message["dropped"]), None)
             if dropped is not None:
                 dropped.close()
@@ -362,47 +378,77 @@ class CheckpointedReplay:
             raise ValueError(f"a checkpoint message broke: {self._broken}")
         self.control.close()
 
-    def nearest(self, counter: int, taken_only: bool = False) -> int | None:
+    def nearest(self, counter: int, edges: bool = False) -> int | None:
         """The latest checkpoint at or before `counter`, if any. The first checkpoint is
         taken before the program's first instruction, so it also stands for every counter
         before it (0, "from the start"): no instruction of the program ran before it, and a
         pass forked there skips the interpreter's start and the runtime's setup.
-        taken_only: one the serve pass took, not one a question kept (only those hold the
-        edges since the start)."""
-        at_or_before = max(
-            (c for c in self.checkpoints if c <= counter and not (taken_only and c in self.kept)),
-            default=None,
-        )
-        if at_or_before is None and self.first is not None and self.first in self.checkpoints:
+        edges: one that holds the edges since the start (`edged`)."""
+        usable = self.edged if edges else self.checkpoints.keys()
+        at_or_before = max((c for c in usable if c <= counter), default=None)
+        if at_or_before is None and self.first is not None and self.first in usable:
             return self.first
         return at_or_before
 
     def ask(
-        self, query: dict[str, Any], start: int, taken_only: bool = False
+        self, query: dict[str, Any], start: int, edges: bool = False
     ) -> tuple[dict[str, Any], int]:
-        """The receipt and exit code of `query`, run from the nearest checkpoint (one the
-        serve pass took, if taken_only)."""
-        counter = self.nearest(start, taken_only)
+        """The receipt and exit code of `query`, run from the nearest checkpoint (one that
+        holds the edges since the start, if `edges`). A question starting far enough past it
+        keeps one where it starts; a locate whose stop is no counter (a line's hit, a
+        function's return) keeps one at its stop ("keep": "stop")."""
+        counter = self.nearest(start, edges)
         if counter is None:
             raise LookupError(f"no checkpoint at or before {start}")
         sock = self.checkpoints[counter]
         sock.settimeout(self.timeout)
-        if self.keep and start - counter >= KEEP_GAP:
-            query = {**query, "keep": start}
+        keep: int | str | None = None
+        if self.keep and query.get("kind") == "locate" and "counter" not in query.get("at", {}):
+            keep = "stop"
+        elif self.keep and start - counter >= KEEP_GAP:
+            keep = start
+        if keep is not None:
+            query = {**query, "keep": keep}
         send(sock, {"query": query})
+        at_stop: tuple[dict[str, Any], list[int]] | None = None  # taken once the answer says
         while True:
             message, fds = receive(sock)
             if "checkpoint" not in message:
+                if at_stop is not None:
+                    # Kept at the stop: where the answer says the pass stopped, or nothing.
+                    stopped = ((message.get("receipt") or {}).get("result") or {}).get("counter")
+                    if stopped != int(at_stop[0]["checkpoint"]):
+                        self._refuse(at_stop[1], counter)
+                    self._keep(*at_stop)
                 return message["receipt"], int(message["code"])
-            if not fds or int(message["checkpoint"]) != start or start in self.checkpoints:
-                for fd in fds:
-                    os.close(fd)
-                self._drop(counter)  # what it sends next answers nothing asked
-                raise ValueError("a question sent a checkpoint it was not asked for")
-            self._take(message, fds)
-            self.kept.append(start)
-            if len(self.kept) > self.keep:
-                self._drop(self.kept.pop(0))
+            at = int(message["checkpoint"])
+            asked = at == keep if isinstance(keep, int) else keep == "stop" and at >= counter
+            if not fds or not asked or at in self.checkpoints or at_stop is not None:
+                self._refuse(fds, counter)
+            if keep == "stop":
+                at_stop = (message, fds)
+            else:
+                self._keep(message, fds)
+
+    def _refuse(self, fds: list[int], counter: int) -> NoReturn:
+        """A checkpoint the question was not asked to keep: the one asked of is ended too,
+        as what it sends next answers nothing asked."""
+        for fd in fds:
+            os.close(fd)
+        self._drop(counter)
+        raise ValueError("a question sent a checkpoint it was not asked for")
+
+    def _keep(self, message: dict[str, Any], fds: list[int]) -> None:
+        """A checkpoint a question kept; past the cap the oldest kept goes (and past
+        KEPT_WITH_EDGES of those holding edges, the oldest of them)."""
+        self._take(message, fds)
+        self.kept.append(int(message["checkpoint"]))
+        if len(self.kept) > self.keep:
+            self._drop(self.kept.pop(0))
+        with_edges = [c for c in self.kept if c in self.edged]
+        if len(with_edges) > KEPT_WITH_EDGES:
+            self.kept.remove(with_edges[0])
+            self._drop(with_edges[0])
 
     def _drop(self, counter: int) -> None:
         """End one checkpoint: it leaves when its socket closes."""
@@ -410,6 +456,7 @@ class CheckpointedReplay:
         if sock is not None:
             sock.close()
         self.pids.pop(counter, None)
+        self.edged.discard(counter)
 
     def close(self) -> None:
         """End every checkpoint: each leaves when its socket closes; any still there after a

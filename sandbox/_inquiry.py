@@ -140,6 +140,8 @@ class Inquiry:
         self._since: tuple[int, int] | None = None
         self._replay: CheckpointedReplay | None = None
         self._survey: dict[str, Any] | None = None
+        # In a session: the counter each line or return stop located was at (stop_spec).
+        self._located: dict[tuple[tuple[str, Any], ...], int] = {}
         self._marked_events: dict[int, list[int]] | None = None
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
@@ -167,11 +169,10 @@ class Inquiry:
         self.passes += 1
         query = {**query, **self._settings()}
         server = self._checkpointed() if self.policy is not None else None
-        # A slice going on from a checkpoint's edges: only the serve pass's checkpoints
-        # hold them (not the ones questions kept).
-        taken_only = bool((query.get("slice") or {}).get("inherit"))
-        if server is not None and server.nearest(start, taken_only) is not None:
-            data, _code = server.ask(query, start, taken_only)
+        # A slice going on from a checkpoint's edges: from one that holds them.
+        edges = bool((query.get("slice") or {}).get("inherit"))
+        if server is not None and server.nearest(start, edges) is not None:
+            data, _code = server.ask(query, start, edges)
             receipt = Receipt(data)
         else:  # no checkpoints, or the pass starts before the first one
             receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
@@ -317,9 +318,14 @@ class Inquiry:
             return {"counter": at.counter}
         if at.function is not None:
             path, function = resolve_function(at, source_texts(self.parsed))
-            return {"file": path, "function": function, "hit": at.hit}
-        assert at.file is not None and at.line is not None
-        return {"file": self.resolve_file(at.file), "line": at.line, "hit": at.hit}
+            spec: dict[str, Any] = {"file": path, "function": function, "hit": at.hit}
+        else:
+            assert at.file is not None and at.line is not None
+            spec = {"file": self.resolve_file(at.file), "line": at.line, "hit": at.hit}
+        # Located once in this session: the same instant by its counter (a stop at a counter
+        # comes where that hit came), which a checkpoint can start near.
+        counter = self._located.get(_spec_key(spec))
+        return {"counter": counter} if counter is not None else spec
 
     def locate(
         self, at: At, expr: str | None = None, slice_depths: Sequence[int] = ()
@@ -336,19 +342,18 @@ class Inquiry:
         start = int(spec.get("counter", 0))
         if slice_depths and expr:
             sliced: dict[str, Any] = {"depth": max(slice_depths), "depths": list(slice_depths)}
-            if (
-                self.policy is not None
-                and self.policy.edges
-                and self._since is None
-                and ("counter" in spec)
-            ):
-                # The serve pass kept the edges since the start, and each checkpoint holds
-                # them: the pass goes on from the nearest one before the stop.
+            if self.policy is not None and self.policy.edges and self._since is None:
+                # The serve pass kept the edges since the start, and its checkpoints hold
+                # them (until its edge limit), as do those a slicing question kept: the pass
+                # goes on from the nearest such one before the stop (the first checkpoint,
+                # for a stop that is no counter: a line's hits count from the start).
                 sliced["inherit"] = True
             else:
                 start = self._window_start
             query["slice"] = sliced
         result = self.run(query, start)
+        if result.get("found") and "counter" not in spec and self.policy is not None:
+            self._located[_spec_key(spec)] = int(result["counter"])
         if not result.get("found"):
             if at.function is not None:
                 raise QueryError(
@@ -622,6 +627,10 @@ class Inquiry:
 
 
 _OUTSIDE = ("external", "env", "argv")
+
+
+def _spec_key(spec: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(spec.items()))
 
 
 def _slices(result: dict[str, Any], depths: Sequence[int]) -> dict[int, tuple[list[int], bool]]:

@@ -78,6 +78,11 @@ _NO_ROOT = (1 << 64) - 1
 # past it the pass records no more, and questions from later checkpoints slice from the
 # start as a pass of their own (docs/provenance.md#checkpoints).
 SERVE_EDGE_LIMIT = 2_000_000
+# A checkpoint a slicing question keeps at its stop holds the edges it recorded if they are at
+# most this many input tags (about 4 bytes each); larger, it is kept without them (a later
+# question from it slices as a pass of its own). The session keeps at most KEPT_WITH_EDGES
+# such (sandbox._checkpoints).
+KEPT_EDGE_LIMIT = 16_000_000
 # ...and packs them every this many edges at least (more often than a slice pass): what is
 # not packed yet is what a checkpoint copies as the pass goes on writing it.
 SERVE_EDGE_BATCH = 1 << 16
@@ -374,6 +379,7 @@ class Provenance:
     def _reset(self, query: dict[str, Any]) -> None:
         self.query = query
         self.kind = query["kind"]
+        self._keeper: Any = None  # a locate keeps a checkpoint at its stop with this (_stop)
         self.events_by_counter: dict[int, list[tuple[int, str, int]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
@@ -404,14 +410,27 @@ class Provenance:
         keeper, self.checkpoints = self.checkpoints, None
         self._arm(inherited)
         if query.get("keep") is not None and keeper is not None:
-            self._keep_at(keeper, int(query["keep"]))
+            self._keep_at(keeper, query["keep"])
 
-    def _keep_at(self, keeper: Any, counter: int) -> None:
+    def _holds_edges(self) -> bool:
+        """Whether a checkpoint taken now holds every edge since the start that a live value
+        leads back to (a slice can go on from it): the serve pass's until its edge limit, a
+        slicing question's within KEPT_EDGE_LIMIT."""
+        engine = self.engine
+        limit = SERVE_EDGE_LIMIT if self.kind == "serve" else KEPT_EDGE_LIMIT
+        return self.edges_from_start and not engine.edges_overflowed and engine.edge_tags <= limit
+
+    def _keep_at(self, keeper: Any, counter: int | str) -> None:
         """Keep a checkpoint at `counter` on the way (the session asked: a later question
-        starts there), unless this pass stops before it. The engine has one counter stop:
-        a pass that stops later at a counter of its own gets that stop back once kept."""
+        starts there), unless this pass stops before it; a locate keeps one at its own stop
+        ("stop", or its counter), before it answers (with the edges its slice recorded). The
+        engine has one counter stop: a pass that stops later at a counter of its own gets that
+        stop back once kept."""
         armed = self._armed
-        if armed is not None and armed[0] <= counter:
+        if self.kind == "locate" and (counter == "stop" or (armed and armed[0] == counter)):
+            self._keeper = keeper  # _stop keeps it
+            return
+        if not isinstance(counter, int) or (armed is not None and armed[0] <= counter):
             return
 
         def kept(frame: Any, now: int) -> None:
@@ -502,6 +521,7 @@ class Provenance:
                 policy,
                 self.reconfigure,
                 release=tuple(int(fd) for fd in self.query.get("release", ())),
+                holds_edges=self._holds_edges,
             )
         self._arm()
         if self.window is None:
@@ -631,6 +651,9 @@ class Provenance:
     # -- locate ---------------------------------------------------------------------------
 
     def _stop(self, frame: Any, counter: int) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and not keeper.keep(counter):
+            return  # a later question's worker, forked from the checkpoint kept here
         engine = self.engine
         frames: list[dict[str, Any]] = []
         f = frame

@@ -141,6 +141,7 @@ PYBIND11_MODULE(_engine, m) {
           py::arg("upto"), py::arg("limit"), py::arg("on_done"), py::arg("keep") = false,
           py::arg("batch") = 0)
       .def_property_readonly("edges_overflowed", &Tracer::edges_overflowed)
+      .def_property_readonly("edge_tags", &Tracer::edge_tags)
       .def("backward_slice",
            [](const Tracer& t, std::uint64_t root, int depth, std::size_t max_nodes) {
              bool truncated = false;
@@ -218,6 +219,7 @@ PYBIND11_MODULE(_engine, m) {
         d["loop_frames"] = s.loop_frames;
         d["loop_handoffs"] = s.loop_handoffs;
         d["loop_quick"] = s.loop_quick;
+        d["loop_calls"] = s.loop_calls;
         d["max_shadow_depth"] = s.max_shadow_depth;
         d["edge_compactions"] = s.edge_compactions;
         d["edges_kept"] = s.edges_kept;

@@ -5,6 +5,8 @@
 #include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 
+#include <algorithm>
+
 #include "hooks.hpp"
 #include "py_values.hpp"
 #include "tracer.hpp"
@@ -41,9 +43,10 @@ int inline_caches(std::uint8_t op) {
 
 // -- code objects ---------------------------------------------------------------------------
 
-CodeInfo* Tracer::code_info(PyCodeObject* code) {
-  // Read as _PyCode_GetExtra reads it (once a call: the exported function's checks cost more
-  // than the read). CPython 3.11 keeps its layout in Objects/codeobject.c, not a header.
+// The record this tracer built of a code object, if any: read as _PyCode_GetExtra reads it
+// (once a call: the exported function's checks cost more than the read). CPython 3.11 keeps
+// its layout in Objects/codeobject.c, not a header.
+CodeInfo* Tracer::known_code_info(PyCodeObject* code) const noexcept {
   struct CodeExtras {
     Py_ssize_t ce_size;
     void* ce_extras[1];
@@ -53,6 +56,12 @@ CodeInfo* Tracer::code_info(PyCodeObject* code) {
     auto* info = static_cast<CodeInfo*>(extras->ce_extras[g_extra_index]);
     if (info != nullptr && info->generation == generation_) return info;
   }
+  return nullptr;
+}
+
+CodeInfo* Tracer::code_info(PyCodeObject* code) {
+  CodeInfo* known = known_code_info(code);
+  if (known != nullptr) return known;
   void* extra = nullptr;
   if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
     PyErr_Clear();
@@ -99,6 +108,10 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     info->kinds.assign(k, k + PyBytes_GET_SIZE(code->co_localspluskinds));
   }
   info->kinds.resize(static_cast<std::size_t>(info->nlocalsplus), 0);
+  info->positional_only_args =
+      info->argslots == code->co_argcount &&
+      std::none_of(info->kinds.begin(), info->kinds.begin() + code->co_argcount,
+                   [](std::uint8_t kind) { return (kind & CO_FAST_CELL) != 0; });
   // co_code gives the de-specialised instructions, as the tracer sees them executed.
   PyObject* bytes = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_code");
   if (bytes == nullptr || !PyBytes_Check(bytes)) {
@@ -172,6 +185,12 @@ void Tracer::refresh_breakpoints(CodeInfo& info) {
     for (std::size_t i = 0; i < info.instrs.size(); ++i) {
       info.breakpoint[i] = info.instrs[i].op == kReturnValueOp ? 2 : 0;
     }
+    return;
+  }
+  // A code with no instruction on the line needs no marks: its instructions need not even say
+  // which line they are on (the loop may then tag them itself, Tracer::quick_ready).
+  if (std::none_of(info.instrs.begin(), info.instrs.end(),
+                   [this](const Instr& in) { return in.line == stop_line_; })) {
     return;
   }
   info.breakpoint.assign(info.instrs.size(), 0);

@@ -128,6 +128,7 @@ std::uint8_t quick_kind(int op) {
     case STORE_FAST:
     case LOAD_CONST:
     case POP_TOP:
+    case RETURN_VALUE:
       return kQuickInline;
     case NOP:
     case PUSH_NULL:
@@ -174,6 +175,8 @@ std::uint8_t quick_kind(int op) {
     case LIST_APPEND:
     case MAP_ADD:
       return kQuickPut;
+    case CALL:
+      return kQuickCall;
     default:
       return kQuickNo;
   }
@@ -1009,6 +1012,77 @@ void Tracer::quick_raised(ShadowFrame& sf, int index, int depth) {
   std::fill(sf.p.in_objs.begin(), sf.p.in_objs.end(), nullptr);
 }
 
+// CALL of a Python function the loop runs, passing exactly its positional parameters (no
+// keywords, no defaults, no *args or **kwargs, no parameter a cell) while no slice is recorded
+// and no buffer fills wait: counted before it runs, with the call noted in the caller's shadow
+// (QuickCall) instead of a pending half. The callee's call event binds each parameter to the
+// tag of the stack item at its position (what bind_arguments finds there by identity), its
+// return hands back its value's tag, and `called` tags the result. A call whose callee never
+// started or returned there, that raised, or whose clean-up could run Python code (a __del__ of
+// the function or an argument, a signal handler) gets its pending half after all.
+ShadowFrame* Tracer::step_calling(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                  PyObject** sp, int index) {
+  if (!fills_.empty() || recording_edges(counter_.value() + 1)) return nullptr;
+  const bool is_meth = sp[-in.oparg - 2] != nullptr;
+  PyObject* function = is_meth ? sp[-in.oparg - 2] : sp[-in.oparg - 1];
+  if (!Py_IS_TYPE(function, &PyFunction_Type)) return nullptr;
+  auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
+  const CodeInfo* callee = known_code_info(code);
+  if (callee == nullptr || callee->own || callee->loop != 1 || !callee->positional_only_args ||
+      code->co_argcount != in.oparg + (is_meth ? 1 : 0)) {
+    return nullptr;
+  }
+  const int depth = static_cast<int>(sp - f->localsplus);
+  ShadowFrame* sf = quick_event(ts, f, depth);
+  if (sf == nullptr) return nullptr;
+  ++stats_.loop_calls;
+  sf->call =
+      QuickCall{true, false, counter_.value(), return_seq_, index, depth, function, nullptr, 0};
+  return sf;
+}
+
+// After a quick CALL, before its stack is dropped: the result keeps the tag its callee returned.
+void Tracer::called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObject** sp) {
+  QuickCall& call = sf.call;
+  const int base = call.before - sf.code->instrs[static_cast<std::size_t>(call.index)].oparg - 2;
+  bool quiet = result != nullptr && call.has_return && sealtrace_breaker_set(ts) == 0;
+  for (PyObject** v = sf.iframe->localsplus + base; quiet && v < sp; ++v) {
+    quiet = *v == nullptr || Py_REFCNT(*v) > 1 || drops_quietly(*v);
+  }
+  if (quiet) {
+    call.active = false;
+    sf.slots[static_cast<std::size_t>(base)] = call.return_tag;
+    return;
+  }
+  const TracingOff off(ts);
+  ensure_thread();
+  make_call_pending(sf);
+}
+
+// The pending half a quick CALL skipped, as begin would have left it before the call (its
+// counter, its inputs, the returns seen since), with what its callee handed back.
+void Tracer::make_call_pending(ShadowFrame& sf) {
+  QuickCall& call = sf.call;
+  call.active = false;
+  begin_pending(sf, sf.code->instrs[static_cast<std::size_t>(call.index)], call.index, call.before);
+  Pending& p = sf.p;
+  p.counter = call.counter;
+  p.return_seq = call.return_seq;
+  p.has_return = call.has_return;
+  p.return_tag = call.return_tag;
+  begin_call(sf);
+}
+
+// RETURN_VALUE of a frame a quick CALL called, whose caller still waits there (a function's
+// frame: no class body's namespace to keep).
+bool Tracer::returns_quickly(const ShadowFrame& sf) const noexcept {
+  if (stack_.size() < 2 || stack_.back() != &sf) return false;
+  const ShadowFrame& caller = *stack_[stack_.size() - 2];
+  const _PyInterpreterFrame* f = sf.iframe;
+  return caller.call.active && caller.call.callee == f && caller.iframe == f->previous &&
+         (f->f_code->co_flags & CO_OPTIMIZED) != 0;
+}
+
 PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
   if (c_stack_low()) {
     PyErr_SetString(PyExc_RecursionError,
@@ -1049,9 +1123,10 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   PyObject* const names = co->co_names;
   PyObject* const consts = co->co_consts;
   const Instr* const program = info->instrs.data();
-  PyObject* kwnames = nullptr;   // KW_NAMES, for the CALL after it (borrowed from co_consts)
-  ShadowFrame* ready = nullptr;  // quick_ready: the instruction's case tags it (kQuickInline)
-  ShadowFrame* quick = nullptr;  // the shadow of an instruction a step_* counted, while it runs
+  PyObject* kwnames = nullptr;     // KW_NAMES, for the CALL after it (borrowed from co_consts)
+  ShadowFrame* ready = nullptr;    // quick_ready: the instruction's case tags it (kQuickInline)
+  ShadowFrame* quick = nullptr;    // the shadow of an instruction a step_* counted, while it runs
+  ShadowFrame* calling = nullptr;  // this frame's shadow while a CALL step_calling counted runs
   int quick_depth = 0;
   int quick_index = 0;
   Tag quick_tag = 0;  // step_loading, step_subscripting, step_attribute: the slot read
@@ -1151,6 +1226,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                  (in.quick == kQuickPut && (quick = step_putting(ts, f, in, sp)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
+      } else if (in.quick == kQuickCall && kwnames == nullptr &&
+                 (calling = step_calling(ts, f, in, sp, i)) != nullptr) {
+        // the callee binds its arguments; `called` tags the result
       } else {
         int err = 0;
         TRACER_CALL(err = on_opcode(f));
@@ -1492,6 +1570,14 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
             function, sp - total, static_cast<size_t>(positional) | PY_VECTORCALL_ARGUMENTS_OFFSET,
             kwnames);
         kwnames = nullptr;
+        if (calling != nullptr) {
+          // The same engine's, and still this frame's shadow with the call noted (a shadow is
+          // never freed while its engine lives, and acquire clears the note).
+          if (g_generation == generation && calling->iframe == f && calling->call.active) {
+            called(ts, *calling, res, sp);
+          }
+          calling = nullptr;
+        }
         Py_DECREF(function);
         STACK_SHRINK(total);
         for (int k = 0; k < total; ++k) Py_DECREF(sp[k]);
@@ -1502,6 +1588,21 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         break;
       }
       case RETURN_VALUE:
+        if (ready != nullptr) {
+          if (returns_quickly(*ready)) {
+            // Back to a quick CALL waiting in the caller: the return event's work.
+            quick_tick(*ready);
+            ShadowFrame& caller = *stack_[stack_.size() - 2];
+            caller.call.has_return = true;
+            caller.call.return_tag = ready->slots[static_cast<std::size_t>(sp - locals) - 1];
+            stack_.pop_back();
+            release(ready);
+            retval = POP();
+            f->stacktop = static_cast<int>(sp - locals);
+            goto exit;
+          }
+          SLOW_EVENT();
+        }
         retval = POP();
         f->stacktop = static_cast<int>(sp - locals);
         if (TRACED()) {

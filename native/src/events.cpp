@@ -73,6 +73,19 @@ void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
   const auto index = static_cast<std::size_t>(f->prev_instr - _PyCode_CODE(f->f_code));
   const bool fresh = index < info->instrs.size() && info->instrs[index].op == kResume &&
                      info->instrs[index].oparg == 0;
+  if (caller != nullptr && caller->call.active && caller->iframe == f->previous) {
+    QuickCall& call = caller->call;
+    if (fresh && call.callee == nullptr &&
+        reinterpret_cast<PyObject*>(f->f_func) == call.function) {
+      // The callee of a CALL the loop counted: its arguments are the caller's stack items
+      // after the function, each bound to its position (step_calling checked they are).
+      call.callee = f;
+      const Tag* args = caller->slots.data() + call.before - info->argslots;
+      std::copy(args, args + info->argslots, sf->slots.begin());
+      return;
+    }
+    make_call_pending(*caller);  // any other frame: bound as to any call's pending half
+  }
   if (fresh && caller != nullptr && caller->p.active) {
     if (caller->iframe == f->previous) {
       bind_arguments(caller->p, *sf);
@@ -125,7 +138,11 @@ int Tracer::on_opcode(_PyInterpreterFrame* f) {
     sf->last_line = line;
     sf->last_index = index;
   }
-  if (now == stop_counter_ && stop_counter_cb_ != nullptr) {
+  // A stop armed at this very instant by the stop's own callback comes too: a question's
+  // worker forked from a checkpoint kept inside a counter stop here (Checkpoints.keep) returns
+  // into that callback, configured with its own stop, which may be this counter. (A few
+  // rounds at most: a callback that re-arms the instant forever is not followed.)
+  for (int round = 0; round < 4 && now == stop_counter_ && stop_counter_cb_ != nullptr; ++round) {
     PyObject* cb = stop_counter_cb_;
     stop_counter_cb_ = nullptr;
     call_stop(cb, f);
@@ -184,8 +201,12 @@ int Tracer::on_return(_PyInterpreterFrame* f, PyObject* value) {
   }
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
-    if (caller != nullptr && caller->iframe == f->previous && caller->p.active &&
-        returns_to_call(caller->p, f)) {
+    if (caller != nullptr && caller->call.active && caller->call.callee == f &&
+        caller->iframe == f->previous) {
+      caller->call.has_return = true;
+      caller->call.return_tag = ret;
+    } else if (caller != nullptr && caller->iframe == f->previous && caller->p.active &&
+               returns_to_call(caller->p, f)) {
       caller->p.has_return = true;
       caller->p.return_tag = ret;
     } else {

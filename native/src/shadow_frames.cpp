@@ -26,6 +26,7 @@ ShadowFrame* Tracer::acquire(_PyInterpreterFrame* iframe, CodeInfo* code) {
   sf->code = code;
   sf->slots.assign(static_cast<std::size_t>(code->nlocalsplus + code->stacksize + 1), 0);
   sf->p.active = false;
+  sf->call.active = false;
   sf->kw_pending = false;
   sf->last_line = -1;
   sf->last_index = -1;

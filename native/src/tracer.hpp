@@ -45,7 +45,8 @@ enum QuickKind : std::uint8_t {
   kQuickIter,
   kQuickSubscr,
   kQuickAttr,
-  kQuickPut
+  kQuickPut,
+  kQuickCall
 };
 
 struct Instr {
@@ -75,6 +76,9 @@ struct CodeInfo {
   std::vector<std::uint8_t> kinds;
   std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
   std::int8_t loop = -1;  // the evaluation loop starts it: -1 not yet known, 0 no, 1 yes
+  // Its arguments are exactly its positional parameters, none a cell (no defaults needed, no
+  // keyword-only, *args or **kwargs): a call passing that many binds each to its position.
+  bool positional_only_args = false;
   std::uint64_t breakpoint_generation = 0;
 };
 
@@ -144,11 +148,28 @@ struct IterState {
   Py_ssize_t next = 0;
 };
 
+// A CALL the evaluation loop counted itself (Tracer::step_calling) while its callee, a Python
+// function, runs: the callee's arguments are bound from the caller's stack tags by position and
+// its return is handed back here, with no pending half. Whatever else starts or returns in the
+// caller meanwhile makes the pending half after all (Tracer::make_call_pending).
+struct QuickCall {
+  bool active = false;
+  bool has_return = false;
+  Tag counter = 0;                        // the CALL's
+  std::uint64_t return_seq = 0;           // Tracer::return_seq_ when it began
+  std::int32_t index = 0;                 // the CALL's code unit
+  std::int32_t before = 0;                // the stack depth the CALL found
+  PyObject* function = nullptr;           // compared, never dereferenced
+  _PyInterpreterFrame* callee = nullptr;  // once bound
+  Tag return_tag = 0;
+};
+
 struct ShadowFrame {
   _PyInterpreterFrame* iframe = nullptr;
   CodeInfo* code = nullptr;
   std::vector<Tag> slots;  // localsplus then the value stack
   Pending p;
+  QuickCall call;
   bool kw_pending = false;
   int last_line = -1;
   int last_index = -1;
@@ -175,6 +196,7 @@ struct Stats {
   std::uint64_t loop_frames = 0;    // frames the evaluation loop started (eval_loop.cpp)
   std::uint64_t loop_handoffs = 0;  // ... and left to CPython's loop partway
   std::uint64_t loop_quick = 0;     // instructions the loop tagged itself (quick_tick)
+  std::uint64_t loop_calls = 0;     // ... of them calls of Python functions (step_calling)
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
@@ -266,6 +288,8 @@ class Tracer {
                     std::size_t batch = 0);
   // The edge limit stopped the recording: what is kept answers only the nearest steps.
   [[nodiscard]] bool edges_overflowed() const noexcept { return edges_overflow_; }
+  // The input tags the recorded edges hold (packed and not yet packed): their memory.
+  [[nodiscard]] std::size_t edge_tags() const noexcept { return packed_tags_ + edge_tags_.size(); }
   // Counters reachable backwards from root within depth computations (moves cost nothing),
   // nearest first, at most max_nodes; seeded origin tags are included as leaves. Sets truncated
   // if edges ran out or max_nodes cut the slice (the depth bound is the tree's to report).
@@ -289,6 +313,7 @@ class Tracer {
 
  private:
   CodeInfo* code_info(PyCodeObject* code);
+  CodeInfo* known_code_info(PyCodeObject* code) const noexcept;
   CodeInfo* build_code_info(PyCodeObject* code);
   // The events, from the trace callback (on_event) or the evaluation loop (eval_loop.cpp).
   void on_call(_PyInterpreterFrame* f, CodeInfo* info);
@@ -343,6 +368,11 @@ class Tracer {
   ShadowFrame* step_putting(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp);
   void quick_raised(ShadowFrame& sf, int index, int depth);
+  ShadowFrame* step_calling(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                            PyObject** sp, int index);
+  void called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObject** sp);
+  void make_call_pending(ShadowFrame& sf);
+  bool returns_quickly(const ShadowFrame& sf) const noexcept;
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
   ShadowFrame* acquire(_PyInterpreterFrame* iframe, CodeInfo* code);
   void release(ShadowFrame* frame);

@@ -8,6 +8,7 @@ run went."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,10 +91,13 @@ def test_every_checkpoint_resumes_the_run_as_it_went(
             server._drop(counter)  # the next pass starts from the one before
 
 
-def test_a_checkpoint_a_question_was_not_asked_to_keep_ends_that_checkpoint() -> None:
+@pytest.mark.parametrize("stop", ["counter", "line"])
+def test_a_checkpoint_a_question_was_not_asked_to_keep_ends_that_checkpoint(stop: str) -> None:
     """A worker sends a checkpoint it was not asked for (what a replayed program writing into
     the socket it inherited could do): the question fails and the checkpoint it was asked
-    of is ended, so no later question reads what it sends next as its answer."""
+    of is ended, so no later question reads what it sends next as its answer. A locate at a
+    line keeps one at its stop, wherever that is: one the answer does not stop at is
+    refused the same way."""
     import os
     import socket
 
@@ -104,14 +108,45 @@ def test_a_checkpoint_a_question_was_not_asked_to_keep_ends_that_checkpoint() ->
         ours, theirs = socket.socketpair()
         server.checkpoints[100] = ours
         stray_read, stray_write = os.pipe()
-        send(theirs, {"checkpoint": 999, "pid": 1}, [stray_read])
+        send(theirs, {"checkpoint": 999, "pid": 1, "edges": True}, [stray_read])
+        if stop == "counter":  # asked to keep 50,000, not 999
+            query: dict[str, Any] = {"kind": "locate", "at": {"counter": 50_000}}
+        else:  # asked to keep one at the stop, which the answer puts at 1,234
+            query = {"kind": "locate", "at": {"file": "app.py", "line": 3, "hit": 1}}
+            result = {"kind": "locate", "found": True, "counter": 1_234}
+            send(theirs, {"receipt": {"status": "query", "result": result}, "code": 0})
         with pytest.raises(ValueError, match="not asked for"):
-            server.ask({"kind": "locate"}, 50_000)  # asked to keep 50,000, not 999
-        assert 100 not in server.checkpoints
+            server.ask(query, 50_000)
+        assert 100 not in server.checkpoints and 999 not in server.checkpoints
         assert ours.fileno() == -1  # closed: that checkpoint process would leave
-        assert server.kept == []
+        assert server.kept == [] and not server.edged
         theirs.close()
         os.close(stray_read)
         os.close(stray_write)
     finally:
         server.close()
+
+
+def test_a_question_at_the_very_counter_a_checkpoint_was_kept_at_stops_there(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """A capture far from the serve pass's checkpoints keeps one where it starts (inside a
+    counter stop); a later question stopping at exactly that counter is configured inside
+    that stop's callback, and must stop there still (it once ran on to the end: "the run
+    never reached")."""
+    app = write_app(tmp_path / "app", "total = 0\nfor i in range(20000):\n    total += i * 3 % 7\n")
+    recorded = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    data, parsed = load_recording(str(recorded.location), keys.identity)
+    with Inquiry(data, parsed, timeout=60) as plain:
+        at = 70_001
+        alone = plain.run({"kind": "locate", "at": {"counter": at}, "expr": "total"})
+    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(50_000, 64)) as session:
+        session.survey()
+        server = session._checkpointed()
+        assert server.nearest(at) == 50_000
+        session.capture({at})
+        assert server.kept == [at] and server.nearest(at) == at
+        found = session.run({"kind": "locate", "at": {"counter": at}, "expr": "total"}, at)
+    assert found.get("found") and found["counter"] == at, found
+    assert found["value"] == alone["value"]

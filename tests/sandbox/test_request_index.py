@@ -307,10 +307,10 @@ def test_in_a_session_a_question_about_one_request_starts_from_a_checkpoint_near
         ask = server.ask
 
         def watched(
-            query: dict[str, Any], start: int, taken_only: bool = False
+            query: dict[str, Any], start: int, edges: bool = False
         ) -> tuple[dict[str, Any], int]:
-            starts.append(server.nearest(start, taken_only) or 0)
-            return ask(query, start, taken_only)
+            starts.append(server.nearest(start, edges) or 0)
+            return ask(query, start, edges)
 
         server.ask = watched  # type: ignore[method-assign]
         again = session.trace(question)

@@ -201,25 +201,48 @@ def _session_questions(recorded: Recorded) -> list[tuple[str, str]]:
     return [("end", "RESULT"), (printing, "label"), (printing, "total"), (printing, "weight")]
 
 
+def _serving(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool, int, int]]:
+    """Every question a session sends a checkpoint from now on: (kind, whether it slices
+    from the checkpoint's edges, the counter it starts at, the checkpoint it is sent to)."""
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay
+
+    served: list[tuple[str, bool, int, int]] = []
+    ask = CheckpointedReplay.ask
+
+    def asked(self: Any, query: dict[str, Any], start: int, edges: bool = False) -> Any:
+        inherit = bool((query.get("slice") or {}).get("inherit"))
+        served.append((query["kind"], inherit, start, self.nearest(start, edges)))
+        return ask(self, query, start, edges)
+
+    monkeypatch.setattr(CheckpointedReplay, "ask", asked)
+    return served
+
+
+def _limited_serve(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    """The serve pass of every session from now on stops recording edges past `limit`."""
+    import sealtrace.sandbox._inquiry as inquiry_module
+
+    real_replay = inquiry_module.replay
+
+    def limited(data: Any, meta: Any, **kwargs: Any) -> Any:
+        if kwargs.get("query", {}).get("kind") == "serve":
+            kwargs["query"] = {**kwargs["query"], "edge_limit": limit}
+        return real_replay(data, meta, **kwargs)
+
+    monkeypatch.setattr(inquiry_module, "replay", limited)
+
+
 def test_a_session_slices_from_the_checkpoint_before_the_stop_with_the_same_answers(
     recorded: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sealtrace.sandbox import Inquiry
-    from sealtrace.sandbox._checkpoints import CheckpointedReplay, CheckpointPolicy
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
 
     class TwoPasses(Inquiry):
         def locate(self, at: Any, expr: str | None = None, slice_depths: Sequence[int] = ()):
             return super().locate(at, expr)
 
-    served: list[tuple[str, bool, int, int]] = []  # (kind, inherit, start, checkpoint)
-    ask = CheckpointedReplay.ask
-
-    def asked(self: Any, query: dict[str, Any], start: int, taken_only: bool = False) -> Any:
-        inherit = bool((query.get("slice") or {}).get("inherit"))
-        served.append((query["kind"], inherit, start, self.nearest(start, taken_only)))
-        return ask(self, query, start, taken_only)
-
-    monkeypatch.setattr(CheckpointedReplay, "ask", asked)
+    served = _serving(monkeypatch)  # (kind, inherit, start, checkpoint)
     data, parsed, *_ = recorded
     policy = CheckpointPolicy(interval=POLICY_INTERVAL)
     with Inquiry(data, parsed, checkpoints=policy) as session, TwoPasses(data, parsed) as oracle:
@@ -239,22 +262,15 @@ def test_a_session_slices_from_the_checkpoint_before_the_stop_with_the_same_answ
             assert captures and all(s[2] - s[3] < 2 * POLICY_INTERVAL for s in captures), served
 
 
-def test_a_session_whose_checkpoints_hold_no_edges_slices_in_a_pass_of_its_own(
+def test_a_session_whose_serve_pass_stopped_recording_edges_slices_from_before_that(
     recorded: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The serve pass's edges overflowed (a limit of 50 here): the checkpoints' workers do
-    not slice from what they hold, and the session asks a slice pass from the start, for
-    the same answer."""
-    import sealtrace.sandbox._inquiry as inquiry_module
+    """The serve pass's edges overflowed (a limit of 50 here): its later checkpoints say they
+    hold none, and a question slices in its locate from the latest one that still holds them
+    (the first), for the same answer; had the session sent it to the nearest one, whose
+    edges stop short, its worker would have sliced nothing (a slice pass of its own)."""
     from sealtrace.sandbox import Inquiry
     from sealtrace.sandbox._checkpoints import CheckpointPolicy
-
-    real_replay = inquiry_module.replay
-
-    def limited(data: Any, meta: Any, **kwargs: Any) -> Any:
-        if kwargs.get("query", {}).get("kind") == "serve":
-            kwargs["query"] = {**kwargs["query"], "edge_limit": 50}
-        return real_replay(data, meta, **kwargs)
 
     data, parsed, *_ = recorded
     at, var = _session_questions(recorded)[1]
@@ -264,14 +280,22 @@ def test_a_session_whose_checkpoints_hold_no_edges_slices_in_a_pass_of_its_own(
         before = session.passes
         whole, _ = _answers(session, at, var, (64,))
         passes = session.passes - before
-    monkeypatch.setattr(inquiry_module, "replay", limited)
+    _limited_serve(monkeypatch, 50)
+    served = _serving(monkeypatch)
     with Inquiry(data, parsed, checkpoints=policy) as cut:
         cut.survey()
+        server = cut._checkpointed()
+        edged, taken = set(server.edged), sorted(server.checkpoints)
+        assert server.first in edged and len(edged) < len(taken)
         before = cut.passes
         fallback, _ = _answers(cut, at, var, (64,))
         fallback_passes = cut.passes - before
-    assert fallback_passes == passes + 1
+    assert fallback_passes == passes
     assert without_passes(fallback[64]) == without_passes(whole[64])
+    [(_kind, inherit, start, checkpoint)] = [s for s in served if s[0] == "locate"]
+    nearest = max(c for c in taken if c <= start)
+    assert inherit and checkpoint in edged and checkpoint < nearest, served
+    assert not [s for s in served if s[0] == "slice"], served
 
 
 def test_in_process_a_stop_the_run_is_surveyed_for_takes_checkpoints_by_default(
@@ -303,3 +327,84 @@ def test_in_process_a_stop_the_run_is_surveyed_for_takes_checkpoints_by_default(
     assert policy(None, f"{app}:3") is None
     assert policy(0, "end") is None
     assert policy(5000, f"{app}:3").interval == 5000
+
+
+def _located_as_alone(
+    recorded: Recorded,
+    session: Any,
+    served: list[tuple[str, bool, int, int]],
+    at: str,
+    var: str,
+) -> tuple[int, int, int]:
+    """A question in the session, answered as by an inquiry with no checkpoints, located and
+    sliced in one pass from a checkpoint's edges (no slice pass): where that pass started,
+    the checkpoint it was sent to, and the counter it stopped at."""
+    from sealtrace.sandbox import Inquiry
+
+    served.clear()
+    mine, _ = _answers(session, at, var, (64,))
+    data, parsed, *_ = recorded
+    with Inquiry(data, parsed) as alone:
+        theirs, _ = _answers(alone, at, var, (64,))
+    assert without_passes(mine[64]) == without_passes(theirs[64]), var
+    assert not [s for s in served if s[0] == "slice"], served
+    [(_kind, inherit, start, checkpoint)] = [s for s in served if s[0] == "locate"]
+    assert inherit, served
+    return start, checkpoint, mine[64]["query"]["stopped_at"]["counter"]
+
+
+def test_a_further_question_at_a_stop_goes_on_from_the_checkpoint_its_first_kept_there(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serve pass's edges overflowed at once (a limit of 50: an accumulator's whole-run
+    ancestry does so at scale): the first question at a counter slices in its locate from the
+    latest checkpoint still holding its edges (the first), and keeps one at its stop with the
+    edges it recorded; the next questions there start from it, replaying nothing, with no
+    slice pass of their own. Each answers as an inquiry with no checkpoints."""
+    from sealtrace.sandbox import Inquiry
+    from sealtrace.sandbox._checkpoints import KEEP_GAP, CheckpointPolicy
+
+    questions = _session_questions(recorded)[1:]  # where the program prints
+    stop = int(questions[0][0])
+    _limited_serve(monkeypatch, 50)
+    served = _serving(monkeypatch)
+    data, parsed, *_ = recorded
+    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL)) as session:
+        session.survey()
+        server = session._checkpointed()
+        first = server.first
+        assert first is not None and stop - first >= KEEP_GAP
+        assert first in server.edged and stop not in server.edged
+        for n, (at, var) in enumerate(questions):
+            start, checkpoint, _ = _located_as_alone(recorded, session, served, at, var)
+            assert start == stop, served
+            if n == 0:
+                assert checkpoint < stop and checkpoint in server.edged, served
+                assert stop in server.kept and stop in server.edged
+            else:
+                assert checkpoint == stop, served  # kept by the first question
+
+
+def test_a_line_stop_located_once_is_asked_again_at_its_counter(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FILE:LINE stop's hits count from the start: its first question replays from the
+    first checkpoint (slicing on the way) and keeps one at the stop; the session remembers
+    the counter it stopped at, so the next question there is a counter stop served by that
+    checkpoint. Each answers as an inquiry with no checkpoints."""
+    from sealtrace.sandbox import Inquiry
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+
+    served = _serving(monkeypatch)
+    data, parsed, app, *_ = recorded
+    at = _questions(app)[0][0]
+    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL)) as session:
+        session.survey()
+        server = session._checkpointed()
+        starts = []
+        for var in ("label", "total", "weight"):
+            start, checkpoint, stopped = _located_as_alone(recorded, session, served, at, var)
+            starts.append((start, checkpoint))
+        assert starts[0] == (0, server.first)  # from the start: the first checkpoint
+        assert starts[1] == starts[2] == (stopped, stopped)  # at the checkpoint kept there
+        assert stopped in server.kept and stopped in server.edged
