@@ -274,6 +274,12 @@ print(answer, len(kept))
 }
 
 
+_ANSWER_LINE = {
+    "accumulator": "answer = round(total / n, 4)",
+    "independent": "answer = round(x / n, 4)",
+}
+
+
 def _trace_seconds(inquiry: Any, at: str, var: str) -> tuple[float, int]:
     """One trace (depth 64) and how many passes it took."""
     from sealtrace.sandbox.questions import Trace
@@ -305,7 +311,8 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
     pass, then a capture) against the same with a slice pass of its own, and as the CLI now
     asks it (`cli`: checkpoints and their edges taken by the first pass); in a session
     (checkpoints every 250,000 instructions, as the sandbox's), the open, the first
-    question at the end and two more at the same stop, against a session whose serve pass
+    question at the end and two more at the same stop, then one at a FILE:LINE asked twice,
+    against a session whose serve pass
     keeps no edges, whose slices run from the start and whose capture is one pass, with the
     checkpoints' memory (PSS) once the session is open. The baseline is the program run plain
     (a fresh interpreter, its start included)."""
@@ -324,6 +331,10 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
                 return {}
             result = self.run({"kind": "capture", "counters": sorted(wanted)}, min(wanted))
             return {int(k): v for k, v in result["nodes"].items()}
+
+        def stop_spec(self, at: Any) -> dict[str, Any]:
+            self._located.clear()  # a line stop located again from the start every time
+            return super().stop_spec(at)
 
     rows = []
     work, pub, key, app, exe = _workspace("sealtrace-bench-questions-")
@@ -363,6 +374,10 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
                     pss = _pss_mib(pids)
                     first = _trace_seconds(session, "end", "answer")
                     further = [_trace_seconds(session, "end", v) for v in ("total", "kept")]
+                    # A FILE:LINE stop (the line that makes `answer`), asked twice.
+                    number = source.splitlines().index(_ANSWER_LINE[program]) + 1
+                    at_line = f"{program}.py:{number}"
+                    line = [_trace_seconds(session, at_line, "kept") for _ in range(2)]
                 row[f"session_{name}"] = {
                     "open_seconds": opened,
                     "checkpoints": len(pids),
@@ -371,6 +386,8 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
                     "first_passes": first[1],
                     "further_seconds": [f[0] for f in further],
                     "further_passes": [f[1] for f in further],
+                    "line_seconds": [f[0] for f in line],
+                    "line_passes": [f[1] for f in line],
                 }
             rows.append(row)
     finally:
@@ -641,13 +658,14 @@ def main() -> None:
         for name in ("now", "before"):
             first, session = q[f"in_process_first_{name}"], q[f"session_{name}"]
             further = ", ".join(f"{s:.2f} s" for s in session["further_seconds"])
+            line = ", ".join(f"{s:.2f} s" for s in session.get("line_seconds", ()))
             print(
                 f"  {name:6}: in-process first answer {first['seconds']:.2f} s "
                 f"({first['seconds'] / plain_s:.1f}x plain, {first['passes']} passes); "
                 f"session open {session['open_seconds']:.2f} s "
                 f"({session['checkpoints']} checkpoints, {session['checkpoints_pss_mib']:.0f} "
                 f"MiB), first "
-                f"{session['first_seconds']:.2f} s, further {further}"
+                f"{session['first_seconds']:.2f} s, further {further}; at FILE:LINE {line}"
             )
         cli = q["in_process_first_cli"]
         print(f"  cli   : in-process first answer {cli['seconds']:.2f} s (with checkpoints)")

@@ -423,7 +423,7 @@ class CheckpointedReplay:
                 return message["receipt"], int(message["code"])
             at = int(message["checkpoint"])
             asked = at == keep if isinstance(keep, int) else keep == "stop" and at >= counter
-            if not fds or not asked or at in self.checkpoints or at_stop is not None:
+            if not fds or not asked or at_stop is not None:
                 self._refuse(fds, counter)
             if keep == "stop":
                 at_stop = (message, fds)
@@ -440,9 +440,20 @@ class CheckpointedReplay:
 
     def _keep(self, message: dict[str, Any], fds: list[int]) -> None:
         """A checkpoint a question kept; past the cap the oldest kept goes (and past
-        KEPT_WITH_EDGES of those holding edges, the oldest of them)."""
+        KEPT_WITH_EDGES of those holding edges, the oldest of them). Where the session has
+        one at that counter already (two stops named differently at one instant, a capture
+        that kept one where a later question stops), the one with the edges stays."""
+        at = int(message["checkpoint"])
+        if at in self.checkpoints:
+            if at in self.edged or message.get("edges") is not True:
+                for fd in fds:
+                    os.close(fd)  # that checkpoint process leaves
+                return
+            self._drop(at)
+            if at in self.kept:
+                self.kept.remove(at)
         self._take(message, fds)
-        self.kept.append(int(message["checkpoint"]))
+        self.kept.append(at)
         if len(self.kept) > self.keep:
             self._drop(self.kept.pop(0))
         with_edges = [c for c in self.kept if c in self.edged]

@@ -127,6 +127,45 @@ def test_a_checkpoint_a_question_was_not_asked_to_keep_ends_that_checkpoint(stop
         server.close()
 
 
+@pytest.mark.parametrize("edges", [False, True])
+def test_a_checkpoint_kept_where_the_session_has_one_leaves_one_there(edges: bool) -> None:
+    """A question keeps a checkpoint at a counter the session has one at already (a capture
+    kept it, or another stop named the same instant): the answer stands, and one checkpoint
+    stays there, the one holding the edges since the start if either does."""
+    import socket
+
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay, send
+
+    server = CheckpointedReplay(timeout=10, keep=4)
+    try:
+        ours, theirs = socket.socketpair()
+        there, there_peer = socket.socketpair()
+        server.checkpoints[100] = ours
+        server.edged.add(100)
+        server.checkpoints[50_000] = there  # kept by a capture: no edges
+        server.kept.append(50_000)
+        kept, kept_peer = socket.socketpair()
+        send(theirs, {"checkpoint": 50_000, "pid": 1, "edges": edges}, [kept.fileno()])
+        kept.close()
+        result = {"kind": "locate", "found": True, "counter": 50_000}
+        send(theirs, {"receipt": {"status": "query", "result": result}, "code": 0})
+        query = {"kind": "locate", "at": {"counter": 50_000}, "slice": {"inherit": True}}
+        receipt, code = server.ask(query, 50_000, edges=True)  # from 100: 50,000 is far
+        assert code == 0 and receipt["result"] == result
+        assert server.kept == [50_000] and (50_000 in server.edged) == edges
+        assert (server.checkpoints[50_000] is there) == (not edges)
+        if edges:  # the old one's socket closed: that checkpoint process would leave
+            assert there.fileno() == -1
+        else:  # the new one's, likewise
+            kept_peer.settimeout(5)
+            assert kept_peer.recv(1) == b""
+        theirs.close()
+        kept_peer.close()
+        there_peer.close()
+    finally:
+        server.close()
+
+
 def test_a_question_at_the_very_counter_a_checkpoint_was_kept_at_stops_there(
     tmp_path: Path, keys: KeyFiles
 ) -> None:
