@@ -1077,10 +1077,8 @@ void Tracer::make_call_pending(ShadowFrame& sf) {
 // frame: no class body's namespace to keep).
 bool Tracer::returns_quickly(const ShadowFrame& sf) const noexcept {
   if (stack_.size() < 2 || stack_.back() != &sf) return false;
-  const ShadowFrame& caller = *stack_[stack_.size() - 2];
-  const _PyInterpreterFrame* f = sf.iframe;
-  return caller.call.active && caller.call.callee == f && caller.iframe == f->previous &&
-         (f->f_code->co_flags & CO_OPTIMIZED) != 0;
+  return stack_[stack_.size() - 2]->awaits(sf.iframe) &&
+         (sf.iframe->f_code->co_flags & CO_OPTIMIZED) != 0;
 }
 
 PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag) {
@@ -1592,9 +1590,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
           if (returns_quickly(*ready)) {
             // Back to a quick CALL waiting in the caller: the return event's work.
             quick_tick(*ready);
-            ShadowFrame& caller = *stack_[stack_.size() - 2];
-            caller.call.has_return = true;
-            caller.call.return_tag = ready->slots[static_cast<std::size_t>(sp - locals) - 1];
+            stack_[stack_.size() - 2]->returned(
+                ready->slots[static_cast<std::size_t>(sp - locals) - 1]);
             stack_.pop_back();
             release(ready);
             retval = POP();

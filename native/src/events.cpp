@@ -201,10 +201,8 @@ int Tracer::on_return(_PyInterpreterFrame* f, PyObject* value) {
   }
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
-    if (caller != nullptr && caller->call.active && caller->call.callee == f &&
-        caller->iframe == f->previous) {
-      caller->call.has_return = true;
-      caller->call.return_tag = ret;
+    if (caller != nullptr && caller->awaits(f)) {
+      caller->returned(ret);
     } else if (caller != nullptr && caller->iframe == f->previous && caller->p.active &&
                returns_to_call(caller->p, f)) {
       caller->p.has_return = true;

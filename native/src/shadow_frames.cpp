@@ -35,6 +35,10 @@ ShadowFrame* Tracer::acquire(_PyInterpreterFrame* iframe, CodeInfo* code) {
   return sf;
 }
 
+bool ShadowFrame::awaits(const _PyInterpreterFrame* callee) const noexcept {
+  return call.active && call.callee == callee && iframe == callee->previous;
+}
+
 void Tracer::release(ShadowFrame* sf) {
   sf->p.active = false;
   free_.push_back(sf);

@@ -176,6 +176,14 @@ struct ShadowFrame {
   std::vector<IterState> iters;
   // Exceptions this frame is handling (PUSH_EXC_INFO .. POP_EXCEPT) and their tags.
   std::vector<std::pair<PyObject*, Tag>> handled;
+
+  // Whether this frame waits in a quick CALL for `callee` to return (its return event, in
+  // either way, hands the value's tag back with `returned`).
+  [[nodiscard]] bool awaits(const _PyInterpreterFrame* callee) const noexcept;
+  void returned(Tag tag) noexcept {
+    call.has_return = true;
+    call.return_tag = tag;
+  }
 };
 
 struct Reach {
