@@ -177,6 +177,10 @@ std::uint8_t quick_kind(int op) {
       return kQuickPut;
     case CALL:
       return kQuickCall;
+    case BUILD_TUPLE:
+    case BUILD_LIST:
+    case BUILD_CONST_KEY_MAP:
+      return kQuickBuild;
     default:
       return kQuickNo;
   }
@@ -984,6 +988,64 @@ ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, con
   return sf;
 }
 
+// BUILD_TUPLE, BUILD_LIST and BUILD_CONST_KEY_MAP (its keys plain and distinct: hashing them
+// runs no Python code, and no value is replaced, which could free it), while no slice is
+// recorded: counted before they run; quick_built then tags the new container and its items as
+// complete_build_seq and complete_build_map do.
+ShadowFrame* Tracer::step_building(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                                   PyObject** sp) {
+  if (recording_edges(counter_.value() + 1)) return nullptr;
+  if (in.op == BUILD_CONST_KEY_MAP) {
+    PyObject* keys = sp[-1];
+    constexpr int kMostKeys = 32;  // checked pairwise
+    if (!PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != in.oparg || in.oparg > kMostKeys) {
+      return nullptr;
+    }
+    for (int k = 0; k < in.oparg; ++k) {
+      PyObject* key = PyTuple_GET_ITEM(keys, k);
+      if (!plain_key(key)) return nullptr;
+      // Equal constants of one code are one object (the compiler merges them).
+      for (int j = 0; j < k; ++j) {
+        if (PyTuple_GET_ITEM(keys, j) == key) return nullptr;
+      }
+    }
+  }
+  ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
+  if (sf == nullptr) return nullptr;
+  if (in.op == BUILD_CONST_KEY_MAP) {
+    built_keys_ = sp[-1];
+    built_values_.assign(sp - 1 - in.oparg, sp - 1);
+  }
+  return sf;
+}
+
+void Tracer::quick_built(ShadowFrame& sf, const Instr& in, int after) {
+  const int base = after - 1;
+  PyObject* obj = sf.iframe->localsplus[base];
+  Tag* const s = sf.slots.data();
+  const Tag now = counter_.value();
+  const Tag first = s[base];  // the first item's tag, until the result's takes its place
+  s[base] = now;
+  if (!trackable(obj)) return;
+  if (in.op == BUILD_CONST_KEY_MAP) {
+    if (!PyDict_Check(obj)) return;
+    slots_.mark_created(addr(obj), now, PyDict_GET_SIZE(obj) == 0);
+    for (int k = 0; k < in.oparg; ++k) {
+      std::uint64_t key = 0;
+      if (!item_key(PyTuple_GET_ITEM(built_keys_, k), key) || key == 0) continue;
+      set_slot(addr(obj), key, k == 0 ? first : s[base + k],
+               addr(built_values_[static_cast<std::size_t>(k)]), now);
+    }
+    return;
+  }
+  slots_.mark_created(addr(obj), now, Py_SIZE(obj) == 0);
+  const Py_ssize_t size = Py_SIZE(obj);
+  for (Py_ssize_t k = 0; k < in.oparg && k < size; ++k) {
+    const Tag t = k == 0 ? first : s[base + k];
+    if (t != 0) set_slot(addr(obj), index_key(k), t, addr(seq_item(obj, k)), now);
+  }
+}
+
 // What a quick attribute load pushed: LOAD_METHOD's [method, self] keeps self's tag (the method
 // is the load's own value); an attribute (LOAD_ATTR's, or LOAD_METHOD's [NULL, attribute]) keeps
 // the tag of the slot remembered if that slot still held it, else is a value of the load's own
@@ -1025,33 +1087,137 @@ ShadowFrame* Tracer::step_calling(PyThreadState* ts, _PyInterpreterFrame* f, con
   if (!fills_.empty() || recording_edges(counter_.value() + 1)) return nullptr;
   const bool is_meth = sp[-in.oparg - 2] != nullptr;
   PyObject* function = is_meth ? sp[-in.oparg - 2] : sp[-in.oparg - 1];
+  if (calls_c_quietly(sp[-in.oparg - 2], sp[-in.oparg - 1], sp - in.oparg, in.oparg)) {
+    const int depth = static_cast<int>(sp - f->localsplus);
+    ShadowFrame* sf = quick_event(ts, f, depth);
+    if (sf == nullptr) return nullptr;
+    ++stats_.loop_calls;
+    const Tag now = counter_.value();
+    PyObject* self = sp[-in.oparg - 1];
+    if (function == list_append_ && trackable(self)) {  // model_list_method's append
+      set_slot(addr(self), index_key(PyList_GET_SIZE(self)), sf->slots[depth - 1], addr(sp[-1]),
+               now);
+    }
+    sf->call = QuickCall{};
+    sf->call.active = true;
+    sf->call.c_code = true;
+    sf->call.counter = now;
+    sf->call.return_seq = return_seq_;
+    sf->call.index = index;
+    sf->call.before = depth;
+    return sf;
+  }
+  const bool constructs = !is_meth && constructs_quietly(function, in.oparg);
+  if (constructs) {
+    function = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(function), init_name());
+    if (function == nullptr) return nullptr;
+  }
   if (!Py_IS_TYPE(function, &PyFunction_Type)) return nullptr;
   auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
   const CodeInfo* callee = known_code_info(code);
   if (callee == nullptr || callee->own || callee->loop != 1 || !callee->positional_only_args ||
-      code->co_argcount != in.oparg + (is_meth ? 1 : 0)) {
+      code->co_argcount != in.oparg + (is_meth || constructs ? 1 : 0)) {
     return nullptr;
   }
   const int depth = static_cast<int>(sp - f->localsplus);
   ShadowFrame* sf = quick_event(ts, f, depth);
   if (sf == nullptr) return nullptr;
   ++stats_.loop_calls;
-  sf->call =
-      QuickCall{true, false, counter_.value(), return_seq_, index, depth, function, nullptr, 0};
+  sf->call = QuickCall{};
+  sf->call.active = true;
+  sf->call.constructs = constructs;
+  sf->call.counter = counter_.value();
+  sf->call.return_seq = return_seq_;
+  sf->call.index = index;
+  sf->call.before = depth;
+  sf->call.function = function;
   return sf;
+}
+
+// A call of C code the two halves model by its result alone, with nothing read or filled
+// before it (model_call, read_fills: no list, dict, set, deque or bytearray method but
+// list.append, whose one slot step_calling sets as begin sets it; no file, no fill): a str
+// method of a str with plain arguments; str, int, float or bool of one value; len, isinstance
+// and a few builtins like them (not next, min, max, getattr and the like). Python code it runs
+// (a __str__, a __len__, an __instancecheck__) makes the pending half at its call event.
+bool Tracer::calls_c_quietly(PyObject* head, PyObject* callable, PyObject** args, int argc) const {
+  if (head != nullptr) {  // [method descriptor, self, arguments]
+    if (Py_TYPE(head) != &PyMethodDescr_Type) return false;
+    if (head == list_append_) return argc == 1 && PyList_CheckExact(callable);
+    if (reinterpret_cast<PyMethodDescrObject*>(head)->d_common.d_type != &PyUnicode_Type ||
+        !PyUnicode_CheckExact(callable)) {
+      return false;
+    }
+    for (int k = 0; k < argc; ++k) {
+      if (!plain_value(args[k])) return false;
+    }
+    return true;
+  }
+  if (argc < 1) return false;  // `Cls()`: read_fills notes an empty instance of a C type
+  if (callable == reinterpret_cast<PyObject*>(&PyUnicode_Type) ||
+      callable == reinterpret_cast<PyObject*>(&PyLong_Type) ||
+      callable == reinterpret_cast<PyObject*>(&PyFloat_Type) ||
+      callable == reinterpret_cast<PyObject*>(&PyBool_Type)) {
+    return argc == 1;
+  }
+  if (!PyCFunction_Check(callable) || PyCFunction_GET_SELF(callable) != builtins_) return false;
+  if (argc >= 2 && PyUnicode_Check(args[1])) return false;  // model_builtin_attr's
+  return std::find(quiet_builtins_.begin(), quiet_builtins_.end(), callable) !=
+         quiet_builtins_.end();
+}
+
+Tag Tracer::c_result(ShadowFrame& sf, PyObject* result, int first, int end, Tag counter) {
+  if (!shared(result)) {
+    PyObject** lp = sf.iframe->localsplus;
+    for (int j = first; j < end; ++j) {
+      if (lp[j] == result) return sf.slots[static_cast<std::size_t>(j)];
+    }
+    const Tag held = held_tag(result);
+    if (held != 0) return held;
+  }
+  if (trackable(result) && Py_REFCNT(result) == 1) {
+    slots_.mark_created(addr(result), counter, container_size(result, deque_type_) == 0);
+  }
+  return counter;
+}
+
+// A class whose call runs no Python code but its __init__ (a function, found by step_calling):
+// a class statement's own class, of the plain metaclass, object's __new__, called with at least
+// one argument (`Cls()` may be a C type's empty instance, which read_fills notes).
+bool Tracer::constructs_quietly(PyObject* callable, int argc) noexcept {
+  if (argc < 1 || !Py_IS_TYPE(callable, &PyType_Type)) return false;
+  auto* type = reinterpret_cast<PyTypeObject*>(callable);
+  return PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) &&
+         !PyType_HasFeature(type, Py_TPFLAGS_IS_ABSTRACT) &&
+         type->tp_new == PyBaseObject_Type.tp_new;
+}
+
+PyObject* Tracer::init_name() noexcept {
+  static PyObject* name = PyUnicode_InternFromString("__init__");
+  return name;
 }
 
 // After a quick CALL, before its stack is dropped: the result keeps the tag its callee returned.
 void Tracer::called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObject** sp) {
   QuickCall& call = sf.call;
   const int base = call.before - sf.code->instrs[static_cast<std::size_t>(call.index)].oparg - 2;
-  bool quiet = result != nullptr && call.has_return && sealtrace_breaker_set(ts) == 0;
+  // C code has no callee to return; a Python callee that did not return raised.
+  bool quiet =
+      result != nullptr && (call.has_return || call.c_code) && sealtrace_breaker_set(ts) == 0;
   for (PyObject** v = sf.iframe->localsplus + base; quiet && v < sp; ++v) {
     quiet = *v == nullptr || Py_REFCNT(*v) > 1 || drops_quietly(*v);
   }
   if (quiet) {
     call.active = false;
-    sf.slots[static_cast<std::size_t>(base)] = call.return_tag;
+    Tag tag = call.return_tag;
+    if (call.c_code) {
+      // call_result's inputs: the method's self and its arguments, or the arguments.
+      const bool method = sf.iframe->localsplus[base] != nullptr;
+      tag = c_result(sf, result, base + (method ? 1 : 2), call.before, call.counter);
+    } else if (call.constructs) {
+      tag = c_result(sf, result, call.before, call.before, call.counter);  // new: no input
+    }
+    sf.slots[static_cast<std::size_t>(base)] = tag;
     return;
   }
   const TracingOff off(ts);
@@ -1068,9 +1234,26 @@ void Tracer::make_call_pending(ShadowFrame& sf) {
   Pending& p = sf.p;
   p.counter = call.counter;
   p.return_seq = call.return_seq;
-  p.has_return = call.has_return;
-  p.return_tag = call.return_tag;
-  begin_call(sf);
+  if (call.constructs) {
+    // __init__'s return is a value C code's callee returned, as on_return keeps one.
+    if (call.has_return) {
+      if (call.return_tag != 0) {
+        p.callbacks.push_back(call.return_tag);
+        p.callback_values.push_back(call.returned_value);
+      }
+      last_return_.value = call.returned_value;
+      last_return_.tag = call.return_tag;
+      last_return_.seq = ++return_seq_;
+    }
+  } else {
+    p.has_return = call.has_return;
+    p.return_tag = call.return_tag;
+  }
+  if (call.c_code) {
+    sf.kw_pending = false;  // its model, list.append's slot, was applied before the call
+  } else {
+    begin_call(sf);
+  }
 }
 
 // RETURN_VALUE of a frame a quick CALL called, whose caller still waits there (a function's
@@ -1221,7 +1404,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
                   (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr) ||
                  (in.quick == kQuickAttr &&
                   (quick = step_attribute(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
-                 (in.quick == kQuickPut && (quick = step_putting(ts, f, in, sp)) != nullptr)) {
+                 (in.quick == kQuickPut && (quick = step_putting(ts, f, in, sp)) != nullptr) ||
+                 (in.quick == kQuickBuild && (quick = step_building(ts, f, in, sp)) != nullptr)) {
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
       } else if (in.quick == kQuickCall && kwnames == nullptr &&
@@ -1591,7 +1775,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
             // Back to a quick CALL waiting in the caller: the return event's work.
             quick_tick(*ready);
             stack_[stack_.size() - 2]->returned(
-                ready->slots[static_cast<std::size_t>(sp - locals) - 1]);
+                ready->slots[static_cast<std::size_t>(sp - locals) - 1], TOP());
             stack_.pop_back();
             release(ready);
             retval = POP();
@@ -2043,6 +2227,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
           break;
         case kQuickAttr:
           quick_attribute(*quick, in, quick_depth, after, quick_tag, quick_value);
+          break;
+        case kQuickBuild:
+          quick_built(*quick, in, after);
           break;
         default:  // kQuickStore, kQuickPut: tagged before it ran
           break;

@@ -78,10 +78,13 @@ void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
     if (fresh && call.callee == nullptr &&
         reinterpret_cast<PyObject*>(f->f_func) == call.function) {
       // The callee of a CALL the loop counted: its arguments are the caller's stack items
-      // after the function, each bound to its position (step_calling checked they are).
+      // after the function, each bound to its position (step_calling checked they are). A
+      // class's __init__ is handed the new instance first, which the call made.
       call.callee = f;
-      const Tag* args = caller->slots.data() + call.before - info->argslots;
-      std::copy(args, args + info->argslots, sf->slots.begin());
+      const int self = call.constructs ? 1 : 0;
+      const Tag* args = caller->slots.data() + call.before - (info->argslots - self);
+      if (self != 0) sf->slots[0] = call.counter;
+      std::copy(args, args + (info->argslots - self), sf->slots.begin() + self);
       return;
     }
     make_call_pending(*caller);  // any other frame: bound as to any call's pending half
@@ -202,7 +205,7 @@ int Tracer::on_return(_PyInterpreterFrame* f, PyObject* value) {
   if (value != nullptr) {
     ShadowFrame* caller = stack_.empty() ? nullptr : stack_.back();
     if (caller != nullptr && caller->awaits(f)) {
-      caller->returned(ret);
+      caller->returned(ret, value);
     } else if (caller != nullptr && caller->iframe == f->previous && caller->p.active &&
                returns_to_call(caller->p, f)) {
       caller->p.has_return = true;

@@ -94,6 +94,14 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
   if (p.rule == Rule::kCall && p.in_objs.size() >= 2) posbase = p.in_objs[0] != nullptr ? 1 : 2;
   PyObject* function = reinterpret_cast<PyObject*>(f->f_func);
   const Tag now = p.counter;
+  // A class called: C hands its __init__ the new instance before the call's arguments, so
+  // parameter k is argument k - 1 (argument k only by coincidence, where the two are one
+  // object: `Point(0, 0)`'s y is the second 0, not the first).
+  bool self_first = false;
+  if (p.rule == Rule::kCall && posbase == 2 && PyType_Check(p.in_objs[1])) {
+    self_first =
+        _PyType_Lookup(reinterpret_cast<PyTypeObject*>(p.in_objs[1]), init_name()) == function;
+  }
   for (int i = 0; i < callee.code->argslots; ++i) {
     PyObject* v = f->localsplus[i];
     if (v == nullptr) continue;
@@ -103,7 +111,7 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
       v = PyCell_GET(cell);
       if (v == nullptr) continue;
     }
-    const Tag tag = match_argument(p, v, i, posbase, function);
+    const Tag tag = match_argument(p, v, i, posbase, function, self_first);
     if (cell != nullptr) {
       set_slot(addr(cell), kCellKey, tag, addr(v), now);
     } else {
@@ -138,10 +146,11 @@ void Tracer::bind_arguments(const Pending& p, ShadowFrame& callee) {
 }
 
 Tag Tracer::match_argument(const Pending& p, PyObject* value, int position, int posbase,
-                           PyObject* function) {
+                           PyObject* function, bool self_first) {
   const auto n = static_cast<int>(p.in_objs.size());
   if (posbase > 0) {
-    for (int j : {posbase + position, posbase + position - 1}) {
+    const int own = posbase + position;  // the argument at the parameter's own position
+    for (int j : {self_first ? own - 1 : own, self_first ? own : own - 1}) {
       if (j >= posbase && j < n && p.in_objs[static_cast<std::size_t>(j)] == value) {
         return p.in_tags[static_cast<std::size_t>(j)];
       }

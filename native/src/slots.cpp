@@ -9,9 +9,13 @@ namespace sealtrace {
 
 std::uint32_t SlotMap::probe(std::uint64_t key) const noexcept {
   const std::uint32_t m = mask();
+  const std::uint32_t print = index_print(key);
   for (auto i = static_cast<std::uint32_t>(key) & m;; i = (i + 1) & m) {
-    const std::uint32_t at = index_[i];
-    if (at == 0 || items_[at - 1].first == key) return i;
+    const std::uint32_t word = index_[i];
+    if (word == 0) return i;
+    if ((word & ~kPositionMask) == print && items_[(word & kPositionMask) - 1].first == key) {
+      return i;
+    }
   }
 }
 
@@ -22,7 +26,7 @@ Slot* SlotMap::find(std::uint64_t key) noexcept {
     }
     return nullptr;
   }
-  const std::uint32_t at = index_[probe(key)];
+  const std::uint32_t at = index_[probe(key)] & kPositionMask;
   return at == 0 ? nullptr : &items_[at - 1].second;
 }
 
@@ -32,12 +36,15 @@ void SlotMap::reindex() {
   if (cap_ <= kScan) return;
   index_ = static_cast<std::uint32_t*>(std::calloc(2 * static_cast<std::size_t>(cap_), 4));
   if (index_ == nullptr) throw std::bad_alloc();
-  for (std::uint32_t k = 0; k < size_; ++k) index_[probe(items_[k].first)] = k + 1;
+  for (std::uint32_t k = 0; k < size_; ++k) {
+    index_[probe(items_[k].first)] = (k + 1) | index_print(items_[k].first);
+  }
 }
 
 std::pair<Slot*, bool> SlotMap::try_emplace(std::uint64_t key, Slot slot) {
   if (Slot* found = find(key)) return {found, false};
   if (size_ == cap_) {
+    if (cap_ > kMostEntries / 2) throw std::bad_alloc();
     const std::uint32_t cap = cap_ == 0 ? 1 : cap_ < 4 ? cap_ + 1 : 2 * cap_;
     void* grown = std::realloc(static_cast<void*>(items_), cap * sizeof(value_type));
     if (grown == nullptr) throw std::bad_alloc();
@@ -48,7 +55,7 @@ std::pair<Slot*, bool> SlotMap::try_emplace(std::uint64_t key, Slot slot) {
   }
   new (&items_[size_]) value_type{key, slot};
   ++size_;
-  if (index_ != nullptr) index_[probe(key)] = size_;
+  if (index_ != nullptr) index_[probe(key)] = size_ | index_print(key);
   return {&items_[size_ - 1].second, true};
 }
 
@@ -60,12 +67,13 @@ Slot SlotMap::erase(std::uint64_t key) noexcept {
     }
   } else {
     std::uint32_t hole = probe(key);
-    at = index_[hole];
+    at = index_[hole] & kPositionMask;
     if (at != 0) {
       // Backward-shift deletion: pull later entries of the probe run into the hole.
       const std::uint32_t m = mask();
       for (std::uint32_t j = (hole + 1) & m; index_[j] != 0; j = (j + 1) & m) {
-        const std::uint32_t home = static_cast<std::uint32_t>(items_[index_[j] - 1].first) & m;
+        const std::uint32_t home =
+            static_cast<std::uint32_t>(items_[(index_[j] & kPositionMask) - 1].first) & m;
         const bool between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
         if (!between) {
           index_[hole] = index_[j];
@@ -79,7 +87,7 @@ Slot SlotMap::erase(std::uint64_t key) noexcept {
   const Slot removed = items_[at - 1].second;
   const std::uint32_t last = size_ - 1;
   if (at - 1 != last) {
-    if (index_ != nullptr) index_[probe(items_[last].first)] = at;
+    if (index_ != nullptr) index_[probe(items_[last].first)] = at | index_print(items_[last].first);
     items_[at - 1] = items_[last];
   }
   --size_;

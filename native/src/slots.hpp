@@ -7,6 +7,7 @@
 // tracer saw it being made) and of the last instruction that wrote into it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <utility>
+#include <vector>
 
 namespace sealtrace {
 
@@ -43,6 +45,19 @@ struct Slot {
   Tag tag = 0;
   std::uintptr_t value = 0;
 };
+
+// A word of an open-addressed index of positions (SlotMap's, AddressTable's): an entry's
+// position + 1 in its low 28 bits (0: an empty word), and 4 bits of the key's hash above them.
+// A probe passes over a word whose bits differ without reading its entry: in a table of
+// millions each entry read is a cache miss, and at 3/4 load a missing key's probe passes over
+// several words before the empty one.
+constexpr unsigned kPositionBits = 28;
+constexpr std::uint32_t kPositionMask = (std::uint32_t{1} << kPositionBits) - 1;
+// The most entries an index can name.
+constexpr std::uint32_t kMostEntries = kPositionMask - 1;
+constexpr std::uint32_t index_print(std::uint64_t mixed) noexcept {
+  return static_cast<std::uint32_t>(mixed >> 60) << kPositionBits;
+}
 
 // One object's slots, by key: a dense array of (key, slot) in insertion order, searched by
 // scanning while it is small (most objects hold a few attributes or items) and through an
@@ -83,7 +98,7 @@ class SlotMap {
   [[nodiscard]] std::uint32_t probe(std::uint64_t key) const noexcept;
   void reindex();
   value_type* items_ = nullptr;
-  std::uint32_t* index_ = nullptr;  // 2 * cap_ entries: an item's position + 1, 0 = empty
+  std::uint32_t* index_ = nullptr;  // 2 * cap_ words (index_print)
   std::uint32_t size_ = 0;
   std::uint32_t cap_ = 0;
 };
@@ -132,15 +147,16 @@ class NodePool {
   char* carve_end_ = nullptr;
 };
 
-// Values by object address: a dense array of (address, value) in insertion order and an
-// open-addressed index of positions into it (linear probing in a power-of-two array of 32-bit
-// positions, at most 3/4 full; Fibonacci hashing spreads addresses, whose low bits are
-// alignment; deletion moves the last entry into the hole and shifts the index back, no
-// tombstones). A lookup is two reads and no division, where a node-based hash map paid a
-// division and a node's cache miss (half the time of a slot table write); an entry costs its
+// Values by object address: an array of (address, value) and an open-addressed index of
+// positions into it (linear probing in a power-of-two array of index words, at most 3/4 full;
+// Fibonacci hashing spreads addresses, whose low bits are alignment; deletion shifts the index
+// back, no tombstones). A lookup is two reads and no division, where a node-based hash map paid
+// a division and a node's cache miss (half the time of a slot table write); an entry costs its
 // own size plus 5-11 bytes of index, where a node cost its size plus 16 (a million-row report
-// keeps millions). V is trivially copyable (entries move); address 0, which no object has, is
-// kept aside so that an empty index position can be 0.
+// keeps millions). An erased entry leaves a hole the next insertion fills (moving another entry
+// into it would cost a second index probe, a cache miss, on every erasure: objects freed by the
+// million); holes are compacted away once they outnumber the entries. V is trivially copyable
+// (entries move); address 0, which no object has, is kept aside and marks a hole.
 template <class V>
 class AddressTable {
  public:
@@ -152,7 +168,7 @@ class AddressTable {
   [[nodiscard]] V* find(std::uintptr_t key) noexcept {
     if (key == 0) return has_zero_ ? &zero_ : nullptr;
     if (size_ == 0) return nullptr;
-    const std::uint32_t at = index_[probe(key)];
+    const std::uint32_t at = index_[probe(key)] & kPositionMask;
     return at == 0 ? nullptr : &entries_[at - 1].value;
   }
   [[nodiscard]] const V* find(std::uintptr_t key) const noexcept {
@@ -171,11 +187,19 @@ class AddressTable {
       reindex(slots_ == 0 ? 16 : 2 * slots_);
     }
     const std::size_t pos = probe(key);
-    if (index_[pos] != 0) return {&entries_[index_[pos] - 1].value, false};
-    if (size_ == capacity_) grow_entries();
-    entries_[size_] = Entry{key, V{}};
-    index_[pos] = ++size_;
-    return {&entries_[size_ - 1].value, true};
+    if (index_[pos] != 0) return {&entries_[(index_[pos] & kPositionMask) - 1].value, false};
+    std::uint32_t at = 0;  // the entry's position
+    if (holes_ != nullptr && holes_->size() != 0) {
+      at = holes_->back();
+      holes_->pop_back();
+    } else {
+      if (used_ == capacity_) grow_entries();
+      at = used_++;
+    }
+    entries_[at] = Entry{key, V{}};
+    index_[pos] = (at + 1) | print_of(key);
+    ++size_;
+    return {&entries_[at].value, true};
   }
   // Whether key was there.
   bool erase(std::uintptr_t key) noexcept {
@@ -191,11 +215,11 @@ class AddressTable {
     }
     if (size_ == 0) return false;
     std::size_t hole = probe(key);
-    const std::uint32_t at = index_[hole];
+    const std::uint32_t at = index_[hole] & kPositionMask;
     if (at == 0 || !doomed(entries_[at - 1].value)) return false;
     const std::size_t m = slots_ - 1;
     for (std::size_t j = (hole + 1) & m; index_[j] != 0; j = (j + 1) & m) {
-      const std::size_t home = home_of(entries_[index_[j] - 1].key);
+      const std::size_t home = home_of(entries_[(index_[j] & kPositionMask) - 1].key);
       // Position j may fill the hole unless its home lies cyclically in (hole, j].
       const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!stays) {
@@ -204,48 +228,94 @@ class AddressTable {
       }
     }
     index_[hole] = 0;
-    if (at != size_) {  // the last entry fills the erased one's place
-      entries_[at - 1] = entries_[size_ - 1];
-      index_[probe(entries_[at - 1].key)] = at;
-    }
+    entries_[at - 1].key = 0;
     --size_;
+    if (size_ == 0) {  // every position a hole
+      used_ = 0;
+      if (holes_ != nullptr) holes_->clear();
+    } else if (at == used_) {
+      --used_;
+    } else if (!leave_hole(at - 1)) {
+      compact();
+    }
     return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return size_ + (has_zero_ ? 1 : 0); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  // The positions the entries take, holes among them: at most twice the entries and a few.
+  [[nodiscard]] std::size_t positions() const noexcept { return used_; }
   // visit(key, value) for every entry; it must not insert or erase.
   template <class F>
   void for_each(F&& visit) const {
     if (has_zero_) visit(std::uintptr_t{0}, zero_);
-    for (std::uint32_t i = 0; i < size_; ++i) visit(entries_[i].key, entries_[i].value);
+    for (std::uint32_t i = 0; i < used_; ++i) {
+      if (entries_[i].key != 0) visit(entries_[i].key, entries_[i].value);
+    }
   }
   void clear() noexcept {
     std::free(static_cast<void*>(entries_));
     std::free(index_);
+    delete holes_;
     entries_ = nullptr;
     index_ = nullptr;
-    size_ = capacity_ = slots_ = 0;
+    holes_ = nullptr;
+    size_ = used_ = capacity_ = slots_ = 0;
     shift_ = 64;
     has_zero_ = false;
   }
 
  private:
   struct Entry {
-    std::uintptr_t key;
+    std::uintptr_t key;  // 0: a hole
     V value;
   };
   [[nodiscard]] std::size_t home_of(std::uintptr_t key) const noexcept {
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> shift_);
   }
+  // Another multiplier than home_of's: the bits do not repeat the home's.
+  static std::uint32_t print_of(std::uintptr_t key) noexcept {
+    return index_print(key * 0xD6E8FEB86659FD93ULL);
+  }
   // The index position that holds key's entry, or the empty one where it would go.
   [[nodiscard]] std::size_t probe(std::uintptr_t key) const noexcept {
     const std::size_t m = slots_ - 1;
+    const std::uint32_t print = print_of(key);
     for (std::size_t i = home_of(key);; i = (i + 1) & m) {
-      const std::uint32_t at = index_[i];
-      if (at == 0 || entries_[at - 1].key == key) return i;
+      const std::uint32_t word = index_[i];
+      if (word == 0) return i;
+      if ((word & ~kPositionMask) == print && entries_[(word & kPositionMask) - 1].key == key) {
+        return i;
+      }
+    }
+  }
+  // Notes the hole at an entry's position for the next insertion; false where the holes
+  // outnumber the entries (or the note cannot be made), for compact to close them.
+  bool leave_hole(std::uint32_t at) noexcept {
+    if (used_ - size_ > size_ + kFewHoles) return false;
+    try {
+      if (holes_ == nullptr) holes_ = new std::vector<std::uint32_t>();
+      holes_->push_back(at);
+    } catch (...) {
+      return false;
+    }
+    return true;
+  }
+  // Moves the entries down over the holes and indexes them again (in place: the index keeps
+  // its size, the entries their memory).
+  void compact() noexcept {
+    std::uint32_t kept = 0;
+    for (std::uint32_t i = 0; i < used_; ++i) {
+      if (entries_[i].key != 0) entries_[kept++] = entries_[i];
+    }
+    used_ = kept;
+    if (holes_ != nullptr) holes_->clear();
+    std::fill(index_, index_ + slots_, 0U);
+    for (std::uint32_t k = 0; k < used_; ++k) {
+      index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
     }
   }
   void grow_entries() {
+    if (capacity_ > kMostEntries / 2) throw std::bad_alloc();
     const std::uint32_t capacity = capacity_ == 0 ? 8 : 2 * capacity_;
     void* grown = std::realloc(static_cast<void*>(entries_), capacity * sizeof(Entry));
     if (grown == nullptr) throw std::bad_alloc();
@@ -259,11 +329,18 @@ class AddressTable {
     index_ = index;
     slots_ = slots;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctz(slots));
-    for (std::uint32_t k = 0; k < size_; ++k) index_[probe(entries_[k].key)] = k + 1;
+    for (std::uint32_t k = 0; k < used_; ++k) {
+      if (entries_[k].key != 0) {
+        index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
+      }
+    }
   }
+  static constexpr std::uint32_t kFewHoles = 1024;  // holes left alone whatever the entries
   Entry* entries_ = nullptr;
-  std::uint32_t* index_ = nullptr;  // slots_ positions: an entry's position + 1, 0 = empty
-  std::uint32_t size_ = 0;          // entries with a key other than 0
+  std::uint32_t* index_ = nullptr;               // slots_ words (index_print)
+  std::vector<std::uint32_t>* holes_ = nullptr;  // positions of erased entries below used_
+  std::uint32_t size_ = 0;                       // entries with a key other than 0
+  std::uint32_t used_ = 0;                       // positions in use, holes among them
   std::uint32_t capacity_ = 0;
   std::uint32_t slots_ = 0;  // a power of two, or 0
   unsigned shift_ = 64;

@@ -50,6 +50,16 @@ void Tracer::attach() {
       throw std::runtime_error("builtins has no min or max");
     }
   }
+  if (list_append_ == nullptr) {
+    list_append_ = PyDict_GetItemString(PyList_Type.tp_dict, "append");  // borrowed: lives on
+    if (list_append_ == nullptr) throw std::runtime_error("list has no append");
+    for (const char* name :
+         {"len", "isinstance", "abs", "round", "repr", "ord", "chr", "hash", "id", "callable"}) {
+      PyObject* function = PyObject_GetAttrString(builtins_, name);  // kept: compared only
+      if (function == nullptr) throw std::runtime_error("builtins lacks a function");
+      quiet_builtins_.push_back(function);
+    }
+  }
   if (deque_type_ == nullptr) {
     // collections' C types keep their items out of reach of list's and dict's hooks (deque)
     // or deallocate through their own function first (defaultdict).

@@ -46,7 +46,8 @@ enum QuickKind : std::uint8_t {
   kQuickSubscr,
   kQuickAttr,
   kQuickPut,
-  kQuickCall
+  kQuickCall,
+  kQuickBuild
 };
 
 struct Instr {
@@ -152,16 +153,22 @@ struct IterState {
 // function, runs: the callee's arguments are bound from the caller's stack tags by position and
 // its return is handed back here, with no pending half. Whatever else starts or returns in the
 // caller meanwhile makes the pending half after all (Tracer::make_call_pending).
+// A class called (`constructs`): the callee is its __init__, which C hands the new instance
+// before the arguments; what it returns is not the call's result (the instance is). C code
+// (`c_code`) has no callee: any Python code it runs makes the pending half.
 struct QuickCall {
   bool active = false;
-  bool has_return = false;
-  Tag counter = 0;                        // the CALL's
+  bool has_return = false;  // the callee returned (return_tag, returned_value)
+  bool constructs = false;
+  bool c_code = false;  // C code the two halves model by its result alone (calls_c_quietly)
+  Tag counter = 0;      // the CALL's
   std::uint64_t return_seq = 0;           // Tracer::return_seq_ when it began
   std::int32_t index = 0;                 // the CALL's code unit
   std::int32_t before = 0;                // the stack depth the CALL found
   PyObject* function = nullptr;           // compared, never dereferenced
   _PyInterpreterFrame* callee = nullptr;  // once bound
   Tag return_tag = 0;
+  PyObject* returned_value = nullptr;  // compared, never dereferenced
 };
 
 struct ShadowFrame {
@@ -180,9 +187,10 @@ struct ShadowFrame {
   // Whether this frame waits in a quick CALL for `callee` to return (its return event, in
   // either way, hands the value's tag back with `returned`).
   [[nodiscard]] bool awaits(const _PyInterpreterFrame* callee) const noexcept;
-  void returned(Tag tag) noexcept {
+  void returned(Tag tag, PyObject* value) noexcept {
     call.has_return = true;
     call.return_tag = tag;
+    call.returned_value = value;
   }
 };
 
@@ -204,7 +212,7 @@ struct Stats {
   std::uint64_t loop_frames = 0;    // frames the evaluation loop started (eval_loop.cpp)
   std::uint64_t loop_handoffs = 0;  // ... and left to CPython's loop partway
   std::uint64_t loop_quick = 0;     // instructions the loop tagged itself (quick_tick)
-  std::uint64_t loop_calls = 0;     // ... of them calls of Python functions (step_calling)
+  std::uint64_t loop_calls = 0;     // ... of them calls (step_calling)
   std::size_t max_shadow_depth = 0;
   // A slice pass's edges: how often they were compacted and the most kept after one.
   std::uint64_t edge_compactions = 0;
@@ -373,12 +381,21 @@ class Tracer {
                               PyObject** sp, Tag& tag, std::uintptr_t& value);
   void quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
                        std::uintptr_t value);
+  ShadowFrame* step_building(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
+                             PyObject** sp);
+  void quick_built(ShadowFrame& sf, const Instr& in, int after);
   ShadowFrame* step_putting(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp);
   void quick_raised(ShadowFrame& sf, int index, int depth);
   ShadowFrame* step_calling(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp, int index);
   void called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObject** sp);
+  static bool constructs_quietly(PyObject* callable, int argc) noexcept;
+  static PyObject* init_name() noexcept;
+  bool calls_c_quietly(PyObject* head, PyObject* callable, PyObject** args, int argc) const;
+  // The tag call_result gives a CALL's result when no Python code ran in it and no model
+  // applied: an input's (the result is one), a slot's that holds it, or the call's own.
+  Tag c_result(ShadowFrame& sf, PyObject* result, int first, int end, Tag counter);
   void make_call_pending(ShadowFrame& sf);
   bool returns_quickly(const ShadowFrame& sf) const noexcept;
   void raise_event(_PyInterpreterFrame* f, PyObject** sp);
@@ -464,7 +481,7 @@ class Tracer {
   void tag_iterated_tuple(PyObject* iter, PyObject* tuple, Tag now);
   void bind_arguments(const Pending& p, ShadowFrame& callee);
   Tag match_argument(const Pending& p, PyObject* value, int position, int posbase,
-                     PyObject* function);
+                     PyObject* function, bool self_first = false);
   void adopt_generator(const Pending& p, PyObject* gen);
   bool trackable(PyObject* obj) const noexcept;
   // Containers' items as inputs of the values C makes from them (item_inputs.cpp).
@@ -576,6 +593,14 @@ class Tracer {
   PyObject* builtin_min_ = nullptr;
   PyObject* builtin_max_ = nullptr;
   PyTypeObject* defaultdict_type_ = nullptr;
+  // calls_c_quietly's: list.append's method descriptor and builtins that run no Python code of
+  // their own and that the two halves model by their result alone.
+  PyObject* list_append_ = nullptr;
+  std::vector<PyObject*> quiet_builtins_;
+  // step_building's: a BUILD_CONST_KEY_MAP's values and keys, gone from the stack once it ran
+  // (compared, never dereferenced; the keys tuple is a constant of the code).
+  std::vector<PyObject*> built_values_;
+  PyObject* built_keys_ = nullptr;
 
   struct LastReturn {
     PyObject* value = nullptr;
