@@ -179,7 +179,9 @@ std::uint8_t quick_kind(int op) {
       return kQuickCall;
     case BUILD_TUPLE:
     case BUILD_LIST:
+    case BUILD_MAP:
     case BUILD_CONST_KEY_MAP:
+    case GET_ITER:
       return kQuickBuild;
     default:
       return kQuickNo;
@@ -988,13 +990,29 @@ ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, con
   return sf;
 }
 
-// BUILD_TUPLE, BUILD_LIST and BUILD_CONST_KEY_MAP (its keys plain and distinct: hashing them
-// runs no Python code, and no value is replaced, which could free it), while no slice is
-// recorded: counted before they run; quick_built then tags the new container and its items as
-// complete_build_seq and complete_build_map do.
+// An iterable whose iterator C makes, running no Python code: the containers a `for` commonly
+// steps over, str, range, and iterators that are their own.
+bool iterates_quietly(PyObject* v) {
+  PyTypeObject* t = Py_TYPE(v);
+  return t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type || t == &PySet_Type ||
+         t == &PyFrozenSet_Type || t == &PyUnicode_Type || t == &PyRange_Type ||
+         t == &PyDictKeys_Type || t == &PyDictValues_Type || t == &PyDictItems_Type ||
+         t == &PyListIter_Type || t == &PyTupleIter_Type || t == &PyRangeIter_Type ||
+         t == &PyDictIterKey_Type || t == &PyDictIterValue_Type || t == &PyDictIterItem_Type ||
+         t == &PyGen_Type;
+}
+
+// BUILD_TUPLE, BUILD_LIST, `{}` (BUILD_MAP of nothing), BUILD_CONST_KEY_MAP (its keys plain and
+// distinct: hashing them runs no Python code, and no value is replaced, which could free it)
+// and GET_ITER of what iterates quietly, while no slice is recorded: counted before they run;
+// quick_built then tags what they made as complete_build_seq, complete_build_map and
+// complete_get_iter do.
 ShadowFrame* Tracer::step_building(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                                    PyObject** sp) {
   if (recording_edges(counter_.value() + 1)) return nullptr;
+  if ((in.op == BUILD_MAP && in.oparg != 0) || (in.op == GET_ITER && !iterates_quietly(sp[-1]))) {
+    return nullptr;
+  }
   if (in.op == BUILD_CONST_KEY_MAP) {
     PyObject* keys = sp[-1];
     constexpr int kMostKeys = 32;  // checked pairwise
@@ -1015,6 +1033,8 @@ ShadowFrame* Tracer::step_building(PyThreadState* ts, _PyInterpreterFrame* f, co
   if (in.op == BUILD_CONST_KEY_MAP) {
     built_keys_ = sp[-1];
     built_values_.assign(sp - 1 - in.oparg, sp - 1);
+  } else if (in.op == GET_ITER) {
+    built_values_.assign(sp - 1, sp);  // the iterable
   }
   return sf;
 }
@@ -1026,11 +1046,20 @@ void Tracer::quick_built(ShadowFrame& sf, const Instr& in, int after) {
   const Tag now = counter_.value();
   const Tag first = s[base];  // the first item's tag, until the result's takes its place
   s[base] = now;
+  if (in.op == GET_ITER) {
+    PyObject* src = built_values_[0];  // alive if a list or a tuple: its iterator holds it
+    if (obj == src) s[base] = first;
+    drop_iters(sf, base);
+    if (obj != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
+      sf.iters.push_back(IterState{base, obj, src, 0});
+    }
+    return;
+  }
   if (!trackable(obj)) return;
-  if (in.op == BUILD_CONST_KEY_MAP) {
+  if (in.op == BUILD_CONST_KEY_MAP || in.op == BUILD_MAP) {
     if (!PyDict_Check(obj)) return;
     slots_.mark_created(addr(obj), now, PyDict_GET_SIZE(obj) == 0);
-    for (int k = 0; k < in.oparg; ++k) {
+    for (int k = 0; k < in.oparg; ++k) {  // BUILD_MAP's oparg: 0
       std::uint64_t key = 0;
       if (!item_key(PyTuple_GET_ITEM(built_keys_, k), key) || key == 0) continue;
       set_slot(addr(obj), key, k == 0 ? first : s[base + k],

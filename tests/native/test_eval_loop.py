@@ -474,6 +474,29 @@ QUICK_CASES.append(
             spread = [*trio, *pair]
             keyed = {1: name, 2: pair, "three": trio}
             rows.append((row, trio))
+            seen = {}
+            for ch in name:
+                seen[ch] = i
+            for part in pair:
+                last = part
+            for key in row.keys():
+                seen[key] = row[key]
+            for value in row.values():
+                last = value
+            for key, value in row.items():
+                seen[key] = value
+            for member in {name, "y"}:
+                last = member
+            for n in range(i):
+                last = n
+            items = iter(trio)
+            for item in items:
+                last = item
+            for made in (t for t in trio):
+                last = made
+            for a in trio:
+                for b in trio:
+                    last = (a, b)
         got = rows[-1][0]["pair"][1] + rows[0][1][0]
         first = twice["k"].v
         del twice  # its __del__ now, not when a later run's collection finds this namespace
