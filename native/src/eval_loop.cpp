@@ -1116,32 +1116,25 @@ ShadowFrame* Tracer::step_calling(PyThreadState* ts, _PyInterpreterFrame* f, con
   if (!fills_.empty() || recording_edges(counter_.value() + 1)) return nullptr;
   const bool is_meth = sp[-in.oparg - 2] != nullptr;
   PyObject* function = is_meth ? sp[-in.oparg - 2] : sp[-in.oparg - 1];
-  if (calls_c_quietly(sp[-in.oparg - 2], sp[-in.oparg - 1], sp - in.oparg, in.oparg)) {
-    const int depth = static_cast<int>(sp - f->localsplus);
-    ShadowFrame* sf = quick_event(ts, f, depth);
-    if (sf == nullptr) return nullptr;
-    ++stats_.loop_calls;
-    const Tag now = counter_.value();
-    PyObject* self = sp[-in.oparg - 1];
-    if (function == list_append_ && trackable(self)) {  // model_list_method's append
-      set_slot(addr(self), index_key(PyList_GET_SIZE(self)), sf->slots[depth - 1], addr(sp[-1]),
-               now);
+  bool constructs = false;
+  if (!Py_IS_TYPE(function, &PyFunction_Type)) {
+    if (calls_c_quietly(sp[-in.oparg - 2], sp[-in.oparg - 1], sp - in.oparg, in.oparg)) {
+      const int depth = static_cast<int>(sp - f->localsplus);
+      ShadowFrame* sf = quick_event(ts, f, depth);
+      if (sf == nullptr) return nullptr;
+      PyObject* self = sp[-in.oparg - 1];
+      if (function == list_append_ && trackable(self)) {  // model_list_method's append
+        set_slot(addr(self), index_key(PyList_GET_SIZE(self)), sf->slots[depth - 1], addr(sp[-1]),
+                 counter_.value());
+      }
+      note_call(*sf, QuickCall::kCCode, nullptr, index, depth);
+      return sf;
     }
-    sf->call = QuickCall{};
-    sf->call.active = true;
-    sf->call.c_code = true;
-    sf->call.counter = now;
-    sf->call.return_seq = return_seq_;
-    sf->call.index = index;
-    sf->call.before = depth;
-    return sf;
-  }
-  const bool constructs = !is_meth && constructs_quietly(function, in.oparg);
-  if (constructs) {
+    constructs = !is_meth && constructs_quietly(function, in.oparg);
+    if (!constructs) return nullptr;
     function = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(function), init_name());
-    if (function == nullptr) return nullptr;
+    if (function == nullptr || !Py_IS_TYPE(function, &PyFunction_Type)) return nullptr;
   }
-  if (!Py_IS_TYPE(function, &PyFunction_Type)) return nullptr;
   auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
   const CodeInfo* callee = known_code_info(code);
   if (callee == nullptr || callee->own || callee->loop != 1 || !callee->positional_only_args ||
@@ -1151,16 +1144,17 @@ ShadowFrame* Tracer::step_calling(PyThreadState* ts, _PyInterpreterFrame* f, con
   const int depth = static_cast<int>(sp - f->localsplus);
   ShadowFrame* sf = quick_event(ts, f, depth);
   if (sf == nullptr) return nullptr;
-  ++stats_.loop_calls;
-  sf->call = QuickCall{};
-  sf->call.active = true;
-  sf->call.constructs = constructs;
-  sf->call.counter = counter_.value();
-  sf->call.return_seq = return_seq_;
-  sf->call.index = index;
-  sf->call.before = depth;
-  sf->call.function = function;
+  note_call(*sf, constructs ? QuickCall::kConstructs : QuickCall::kFunction, function, index,
+            depth);
   return sf;
+}
+
+// The CALL just counted, noted in its frame's shadow instead of a pending half.
+void Tracer::note_call(ShadowFrame& sf, QuickCall::Kind kind, PyObject* function, int index,
+                       int depth) {
+  ++stats_.loop_calls;
+  sf.call = QuickCall{true,     false,   kind, counter_.value(), return_seq_, index, depth,
+                      function, nullptr, 0,    nullptr};
 }
 
 // A call of C code the two halves model by its result alone, with nothing read or filled
@@ -1231,19 +1225,19 @@ void Tracer::called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObje
   QuickCall& call = sf.call;
   const int base = call.before - sf.code->instrs[static_cast<std::size_t>(call.index)].oparg - 2;
   // C code has no callee to return; a Python callee that did not return raised.
-  bool quiet =
-      result != nullptr && (call.has_return || call.c_code) && sealtrace_breaker_set(ts) == 0;
+  bool quiet = result != nullptr && (call.has_return || call.kind == QuickCall::kCCode) &&
+               sealtrace_breaker_set(ts) == 0;
   for (PyObject** v = sf.iframe->localsplus + base; quiet && v < sp; ++v) {
     quiet = *v == nullptr || Py_REFCNT(*v) > 1 || drops_quietly(*v);
   }
   if (quiet) {
     call.active = false;
     Tag tag = call.return_tag;
-    if (call.c_code) {
+    if (call.kind == QuickCall::kCCode) {
       // call_result's inputs: the method's self and its arguments, or the arguments.
       const bool method = sf.iframe->localsplus[base] != nullptr;
       tag = c_result(sf, result, base + (method ? 1 : 2), call.before, call.counter);
-    } else if (call.constructs) {
+    } else if (call.kind == QuickCall::kConstructs) {
       tag = c_result(sf, result, call.before, call.before, call.counter);  // new: no input
     }
     sf.slots[static_cast<std::size_t>(base)] = tag;
@@ -1263,7 +1257,7 @@ void Tracer::make_call_pending(ShadowFrame& sf) {
   Pending& p = sf.p;
   p.counter = call.counter;
   p.return_seq = call.return_seq;
-  if (call.constructs) {
+  if (call.kind == QuickCall::kConstructs) {
     // __init__'s return is a value C code's callee returned, as on_return keeps one.
     if (call.has_return) {
       if (call.return_tag != 0) {
@@ -1278,7 +1272,7 @@ void Tracer::make_call_pending(ShadowFrame& sf) {
     p.has_return = call.has_return;
     p.return_tag = call.return_tag;
   }
-  if (call.c_code) {
+  if (call.kind == QuickCall::kCCode) {
     sf.kw_pending = false;  // its model, list.append's slot, was applied before the call
   } else {
     begin_call(sf);
@@ -1418,29 +1412,53 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     run_.frame = nullptr;
     if (in.op != MAKE_CELL && in.op != COPY_FREE_VARS &&
         (run_live_ || (TRACED() && opcode_events(f)))) {
-      if (in.quick == kQuickInline &&
-          (ready = quick_ready(ts, f, static_cast<int>(sp - locals))) != nullptr) {
-        // tagged in its case below (or on_opcode runs there)
-      } else if (in.quick == kQuickMove && step_quietly(ts, f, in, sp)) {
-        // tagged
-      } else if ((in.quick == kQuickCompute &&
-                  (quick = step_computing(ts, f, in, sp)) != nullptr) ||
-                 (in.quick == kQuickLoad &&
-                  (quick = step_loading(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
-                 (in.quick == kQuickStore && (quick = step_storing(ts, f, in, sp)) != nullptr) ||
-                 (in.quick == kQuickIter && (quick = step_iterating(ts, f, sp)) != nullptr) ||
-                 (in.quick == kQuickSubscr &&
-                  (quick = step_subscripting(ts, f, sp, quick_tag, quick_value)) != nullptr) ||
-                 (in.quick == kQuickAttr &&
-                  (quick = step_attribute(ts, f, in, sp, quick_tag, quick_value)) != nullptr) ||
-                 (in.quick == kQuickPut && (quick = step_putting(ts, f, in, sp)) != nullptr) ||
-                 (in.quick == kQuickBuild && (quick = step_building(ts, f, in, sp)) != nullptr)) {
+      // Counted by the loop (ready: tagged in its case below, or on_opcode runs there; quick:
+      // a step_* counted it, tagged after it ran; calling: its callee binds its arguments and
+      // `called` tags the result), else the usual event.
+      bool counted = false;
+      switch (in.quick) {
+        case kQuickInline:
+          counted = (ready = quick_ready(ts, f, static_cast<int>(sp - locals))) != nullptr;
+          break;
+        case kQuickMove:
+          counted = step_quietly(ts, f, in, sp);
+          break;
+        case kQuickCompute:
+          quick = step_computing(ts, f, in, sp);
+          break;
+        case kQuickLoad:
+          quick = step_loading(ts, f, in, sp, quick_tag, quick_value);
+          break;
+        case kQuickStore:
+          quick = step_storing(ts, f, in, sp);
+          break;
+        case kQuickIter:
+          quick = step_iterating(ts, f, sp);
+          break;
+        case kQuickSubscr:
+          quick = step_subscripting(ts, f, sp, quick_tag, quick_value);
+          break;
+        case kQuickAttr:
+          quick = step_attribute(ts, f, in, sp, quick_tag, quick_value);
+          break;
+        case kQuickPut:
+          quick = step_putting(ts, f, in, sp);
+          break;
+        case kQuickBuild:
+          quick = step_building(ts, f, in, sp);
+          break;
+        case kQuickCall:
+          counted = kwnames == nullptr && (calling = step_calling(ts, f, in, sp, i)) != nullptr;
+          break;
+        default:
+          break;
+      }
+      if (quick != nullptr) {
+        counted = true;
         quick_depth = static_cast<int>(sp - locals);
         quick_index = i;
-      } else if (in.quick == kQuickCall && kwnames == nullptr &&
-                 (calling = step_calling(ts, f, in, sp, i)) != nullptr) {
-        // the callee binds its arguments; `called` tags the result
-      } else {
+      }
+      if (!counted) {
         int err = 0;
         TRACER_CALL(err = on_opcode(f));
         if (err != 0 && PyErr_Occurred()) goto error;

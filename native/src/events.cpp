@@ -81,7 +81,7 @@ void Tracer::on_call(_PyInterpreterFrame* f, CodeInfo* info) {
       // after the function, each bound to its position (step_calling checked they are). A
       // class's __init__ is handed the new instance first, which the call made.
       call.callee = f;
-      const int self = call.constructs ? 1 : 0;
+      const int self = call.kind == QuickCall::kConstructs ? 1 : 0;
       const Tag* args = caller->slots.data() + call.before - (info->argslots - self);
       if (self != 0) sf->slots[0] = call.counter;
       std::copy(args, args + (info->argslots - self), sf->slots.begin() + self);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -155,10 +156,13 @@ class NodePool {
 // own size plus 5-11 bytes of index, where a node cost its size plus 16 (a million-row report
 // keeps millions). An erased entry leaves a hole the next insertion fills (moving another entry
 // into it would cost a second index probe, a cache miss, on every erasure: objects freed by the
-// million); holes are compacted away once they outnumber the entries. V is trivially copyable
+// million), the holes a list through their values; they are compacted away once they
+// outnumber the entries. V is trivially copyable
 // (entries move); address 0, which no object has, is kept aside and marks a hole.
 template <class V>
 class AddressTable {
+  static_assert(sizeof(V) >= sizeof(std::uint32_t), "a hole keeps a position in its value");
+
  public:
   AddressTable() noexcept = default;
   AddressTable(const AddressTable&) = delete;
@@ -189,9 +193,9 @@ class AddressTable {
     const std::size_t pos = probe(key);
     if (index_[pos] != 0) return {&entries_[(index_[pos] & kPositionMask) - 1].value, false};
     std::uint32_t at = 0;  // the entry's position
-    if (holes_ != nullptr && holes_->size() != 0) {
-      at = holes_->back();
-      holes_->pop_back();
+    if (free_ != 0) {
+      at = free_ - 1;
+      std::memcpy(&free_, static_cast<const void*>(&entries_[at].value), sizeof free_);
     } else {
       if (used_ == capacity_) grow_entries();
       at = used_++;
@@ -232,11 +236,14 @@ class AddressTable {
     --size_;
     if (size_ == 0) {  // every position a hole
       used_ = 0;
-      if (holes_ != nullptr) holes_->clear();
+      free_ = 0;
     } else if (at == used_) {
       --used_;
-    } else if (!leave_hole(at - 1)) {
+    } else if (used_ - size_ > size_ + kFewHoles) {
       compact();
+    } else {  // the hole keeps the next one's position + 1 in its value's first bytes
+      std::memcpy(static_cast<void*>(&entries_[at - 1].value), &free_, sizeof free_);
+      free_ = at;
     }
     return true;
   }
@@ -255,11 +262,9 @@ class AddressTable {
   void clear() noexcept {
     std::free(static_cast<void*>(entries_));
     std::free(index_);
-    delete holes_;
     entries_ = nullptr;
     index_ = nullptr;
-    holes_ = nullptr;
-    size_ = used_ = capacity_ = slots_ = 0;
+    size_ = used_ = capacity_ = slots_ = free_ = 0;
     shift_ = 64;
     has_zero_ = false;
   }
@@ -288,18 +293,6 @@ class AddressTable {
       }
     }
   }
-  // Notes the hole at an entry's position for the next insertion; false where the holes
-  // outnumber the entries (or the note cannot be made), for compact to close them.
-  bool leave_hole(std::uint32_t at) noexcept {
-    if (used_ - size_ > size_ + kFewHoles) return false;
-    try {
-      if (holes_ == nullptr) holes_ = new std::vector<std::uint32_t>();
-      holes_->push_back(at);
-    } catch (...) {
-      return false;
-    }
-    return true;
-  }
   // Moves the entries down over the holes and indexes them again (in place: the index keeps
   // its size, the entries their memory).
   void compact() noexcept {
@@ -308,7 +301,7 @@ class AddressTable {
       if (entries_[i].key != 0) entries_[kept++] = entries_[i];
     }
     used_ = kept;
-    if (holes_ != nullptr) holes_->clear();
+    free_ = 0;
     std::fill(index_, index_ + slots_, 0U);
     for (std::uint32_t k = 0; k < used_; ++k) {
       index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
@@ -337,10 +330,10 @@ class AddressTable {
   }
   static constexpr std::uint32_t kFewHoles = 1024;  // holes left alone whatever the entries
   Entry* entries_ = nullptr;
-  std::uint32_t* index_ = nullptr;               // slots_ words (index_print)
-  std::vector<std::uint32_t>* holes_ = nullptr;  // positions of erased entries below used_
-  std::uint32_t size_ = 0;                       // entries with a key other than 0
-  std::uint32_t used_ = 0;                       // positions in use, holes among them
+  std::uint32_t* index_ = nullptr;  // slots_ words (index_print)
+  std::uint32_t size_ = 0;          // entries with a key other than 0
+  std::uint32_t used_ = 0;          // positions in use, holes among them
+  std::uint32_t free_ = 0;  // the last hole left's position + 1, 0 = none (a list through them)
   std::uint32_t capacity_ = 0;
   std::uint32_t slots_ = 0;  // a power of two, or 0
   unsigned shift_ = 64;

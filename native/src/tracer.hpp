@@ -153,15 +153,17 @@ struct IterState {
 // function, runs: the callee's arguments are bound from the caller's stack tags by position and
 // its return is handed back here, with no pending half. Whatever else starts or returns in the
 // caller meanwhile makes the pending half after all (Tracer::make_call_pending).
-// A class called (`constructs`): the callee is its __init__, which C hands the new instance
+// A class called (kConstructs): the callee is its __init__, which C hands the new instance
 // before the arguments; what it returns is not the call's result (the instance is). C code
-// (`c_code`) has no callee: any Python code it runs makes the pending half.
+// (kCCode) has no callee: any Python code it runs makes the pending half.
 struct QuickCall {
+  // kConstructs: a class's __init__ (constructs_quietly); kCCode: C code the two halves model
+  // by its result alone (calls_c_quietly).
+  enum Kind : std::uint8_t { kFunction, kConstructs, kCCode };
   bool active = false;
   bool has_return = false;  // the callee returned (return_tag, returned_value)
-  bool constructs = false;
-  bool c_code = false;  // C code the two halves model by its result alone (calls_c_quietly)
-  Tag counter = 0;      // the CALL's
+  Kind kind = kFunction;
+  Tag counter = 0;                        // the CALL's
   std::uint64_t return_seq = 0;           // Tracer::return_seq_ when it began
   std::int32_t index = 0;                 // the CALL's code unit
   std::int32_t before = 0;                // the stack depth the CALL found
@@ -390,6 +392,7 @@ class Tracer {
   ShadowFrame* step_calling(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                             PyObject** sp, int index);
   void called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObject** sp);
+  void note_call(ShadowFrame& sf, QuickCall::Kind kind, PyObject* function, int index, int depth);
   static bool constructs_quietly(PyObject* callable, int argc) noexcept;
   static PyObject* init_name() noexcept;
   bool calls_c_quietly(PyObject* head, PyObject* callable, PyObject** args, int argc) const;
@@ -593,14 +596,6 @@ class Tracer {
   PyObject* builtin_min_ = nullptr;
   PyObject* builtin_max_ = nullptr;
   PyTypeObject* defaultdict_type_ = nullptr;
-  // calls_c_quietly's: list.append's method descriptor and builtins that run no Python code of
-  // their own and that the two halves model by their result alone.
-  PyObject* list_append_ = nullptr;
-  std::vector<PyObject*> quiet_builtins_;
-  // step_building's: a BUILD_CONST_KEY_MAP's values and keys, gone from the stack once it ran
-  // (compared, never dereferenced; the keys tuple is a constant of the code).
-  std::vector<PyObject*> built_values_;
-  PyObject* built_keys_ = nullptr;
 
   struct LastReturn {
     PyObject* value = nullptr;
@@ -730,6 +725,15 @@ class Tracer {
       reach_;
 
   Stats stats_;
+
+  // calls_c_quietly's: list.append's method descriptor and builtins that run no Python code of
+  // their own and that the two halves model by their result alone.
+  PyObject* list_append_ = nullptr;
+  std::vector<PyObject*> quiet_builtins_;
+  // step_building's: a BUILD_CONST_KEY_MAP's values and keys (GET_ITER's iterable), gone from the
+  // stack once it ran (compared, never dereferenced; the keys tuple is a constant of the code).
+  std::vector<PyObject*> built_values_;
+  PyObject* built_keys_ = nullptr;
 };
 
 }  // namespace sealtrace
