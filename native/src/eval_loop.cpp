@@ -1253,6 +1253,7 @@ void Tracer::called(PyThreadState* ts, ShadowFrame& sf, PyObject* result, PyObje
 void Tracer::make_call_pending(ShadowFrame& sf) {
   QuickCall& call = sf.call;
   call.active = false;
+  run_.frame = nullptr;  // a pending half now: the next instruction completes it first
   begin_pending(sf, sf.code->instrs[static_cast<std::size_t>(call.index)], call.index, call.before);
   Pending& p = sf.p;
   p.counter = call.counter;
@@ -2394,6 +2395,7 @@ void Tracer::raise_event(_PyInterpreterFrame* f, PyObject** sp) {
   } else {
     PyErr_Clear();
   }
+  run_.frame = nullptr;  // an event: the run of quick instructions ends, as at any other
   PyErr_Restore(type, value, tb);
 }
 
