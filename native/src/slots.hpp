@@ -16,7 +16,6 @@
 #include <memory>
 #include <new>
 #include <utility>
-#include <vector>
 
 namespace sealtrace {
 
@@ -303,8 +302,14 @@ class AddressTable {
     used_ = kept;
     free_ = 0;
     std::fill(index_, index_ + slots_, 0U);
+    index_entries();
+  }
+  // Every entry (holes aside) into the index, which holds none of them.
+  void index_entries() noexcept {
     for (std::uint32_t k = 0; k < used_; ++k) {
-      index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
+      if (entries_[k].key != 0) {
+        index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
+      }
     }
   }
   void grow_entries() {
@@ -322,11 +327,7 @@ class AddressTable {
     index_ = index;
     slots_ = slots;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctz(slots));
-    for (std::uint32_t k = 0; k < used_; ++k) {
-      if (entries_[k].key != 0) {
-        index_[probe(entries_[k].key)] = (k + 1) | print_of(entries_[k].key);
-      }
-    }
+    index_entries();
   }
   static constexpr std::uint32_t kFewHoles = 1024;  // holes left alone whatever the entries
   Entry* entries_ = nullptr;
