@@ -8,6 +8,8 @@
 #include <Python.h>
 #include <internal/pycore_frame.h>
 
+#include <cstdint>
+
 namespace sealtrace {
 
 PyObject* evaluate_frame(PyThreadState* ts, _PyInterpreterFrame* f, int throwflag);
@@ -16,5 +18,8 @@ void remove_eval_loop();
 // The (de-specialised) opcodes the loop runs itself; a code object with any other runs in
 // CPython's loop under the trace callback.
 bool loop_implements(int op);
+// Whether the loop may tag an instruction of opcode `op` itself, and how (quick_steps.cpp):
+// Instr::quick.
+std::uint8_t quick_kind(int op);
 
 }  // namespace sealtrace

@@ -29,7 +29,7 @@ void Tracer::begin_name_store(ShadowFrame& sf, const Instr& in, int depth) {
   slots_.erase(addr(ns), name_key(PyTuple_GET_ITEM(f->f_code->co_names, in.oparg)), now);
 }
 
-// STORE_NAME, STORE_GLOBAL (begin_name_store; the loop's own, eval_loop.cpp): the namespace's
+// STORE_NAME, STORE_GLOBAL (begin_name_store; the loop's own, quick_steps.cpp): the namespace's
 // slot of the name tags the value stored.
 void Tracer::set_name_slot(_PyInterpreterFrame* f, const Instr& in, Tag tag, PyObject* value,
                            Tag now) {
@@ -44,7 +44,7 @@ void Tracer::begin_name_load(ShadowFrame& sf, const Instr& in) {
   remember(sf.p, name_slot(sf.iframe, in));
 }
 
-// The slot a LOAD_GLOBAL or LOAD_NAME reads (begin_name_load; the loop's own, eval_loop.cpp).
+// The slot a LOAD_GLOBAL or LOAD_NAME reads (begin_name_load; the loop's own, quick_steps.cpp).
 const Slot* Tracer::name_slot(_PyInterpreterFrame* f, const Instr& in) const {
   const int name_index = in.op == kLoadGlobalOp ? (in.oparg >> 1) : in.oparg;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, name_index));

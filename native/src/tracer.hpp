@@ -54,7 +54,7 @@ struct Instr {
   std::uint8_t op = 0;
   Rule rule = Rule::kNone;
   bool looped = false;      // the evaluation loop runs it (set when the loop first sees the code)
-  std::uint8_t quick = 0;   // the loop may tag it itself (eval_loop.cpp: quick_kind)
+  std::uint8_t quick = 0;   // the loop may tag it itself (quick_steps.cpp: quick_kind)
   std::int32_t effect = 0;  // stack effect without and with the jump (BUILD_TUPLE 300: -299)
   std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;
@@ -341,7 +341,8 @@ class Tracer {
   ShadowFrame* resync(_PyInterpreterFrame* f);
   static PyFrameObject* frame_object(_PyInterpreterFrame* f);
   bool loopable(CodeInfo& info, PyCodeObject* code);
-  // Instructions the loop tags itself while no question watches (eval_loop.cpp).
+  // Instructions the loop tags itself while no question watches (quick_steps.cpp,
+  // quick_calls.cpp).
   ShadowFrame* quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
   ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
   // A run of quick instructions in one frame: after one, nothing but another quick instruction
