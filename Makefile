@@ -42,8 +42,13 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy $(PACKAGES)
 
+# Most tests wait on subprocesses, containers and a browser: three workers keep two cores
+# busy. Each worker starts its own services (moto, PostgreSQL, the Podman API service); a test
+# file runs whole on one worker.
+TEST_WORKERS ?= 3
+
 test: setup podman lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 tier: setup podman
 	$(BIN)/python -m pytest -m "$(TIER)"

@@ -124,8 +124,9 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyFiles, Path]
     return keys, work / "store"
 
 
-def _containers(client: Any) -> set[str]:
-    return {c.id for c in client.containers.list(all=True)}
+def _containers(client: Any, image: str) -> set[str]:
+    """The containers made from `image` (only this test makes any: others run beside it)."""
+    return {c.id for c in client.containers.list(all=True, filters={"ancestor": image})}
 
 
 def _build(env: dict[str, str], requirements: Path) -> dict[str, Any]:
@@ -154,7 +155,7 @@ def test_an_image_of_fewer_distributions_refuses_the_recording_before_a_containe
     manifest = json.loads(labels[MANIFEST_LABEL])
     assert manifest == select(parse_requirements("markdown\n", "r"))["manifest"]
     assert built["distributions"] == len(manifest) and built["id"]
-    before = _containers(client)
+    before = _containers(client, built["image"])
     refused = run_cli(
         "replay", str(store), "--identity", str(keys.identity_path), "--sandbox",
         env={**env, "SEALTRACE_REPLAY_IMAGE": built["image"]},
@@ -165,7 +166,7 @@ def test_an_image_of_fewer_distributions_refuses_the_recording_before_a_containe
 
     first_missing = min(name for name, _ in installed_manifest() if name not in dict(manifest))
     assert built["image"] in err and f"{first_missing}==" in err and "is missing" in err
-    assert _containers(client) == before  # refused before any container
+    assert _containers(client, built["image"]) == before  # refused before any container
 
 
 @pytest.mark.podman

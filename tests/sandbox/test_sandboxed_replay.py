@@ -246,13 +246,16 @@ def test_the_cli_starts_and_stops_a_podman_service_of_its_own(
         pytest.fail("a Podman service runs on the default socket: this test needs none")
     env = {k: v for k, v in os.environ.items() if k != "SEALTRACE_PODMAN_SOCKET"}
     env["SEALTRACE_REPLAY_IMAGE"] = replay_image  # built once for the session
-    proc = subprocess.run(
+    with subprocess.Popen(
         [str(Path(sys.executable).with_name("sealtrace")), "replay", str(exact), "--identity",
          str(keys.identity_path), "--json"],
-        capture_output=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert json.loads(proc.stdout)["status"] == "bit-exact"
-    assert not list(run_dir.glob("sealtrace-cli-*.sock"))
-    services = subprocess.run(["pgrep", "-f", "sealtrace-cli-"], capture_output=True, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    ) as cli:  # fmt: skip
+        out, err = cli.communicate(timeout=300)
+    assert cli.returncode == 0, err.decode()
+    assert json.loads(out)["status"] == "bit-exact"
+    # Its service is named for the command's process (other tests' commands may run beside it).
+    mine = f"sealtrace-cli-{cli.pid}.sock"
+    assert not (run_dir / mine).exists()
+    services = subprocess.run(["pgrep", "-f", mine], capture_output=True, text=True)
     assert services.stdout.strip() == "", services.stdout
