@@ -154,6 +154,17 @@ void Tracer::detach() {
 
 void Tracer::on_dealloc(PyObject* obj) noexcept {
   if (!slots_.empty()) slots_.forget(addr(obj));
+  // The exception unwinding and the value last returned are remembered by address: once freed,
+  // the next object made at that address is another (a new exception raised there must not
+  // take the old one's tag and origin, as if it were still unwinding).
+  if (obj == exc_value_) exc_value_ = nullptr;
+  if (obj == last_return_.value) last_return_.value = nullptr;
+  if (!parked_.empty()) {
+    for (auto& [ts, ctx] : parked_) {
+      if (obj == ctx.exc_value) ctx.exc_value = nullptr;
+      if (obj == ctx.last_return.value) ctx.last_return.value = nullptr;
+    }
+  }
   if (!fills_.empty()) fills_.forget(addr(obj));
   if (!suspended_.empty() &&
       (PyGen_CheckExact(obj) || PyCoro_CheckExact(obj) || PyAsyncGen_CheckExact(obj))) {

@@ -51,6 +51,53 @@ def test_negative_control_a_live_lists_item_keeps_its_tag() -> None:
     assert engine.item_tag(ns["kept"], 0, ns["marker"]) > 0
 
 
+EXCEPTION_REUSE = """
+def fails(text):
+    return int(text)        # C raises the ValueError
+try:
+    fails("first")
+except ValueError as first:
+    first_id = id(first)
+# The handler deleted `first`: the ValueError is freed and its address goes back.
+for _ in range(100):
+    before = [0]            # BUILD_LIST: a tag of its own, just before the raise
+    try:
+        fails("second")
+    except ValueError as caught:
+        second = caught
+    if id(second) == first_id:
+        break
+    del second
+"""
+
+
+def test_a_new_exception_at_a_dead_ones_address_has_its_own_tag() -> None:
+    # The engine tells an exception still unwinding from a new one by its address; once the
+    # first is freed, the second made at its address must not take its tag (and its origin).
+    engine, ns = _run(EXCEPTION_REUSE)
+    assert id(ns["second"]) == ns["first_id"], "the interpreter did not reuse the address"
+    before = engine.item_tag(ns, "before", ns["before"])
+    assert 0 < before < engine.item_tag(ns, "second", ns["second"])
+
+
+def test_negative_control_an_exception_re_raised_keeps_its_tag() -> None:
+    source = """
+def fails():
+    return int("x")
+try:
+    try:
+        fails()
+    except ValueError:
+        after = [0]
+        raise
+except ValueError as caught:
+    kept = caught
+"""
+    engine, ns = _run(source)
+    # The same exception, re-raised after `after` was made: still the tag of where C raised it.
+    assert 0 < engine.item_tag(ns, "kept", ns["kept"]) < engine.item_tag(ns, "after", ns["after"])
+
+
 def test_dead_objects_leave_no_slots_behind() -> None:
     source = """
 class Box:
