@@ -83,13 +83,16 @@ void Tracer::begin_build_map(ShadowFrame& sf, const Instr& in) {
 
 // BUILD_CONST_KEY_MAP: the keys of its keys tuple.
 void Tracer::begin_build_const_key_map(ShadowFrame& sf, const Instr& in, int depth) {
-  Pending& p = sf.p;
-  PyObject* keys = stack_top(sf, depth, 0);
-  p.keys.assign(static_cast<std::size_t>(in.oparg), 0);
-  if (PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == in.oparg) {
-    for (int i = 0; i < in.oparg; ++i) {
-      item_key(PyTuple_GET_ITEM(keys, i), p.keys[static_cast<std::size_t>(i)]);
-    }
+  const_map_keys(stack_top(sf, depth, 0), in.oparg, sf.p.keys);
+}
+
+// The slot keys of a BUILD_CONST_KEY_MAP's `count` keys (0 for one whose hash could run Python
+// code, or for all where the tuple is not as many).
+void Tracer::const_map_keys(PyObject* keys, int count, std::vector<std::uint64_t>& out) {
+  out.assign(static_cast<std::size_t>(count), 0);
+  if (PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == count) {
+    for (int i = 0; i < count; ++i)
+      item_key(PyTuple_GET_ITEM(keys, i), out[static_cast<std::size_t>(i)]);
   }
 }
 
@@ -110,16 +113,19 @@ void Tracer::complete_build_seq(ShadowFrame& sf, int base, int depth) {
   const Pending& p = sf.p;
   const Tag now = p.counter;
   fill(sf, base, depth);
-  PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
-  if (obj == nullptr || !trackable(obj)) return;
+  if (depth - base != 1) return;
+  const std::vector<Tag>& tags = p.op == kListToTuple ? p.items : p.in_tags;
+  tag_new_sequence(sf.iframe->localsplus[base], tags.data(), static_cast<Py_ssize_t>(tags.size()),
+                   now);
+}
+
+// A new tuple or list (the two halves' or the loop's): its first `count` items keep `tags`.
+void Tracer::tag_new_sequence(PyObject* obj, const Tag* tags, Py_ssize_t count, Tag now) {
+  if (!trackable(obj)) return;
   slots_.mark_created(addr(obj), now, Py_SIZE(obj) == 0);
-  const bool from_list = p.op == kListToTuple;
   const Py_ssize_t size = Py_SIZE(obj);
-  const auto count = static_cast<Py_ssize_t>(from_list ? p.items.size() : p.in_tags.size());
   for (Py_ssize_t i = 0; i < count && i < size; ++i) {
-    const Tag t =
-        from_list ? p.items[static_cast<std::size_t>(i)] : p.in_tags[static_cast<std::size_t>(i)];
-    if (t != 0) set_slot(addr(obj), index_key(i), t, addr(seq_item(obj, i)), now);
+    if (tags[i] != 0) set_slot(addr(obj), index_key(i), tags[i], addr(seq_item(obj, i)), now);
   }
 }
 
@@ -128,15 +134,24 @@ void Tracer::complete_build_map(ShadowFrame& sf, int base, int depth) {
   const Pending& p = sf.p;
   const Tag now = p.counter;
   fill(sf, base, depth);
-  PyObject* obj = depth - base == 1 ? sf.iframe->localsplus[base] : nullptr;
-  if (obj == nullptr || !PyDict_Check(obj) || !trackable(obj)) return;
+  if (depth - base != 1) return;
+  // BUILD_MAP's inputs are key/value pairs; BUILD_CONST_KEY_MAP's the values (then the keys).
+  const std::size_t first = p.rule == Rule::kBuildMap ? 1 : 0;
+  const std::size_t stride = first + 1;
+  const std::size_t inputs = std::min(p.in_objs.size(), p.in_tags.size());
+  const std::size_t values = inputs > first ? (inputs - first - 1) / stride + 1 : 0;
+  tag_new_dict(sf.iframe->localsplus[base], p.keys.data(), std::min(p.keys.size(), values),
+               p.in_tags.data() + first, p.in_objs.data() + first, stride, now);
+}
+
+// A new dict (the two halves' or the loop's): its value under keys[i] (none where 0) is
+// values[i * stride], tagged tags[i * stride].
+void Tracer::tag_new_dict(PyObject* obj, const std::uint64_t* keys, std::size_t count,
+                          const Tag* tags, PyObject* const* values, std::size_t stride, Tag now) {
+  if (!PyDict_Check(obj) || !trackable(obj)) return;
   slots_.mark_created(addr(obj), now, PyDict_GET_SIZE(obj) == 0);
-  const bool pairs = p.rule == Rule::kBuildMap;
-  for (std::size_t i = 0; i < p.keys.size(); ++i) {
-    if (p.keys[i] == 0) continue;
-    const std::size_t vi = pairs ? 2 * i + 1 : i;
-    if (vi >= p.in_objs.size()) break;
-    set_slot(addr(obj), p.keys[i], p.in_tags[vi], addr(p.in_objs[vi]), now);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (keys[i] != 0) set_slot(addr(obj), keys[i], tags[i * stride], addr(values[i * stride]), now);
   }
 }
 

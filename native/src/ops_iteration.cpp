@@ -17,14 +17,25 @@ namespace sealtrace {
 // GET_ITER: an iterable that is its own iterator keeps its tag.
 void Tracer::complete_get_iter(ShadowFrame& sf, int base, int depth) {
   const Pending& p = sf.p;
-  Tag* s = sf.slots.data();
   fill(sf, base, depth);
   if (depth - base != 1) return;
+  const bool read = !p.in_objs.empty() && !p.in_tags.empty();
+  tag_new_iterator(sf, base, read ? p.in_objs[0] : nullptr, read ? p.in_tags[0] : 0);
+}
+
+// GET_ITER (the two halves' or the loop's) left an iterator at stack slot `base` from `src`,
+// tagged `src_tag` (nullptr where not read): an iterable that is its own iterator keeps its tag
+// (the rest have GET_ITER's, already there); an exact list's or tuple's iterator remembers the
+// sequence for FOR_ITER.
+void Tracer::tag_new_iterator(ShadowFrame& sf, int base, PyObject* src, Tag src_tag) {
   PyObject* iter = sf.iframe->localsplus[base];
-  PyObject* src = p.in_objs.empty() ? nullptr : p.in_objs[0];
-  if (iter == src && src != nullptr) s[base] = p.in_tags[0];
+  if (src == nullptr) {
+    drop_iters(sf, base);
+    return;
+  }
+  if (iter == src) sf.slots[static_cast<std::size_t>(base)] = src_tag;
   drop_iters(sf, base);
-  if (src != nullptr && iter != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
+  if (iter != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
     sf.iters.push_back(IterState{base, iter, src, 0});
   }
 }

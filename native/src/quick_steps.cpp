@@ -474,8 +474,8 @@ ShadowFrame* Tracer::step_putting(PyThreadState* ts, _PyInterpreterFrame* f, con
 // BUILD_TUPLE, BUILD_LIST, `{}` (BUILD_MAP of nothing), BUILD_CONST_KEY_MAP (its keys plain and
 // distinct: hashing them runs no Python code, and no value is replaced, which could free it)
 // and GET_ITER of what iterates quietly, while no slice is recorded: counted before they run;
-// quick_built then tags what they made as complete_build_seq, complete_build_map and
-// complete_get_iter do.
+// quick_built then tags what they made with complete_build_seq's, complete_build_map's and
+// complete_get_iter's own helpers (tag_new_sequence, tag_new_dict, tag_new_iterator).
 ShadowFrame* Tracer::step_building(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
                                    PyObject** sp) {
   if (recording_edges(counter_.value() + 1)) return nullptr;
@@ -499,8 +499,9 @@ ShadowFrame* Tracer::step_building(PyThreadState* ts, _PyInterpreterFrame* f, co
   }
   ShadowFrame* sf = quick_event(ts, f, static_cast<int>(sp - f->localsplus));
   if (sf == nullptr) return nullptr;
+  built_keys_.clear();
   if (in.op == BUILD_CONST_KEY_MAP) {
-    built_keys_ = sp[-1];
+    const_map_keys(sp[-1], in.oparg, built_keys_);
     built_values_.assign(sp - 1 - in.oparg, sp - 1);
   } else if (in.op == GET_ITER) {
     built_values_.assign(sp - 1, sp);  // the iterable
@@ -513,35 +514,20 @@ void Tracer::quick_built(ShadowFrame& sf, const Instr& in, int after) {
   PyObject* obj = sf.iframe->localsplus[base];
   Tag* const s = sf.slots.data();
   const Tag now = counter_.value();
-  const Tag first = s[base];  // the first item's tag, until the result's takes its place
-  s[base] = now;
   if (in.op == GET_ITER) {
-    PyObject* src = built_values_[0];  // alive if a list or a tuple: its iterator holds it
-    if (obj == src) s[base] = first;
-    drop_iters(sf, base);
-    if (obj != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
-      sf.iters.push_back(IterState{base, obj, src, 0});
-    }
+    const Tag src_tag = s[base];
+    s[base] = now;
+    tag_new_iterator(sf, base, built_values_[0], src_tag);
     return;
   }
-  if (!trackable(obj)) return;
+  // The items' tags are still in the shadow stack, from the result's slot up.
   if (in.op == BUILD_CONST_KEY_MAP || in.op == BUILD_MAP) {
-    if (!PyDict_Check(obj)) return;
-    slots_.mark_created(addr(obj), now, PyDict_GET_SIZE(obj) == 0);
-    for (int k = 0; k < in.oparg; ++k) {  // BUILD_MAP's oparg: 0
-      std::uint64_t key = 0;
-      if (!item_key(PyTuple_GET_ITEM(built_keys_, k), key) || key == 0) continue;
-      set_slot(addr(obj), key, k == 0 ? first : s[base + k],
-               addr(built_values_[static_cast<std::size_t>(k)]), now);
-    }
-    return;
+    tag_new_dict(obj, built_keys_.data(), built_keys_.size(), s + base, built_values_.data(), 1,
+                 now);
+  } else {
+    tag_new_sequence(obj, s + base, in.oparg, now);
   }
-  slots_.mark_created(addr(obj), now, Py_SIZE(obj) == 0);
-  const Py_ssize_t size = Py_SIZE(obj);
-  for (Py_ssize_t k = 0; k < in.oparg && k < size; ++k) {
-    const Tag t = k == 0 ? first : s[base + k];
-    if (t != 0) set_slot(addr(obj), index_key(k), t, addr(seq_item(obj, k)), now);
-  }
+  s[base] = now;
 }
 
 // What a quick attribute load pushed: LOAD_METHOD's [method, self] keeps self's tag (the method

@@ -455,6 +455,10 @@ class Tracer {
   void complete_build_set(ShadowFrame& sf, int base, int depth);
   void complete_build_seq(ShadowFrame& sf, int base, int depth);
   void complete_build_map(ShadowFrame& sf, int base, int depth);
+  static void const_map_keys(PyObject* keys, int count, std::vector<std::uint64_t>& out);
+  void tag_new_sequence(PyObject* obj, const Tag* tags, Py_ssize_t count, Tag now);
+  void tag_new_dict(PyObject* obj, const std::uint64_t* keys, std::size_t count, const Tag* tags,
+                    PyObject* const* values, std::size_t stride, Tag now);
   // Unpacking and pattern matching (ops_unpack.cpp).
   void begin_unpack_sequence(ShadowFrame& sf, const Instr& in, int depth);
   void begin_unpack_ex(ShadowFrame& sf, int depth);
@@ -480,6 +484,7 @@ class Tracer {
   void land_exception(ShadowFrame& sf, int depth);
   // Iteration (ops_iteration.cpp).
   void complete_get_iter(ShadowFrame& sf, int base, int depth);
+  void tag_new_iterator(ShadowFrame& sf, int base, PyObject* src, Tag src_tag);
   Tag iterated_tag(ShadowFrame& sf, int slot, PyObject* item);
   void complete_for_iter(ShadowFrame& sf, int base, int depth);
   void tag_iterated_tuple(PyObject* iter, PyObject* tuple, Tag now);
@@ -734,7 +739,7 @@ class Tracer {
   // step_building's: a BUILD_CONST_KEY_MAP's values and keys (GET_ITER's iterable), gone from the
   // stack once it ran (compared, never dereferenced; the keys tuple is a constant of the code).
   std::vector<PyObject*> built_values_;
-  PyObject* built_keys_ = nullptr;
+  std::vector<std::uint64_t> built_keys_;  // const_map_keys of its keys (none for `{}`)
 };
 
 }  // namespace sealtrace
