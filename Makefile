@@ -44,11 +44,12 @@ typecheck: setup
 
 # Most tests wait on subprocesses, containers and a browser: three workers keep two cores
 # busy. Each worker starts its own services (moto, PostgreSQL, the Podman API service); a test
-# file runs whole on one worker.
+# file runs whole on one worker. Tests marked `alone` run after them, by themselves.
 TEST_WORKERS ?= 3
 
 test: setup podman lint typecheck
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -m alone
 
 tier: setup podman
 	$(BIN)/python -m pytest -m "$(TIER)"

@@ -306,6 +306,7 @@ def _status(p: Any, session_id: str) -> dict[str, Any]:
     return dict(found)
 
 
+@pytest.mark.alone
 def test_an_agent_killed_mid_session_fails_it_and_the_next_works(
     platform: Any, story_run: str, tmp_path: Path
 ) -> None:
