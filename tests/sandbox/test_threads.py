@@ -478,6 +478,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.alone  # its control needs a schedule that other tests' load does not serialise
 def test_callbacks_handed_to_an_event_loop_arrive_where_they_did_when_recorded(
     tmp_path: Path, keys: KeyFiles
 ) -> None:
@@ -488,10 +489,12 @@ def test_callbacks_handed_to_an_event_loop_arrive_where_they_did_when_recorded(
     next request came): here, with threads switching every microsecond, that made three of
     five replays diverge."""
     app = write_app(tmp_path / "app", HANDOFFS)
-    plain = {
-        subprocess.run([PYTHON, str(app)], capture_output=True, timeout=60, check=True).stdout
-        for _ in range(2)
-    }
+    plain: set[bytes] = set()
+    for _ in range(4):  # by itself two runs differ; a busy machine may run a thread to its end
+        plain.add(subprocess.run([PYTHON, str(app)], capture_output=True, timeout=60,
+                                 check=True).stdout)  # fmt: skip
+        if len(plain) == 2:
+            break
     assert len(plain) == 2  # the control: the schedule decides what the program prints
     for attempt in range(3):
         work = tmp_path / f"run{attempt}"
