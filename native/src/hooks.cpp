@@ -27,16 +27,33 @@ struct Hook {
   destructor original;
   destructor hook;
 };
-// 19 types known when attaching, then room for the C types of objects that remember what
-// filled them (fills.hpp), hooked the first time one is filled (hook_type).
+// 19 types known when attaching, then room for the built-in exception types with a
+// deallocation of their own (OSError's, AttributeError's, StopIteration's...: about ten) and
+// for the C types of objects that remember what filled them (fills.hpp), hooked the first time
+// one is filled (hook_type).
 constexpr int kKnown = 19;
-constexpr int kHooks = kKnown + 16;
+constexpr int kHooks = kKnown + 32;
 Hook g_hooks[kHooks];
 int g_used = 0;                     // hooks in use: the first g_used entries
 constexpr int kExceptionHook = 14;  // BaseException's
-// Built-in exception types that deallocate through BaseException's function (Exception,
-// ValueError, ...): each gets BaseException's hook, so raised objects' attributes are tracked.
+// Built-in exception types hooked through another type's entry: those that deallocate through
+// BaseException's function (Exception, ValueError, ...) get its hook, those that share another
+// function (FileNotFoundError OSError's) that one's; so raised objects' attributes are tracked,
+// and the tracer forgets an exception it follows by address when it is freed.
 std::vector<PyTypeObject*> g_exception_types;
+
+// The hook entry (past the known types') for deallocation function `original`, made for `type`
+// if there is none yet; nullptr when no entry is left.
+const Hook* hook_for(PyTypeObject* type, destructor original) {
+  for (int i = kKnown; i < g_used; ++i) {
+    if (g_hooks[i].type != nullptr && g_hooks[i].original == original) return &g_hooks[i];
+  }
+  if (g_used >= kHooks) return nullptr;
+  Hook& h = g_hooks[g_used++];
+  h.type = type;
+  h.original = original;
+  return &h;
+}
 
 void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor hook, int depth) {
   QuietScope quiet;
@@ -52,6 +69,12 @@ void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor
     if (sub->tp_dealloc == original) {
       sub->tp_dealloc = hook;
       g_exception_types.push_back(sub);
+    } else if (!hooked(sub->tp_dealloc)) {  // a function of its own (OSError_dealloc, ...)
+      const Hook* own = hook_for(sub, sub->tp_dealloc);
+      if (own != nullptr) {
+        if (own->type != sub) g_exception_types.push_back(sub);
+        sub->tp_dealloc = own->hook;
+      }
     }
     if (depth < 8) hook_exception_subtypes(sub, original, hook, depth + 1);
   }
@@ -122,8 +145,9 @@ bool hook_type(PyTypeObject* type) {
 
 void remove_hooks() {
   for (PyTypeObject* t : g_exception_types) {
-    if (t->tp_dealloc == g_hooks[kExceptionHook].hook)
-      t->tp_dealloc = g_hooks[kExceptionHook].original;
+    for (const auto& h : g_hooks) {
+      if (h.type != nullptr && t->tp_dealloc == h.hook) t->tp_dealloc = h.original;
+    }
   }
   g_exception_types.clear();
   for (auto& h : g_hooks) {
