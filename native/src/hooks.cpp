@@ -36,23 +36,31 @@ constexpr int kHooks = kKnown + 32;
 Hook g_hooks[kHooks];
 int g_used = 0;                     // hooks in use: the first g_used entries
 constexpr int kExceptionHook = 14;  // BaseException's
-// Built-in exception types hooked through another type's entry: those that deallocate through
-// BaseException's function (Exception, ValueError, ...) get its hook, those that share another
-// function (FileNotFoundError OSError's) that one's; so raised objects' attributes are tracked,
+// Types hooked through an entry made for another type with the same deallocation function
+// (remove_hooks restores them; an entry's own type is restored with the entry): the built-in
+// exception types that deallocate through BaseException's (Exception, ValueError, ...) or
+// another's (FileNotFoundError through OSError's), so raised objects' attributes are tracked
 // and the tracer forgets an exception it follows by address when it is freed.
-std::vector<PyTypeObject*> g_exception_types;
+std::vector<PyTypeObject*> g_shared_types;
 
-// The hook entry (past the known types') for deallocation function `original`, made for `type`
-// if there is none yet; nullptr when no entry is left.
-const Hook* hook_for(PyTypeObject* type, destructor original) {
-  for (int i = kKnown; i < g_used; ++i) {
-    if (g_hooks[i].type != nullptr && g_hooks[i].original == original) return &g_hooks[i];
+// Hooks `type` through the entry (past the known types') for its deallocation function, made
+// for it if there is none yet; false when no entry is left.
+bool hook_through_entry(PyTypeObject* type) {
+  Hook* h = nullptr;
+  for (int i = kKnown; i < g_used && h == nullptr; ++i) {
+    if (g_hooks[i].type != nullptr && g_hooks[i].original == type->tp_dealloc) h = &g_hooks[i];
   }
-  if (g_used >= kHooks) return nullptr;
-  Hook& h = g_hooks[g_used++];
-  h.type = type;
-  h.original = original;
-  return &h;
+  if (h != nullptr) {
+    g_shared_types.push_back(type);
+  } else if (g_used < kHooks) {
+    h = &g_hooks[g_used++];
+    h->type = type;
+    h->original = type->tp_dealloc;
+  } else {
+    return false;
+  }
+  type->tp_dealloc = h->hook;
+  return true;
 }
 
 void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor hook, int depth) {
@@ -68,13 +76,9 @@ void hook_exception_subtypes(PyTypeObject* type, destructor original, destructor
     if ((sub->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0) continue;  // subtype_dealloc walks up
     if (sub->tp_dealloc == original) {
       sub->tp_dealloc = hook;
-      g_exception_types.push_back(sub);
-    } else if (!hooked(sub->tp_dealloc)) {  // a function of its own (OSError_dealloc, ...)
-      const Hook* own = hook_for(sub, sub->tp_dealloc);
-      if (own != nullptr) {
-        if (own->type != sub) g_exception_types.push_back(sub);
-        sub->tp_dealloc = own->hook;
-      }
+      g_shared_types.push_back(sub);
+    } else if (!hooked(sub->tp_dealloc)) {
+      hook_through_entry(sub);  // a function of its own (OSError_dealloc, ...)
     }
     if (depth < 8) hook_exception_subtypes(sub, original, hook, depth + 1);
   }
@@ -127,29 +131,21 @@ void install_hooks(PyTypeObject* const* extra, int count) {
     }
   }
   g_used = kKnown;
-  if (g_exception_types.empty()) {
+  if (g_shared_types.empty()) {
     const Hook& h = g_hooks[kExceptionHook];
     hook_exception_subtypes(h.type, h.original, h.hook, 0);
   }
 }
 
-bool hook_type(PyTypeObject* type) {
-  if (hooked(type->tp_dealloc)) return true;
-  if (g_used >= kHooks) return false;
-  Hook& h = g_hooks[g_used++];
-  h.type = type;
-  h.original = type->tp_dealloc;
-  type->tp_dealloc = h.hook;
-  return true;
-}
+bool hook_type(PyTypeObject* type) { return hooked(type->tp_dealloc) || hook_through_entry(type); }
 
 void remove_hooks() {
-  for (PyTypeObject* t : g_exception_types) {
+  for (PyTypeObject* t : g_shared_types) {
     for (const auto& h : g_hooks) {
       if (h.type != nullptr && t->tp_dealloc == h.hook) t->tp_dealloc = h.original;
     }
   }
-  g_exception_types.clear();
+  g_shared_types.clear();
   for (auto& h : g_hooks) {
     if (h.type != nullptr && h.type->tp_dealloc == h.hook) h.type->tp_dealloc = h.original;
   }

@@ -91,8 +91,9 @@ void Tracer::begin_build_const_key_map(ShadowFrame& sf, const Instr& in, int dep
 void Tracer::const_map_keys(PyObject* keys, int count, std::vector<std::uint64_t>& out) {
   out.assign(static_cast<std::size_t>(count), 0);
   if (PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == count) {
-    for (int i = 0; i < count; ++i)
+    for (int i = 0; i < count; ++i) {
       item_key(PyTuple_GET_ITEM(keys, i), out[static_cast<std::size_t>(i)]);
+    }
   }
 }
 

@@ -29,13 +29,9 @@ void Tracer::complete_get_iter(ShadowFrame& sf, int base, int depth) {
 // sequence for FOR_ITER.
 void Tracer::tag_new_iterator(ShadowFrame& sf, int base, PyObject* src, Tag src_tag) {
   PyObject* iter = sf.iframe->localsplus[base];
-  if (src == nullptr) {
-    drop_iters(sf, base);
-    return;
-  }
-  if (iter == src) sf.slots[static_cast<std::size_t>(base)] = src_tag;
+  if (src != nullptr && iter == src) sf.slots[static_cast<std::size_t>(base)] = src_tag;
   drop_iters(sf, base);
-  if (iter != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
+  if (src != nullptr && iter != src && (PyList_CheckExact(src) || PyTuple_CheckExact(src))) {
     sf.iters.push_back(IterState{base, iter, src, 0});
   }
 }

@@ -159,11 +159,9 @@ void Tracer::on_dealloc(PyObject* obj) noexcept {
   // take the old one's tag and origin, as if it were still unwinding).
   if (obj == exc_value_) exc_value_ = nullptr;
   if (obj == last_return_.value) last_return_.value = nullptr;
-  if (!parked_.empty()) {
-    for (auto& [ts, ctx] : parked_) {
-      if (obj == ctx.exc_value) ctx.exc_value = nullptr;
-      if (obj == ctx.last_return.value) ctx.last_return.value = nullptr;
-    }
+  for (auto& [ts, ctx] : parked_) {
+    if (obj == ctx.exc_value) ctx.exc_value = nullptr;
+    if (obj == ctx.last_return.value) ctx.last_return.value = nullptr;
   }
   if (!fills_.empty()) fills_.forget(addr(obj));
   if (!suspended_.empty() &&

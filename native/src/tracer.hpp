@@ -737,7 +737,7 @@ class Tracer {
   PyObject* list_append_ = nullptr;
   std::vector<PyObject*> quiet_builtins_;
   // step_building's: a BUILD_CONST_KEY_MAP's values and keys (GET_ITER's iterable), gone from the
-  // stack once it ran (compared, never dereferenced; the keys tuple is a constant of the code).
+  // stack once it ran (the values compared, never dereferenced).
   std::vector<PyObject*> built_values_;
   std::vector<std::uint64_t> built_keys_;  // const_map_keys of its keys (none for `{}`)
 };
