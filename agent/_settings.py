@@ -51,5 +51,6 @@ class AgentSettings(BaseSettings):
     sandbox_tmpfs_bytes: int = Field(default=64 << 20, gt=0)  # free space in its /tmp
     # A session's replay keeps a fork checkpoint every this many instructions (the interval
     # doubles past 64 of them), so each question replays from near where it stops: small
-    # enough that a click in the console seeks in milliseconds on a short run.
+    # enough that a click in the console seeks in milliseconds on a short run (on a long one,
+    # the checkpoints' time budget spaces them further: docs/provenance.md#checkpoints).
     sandbox_checkpoint_every: int = Field(default=10_000, gt=0)

@@ -67,6 +67,7 @@ class Engine:
         on_done: Callable[[], Any] | None,
         keep: bool = False,
         batch: int = 0,
+        depth: int = 0,
     ) -> None: ...
     @property
     def edges_overflowed(self) -> bool: ...

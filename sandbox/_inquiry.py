@@ -40,6 +40,7 @@ from ._provenance import (
 from ._replay_process import Plaintext, Receipt, replay
 from .protocol import source_texts
 from .questions import (
+    MAX_DEPTH,
     At,
     Flows,
     FlowsAnswer,
@@ -187,8 +188,9 @@ class Inquiry:
         return result
 
     def _settings(self) -> dict[str, Any]:
-        """What every pass of this inquiry is told besides its question."""
-        settings: dict[str, Any] = {}
+        """What every pass of this inquiry is told besides its question: among it, how deep
+        any of its slices can go (a pass keeping edges drops what no slice that deep reads)."""
+        settings: dict[str, Any] = {"depth_bound": MAX_DEPTH}
         if self.digest_key is not None:
             settings["digest_key"] = self.digest_key.hex()
         if self.window is not None:
@@ -207,6 +209,7 @@ class Inquiry:
                 "control_fd": fd,
                 "interval": self.policy.interval,
                 "cap": self.policy.cap,
+                "budget": self.policy.budget,
                 "marks": self._marks(),
                 # Edges of the live values' ancestry, in every checkpoint: a question's slice
                 # goes on from the nearest one (locate), not from the start.

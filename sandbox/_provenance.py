@@ -514,7 +514,11 @@ class Provenance:
         if self.kind == "serve":
             from ._checkpoints import CheckpointPolicy, Checkpoints
 
-            policy = CheckpointPolicy(int(self.query["interval"]), int(self.query["cap"]))
+            policy = CheckpointPolicy(
+                int(self.query["interval"]),
+                int(self.query["cap"]),
+                budget=float(self.query.get("budget", 0.0)),
+            )
             self.checkpoints = Checkpoints(
                 engine,
                 int(self.query["control_fd"]),
@@ -541,11 +545,15 @@ class Provenance:
         keep = bool(asked.get("inherit"))
         self.slicing = bool(asked) and (not keep or inherited)
         self.edges_from_start = False
+        # The deepest slice any question of the inquiry walks (its "depth_bound"): the edges
+        # further back than that from every live value are dropped as the pass goes
+        # (Engine.record_edges; 0, none said: every edge a live value leads back to is kept).
+        bound = int(q.get("depth_bound", 0))
         if self.slicing:
-            engine.record_edges(_NO_ROOT, edge_limit, None, keep)
+            engine.record_edges(_NO_ROOT, edge_limit, None, keep, depth=bound)
             self.edges_from_start = keep
         elif self.kind == "serve" and q.get("edges"):
-            engine.record_edges(_NO_ROOT, edge_limit, None, batch=SERVE_EDGE_BATCH)
+            engine.record_edges(_NO_ROOT, edge_limit, None, batch=SERVE_EDGE_BATCH, depth=bound)
             self.edges_from_start = True
         elif self.kind != "slice":
             engine.record_edges(0, 0, None)  # (a checkpoint's edges: this pass records none)
@@ -559,7 +567,7 @@ class Provenance:
         elif self.kind == "flows" and q.get("seed"):
             self._stop_at(q["seed"]["at"], self._seed_flow)
         elif self.kind == "slice":
-            engine.record_edges(int(q["root"]), edge_limit, self._sliced)
+            engine.record_edges(int(q["root"]), edge_limit, self._sliced, depth=bound)
 
     def _stop_at(self, at: dict[str, Any], callback: Callable[[Any, int], None]) -> None:
         """Stop before a counter, a line's Nth entry or a function's Nth return."""
@@ -601,6 +609,8 @@ class Provenance:
                 exception=self.uncaught,
                 stop=self.stop,
             )
+            if self.checkpoints is not None:  # serve: intervals its time budget passed over
+                result["checkpoints_put_off"] = self.checkpoints.skipped
         elif self.kind == "locate":
             result["found"] = False
         elif self.kind == "slice":

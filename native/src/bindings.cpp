@@ -135,11 +135,12 @@ PYBIND11_MODULE(_engine, m) {
       .def(
           "record_edges",
           [](Tracer& t, std::uint64_t upto, std::size_t limit, py::object on_done, bool keep,
-             std::size_t batch) {
-            t.record_edges(upto, limit, on_done.is_none() ? nullptr : on_done.ptr(), keep, batch);
+             std::size_t batch, std::size_t depth) {
+            t.record_edges(upto, limit, on_done.is_none() ? nullptr : on_done.ptr(), keep, batch,
+                           depth);
           },
           py::arg("upto"), py::arg("limit"), py::arg("on_done"), py::arg("keep") = false,
-          py::arg("batch") = 0)
+          py::arg("batch") = 0, py::arg("depth") = 0)
       .def_property_readonly("edges_overflowed", &Tracer::edges_overflowed)
       .def_property_readonly("edge_tags", &Tracer::edge_tags)
       .def("backward_slice",

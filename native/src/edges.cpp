@@ -7,8 +7,9 @@
 // back to it: a value's tag is fixed when it is made, and every later instruction takes its
 // inputs from those holders. So whenever the edges have doubled since the last look, the ones
 // no held tag reaches are dropped (compact_edges): what is kept is the ancestry of the live
-// values, and a long computation whose intermediate values are gone costs nothing. What is
-// kept is packed (sorted by counter, each number a varint relative to its neighbour's, with an
+// values, and a long computation whose intermediate values are gone costs nothing. With a depth
+// bound (the deepest slice a question can ask), only the part of it within that many levels. What
+// is kept is packed (sorted by counter, each number a varint relative to its neighbour's, with an
 // index every kBlock edges): a kept edge costs a few bytes instead of 16 and 8 an input, so a
 // million live rows' ancestry fits in tens of MiB.
 #define Py_BUILD_CORE 1
@@ -210,23 +211,77 @@ bool Tracer::find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move,
   return found;
 }
 
+// The recent edges by counter, stably: of two records of one instruction the slice reads the
+// first, and a packed one was recorded before any recent one. They arrive nearly in order (an
+// instruction's edges when it completes, a call's after its callee's), so the few below the
+// running maximum are taken out, sorted and merged back from the end, in place: a general sort
+// took a buffer of half the batch for every compaction, and a page fault for each of its pages.
+void Tracer::sort_recent_edges() {
+  auto before = [](const Edges& a, const Edges& b) { return a.counter < b.counter; };
+  if (std::is_sorted(edges_.begin(), edges_.end(), before)) return;
+  QuietVector<Edges> late;
+  std::size_t kept = 0;
+  Tag high = 0;
+  for (std::size_t i = 0; i < edges_.size(); ++i) {
+    if (edges_[i].counter >= high) {
+      high = edges_[i].counter;
+      edges_[kept++] = edges_[i];
+    } else {
+      late.push_back(edges_[i]);
+    }
+  }
+  std::stable_sort(late.begin(), late.end(), before);
+  // Of equal counters the one kept in place was recorded first: it stays first.
+  std::size_t i = kept;
+  std::size_t j = late.size();
+  std::size_t out = edges_.size();
+  while (j > 0) {
+    if (i > 0 && late[j - 1].counter < edges_[i - 1].counter) {
+      edges_[--out] = edges_[--i];
+    } else {
+      edges_[--out] = late[--j];
+    }
+  }
+}
+
 void Tracer::compact_edges(Tag current, bool only_current) {
-  // The recent edges by counter (stable: of two records of one instruction the slice reads the
-  // first, and a packed one was recorded before any recent one).
-  std::stable_sort(edges_.begin(), edges_.end(),
-                   [](const Edges& a, const Edges& b) { return a.counter < b.counter; });
-  QuietVector<std::uint8_t> keep_recent(edges_.size(), 0);
-  QuietVector<std::uint8_t> keep_packed(packed_count_, 0);
-  // Inputs still to follow. Inputs are mostly older than the instruction, but not all (what a
-  // generator yielded to sum() while it ran): a work list, not one pass by age. It is drained
-  // after each live tag, so it holds one value's ancestry's frontier at a time.
-  QuietVector<Tag> todo;
+  sort_recent_edges();
+  // Each edge's level: the fewest computations from a live tag back to its instruction (moves
+  // count none, as in backward_slice), kUnreached for an edge no live tag leads back to. With a
+  // depth bound, an edge further than that from every live tag is dropped too: a slice of any
+  // later root reaches an old edge only through a tag live now, at least as many levels
+  // back, so no slice within the bound can need it. An accumulator's ancestry is the whole run;
+  // its last bound's worth of levels is what any question can read.
+  constexpr std::uint8_t kUnreached = 0xFF;
+  QuietVector<std::uint8_t> level_recent(edges_.size(), kUnreached);
+  QuietVector<std::uint8_t> level_packed(packed_count_, kUnreached);
+  // Inputs still to follow, with their level. Inputs are mostly older than the instruction,
+  // but not all (what a generator yielded to sum() while it ran): a work list, not one pass by
+  // age. It is drained after each live tag, so it holds one value's ancestry's frontier at a
+  // time, levels in order (a move's inputs at the front, as deep as it is; a computation's at
+  // the back, one deeper): an edge is followed again only from another live tag that reaches
+  // it in fewer levels.
+  std::deque<std::pair<Tag, std::uint8_t>, QuietAllocator<std::pair<Tag, std::uint8_t>>> todo;
+  const auto bound = static_cast<std::uint8_t>(std::min<std::size_t>(edges_depth_, kUnreached - 1));
+  auto follow = [&](const Tag* in, std::size_t n, std::uint8_t level, bool move) {
+    // Without a bound every level is 0: each edge is followed once, as its first reach.
+    const auto next = static_cast<std::uint8_t>(edges_depth_ == 0 || move ? level : level + 1);
+    if (next > bound && edges_depth_ != 0) return;  // beyond the bound: not followed
+    for (std::size_t j = 0; j < n; ++j) {
+      if (next == level) {
+        todo.emplace_front(in[j], next);
+      } else {
+        todo.emplace_back(in[j], next);
+      }
+    }
+  };
   QuietVector<Tag> recent;  // a recent edge's inputs, decoded
   // Packed blocks decoded once for many lookups (a walk back through an ancestry reads the
   // edges of one block after another): a few, each where its index falls.
   struct Decoded {
     std::size_t block = static_cast<std::size_t>(-1);
     QuietVector<Tag> counters;
+    QuietVector<std::uint8_t> moves;
     QuietVector<std::uint32_t> starts;  // where each edge's inputs begin in `inputs`, and end
     QuietVector<Tag> inputs;
   };
@@ -238,10 +293,12 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     if (d.block == block) return d;
     d.block = block;
     d.counters.clear();
+    d.moves.clear();
     d.starts.assign(1, 0);
     d.inputs.clear();
-    packed_decode(block, in_block, [&](std::size_t, Tag c, bool, const QuietVector<Tag>& in) {
+    packed_decode(block, in_block, [&](std::size_t, Tag c, bool m, const QuietVector<Tag>& in) {
       d.counters.push_back(c);
+      d.moves.push_back(m ? 1 : 0);
       d.inputs.insert(d.inputs.end(), in.begin(), in.end());
       d.starts.push_back(static_cast<std::uint32_t>(d.inputs.size()));
       return true;
@@ -249,16 +306,16 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     return d;
   };
   std::size_t last_block = static_cast<std::size_t>(-1);
-  auto mark = [&](Tag t) {
+  auto mark = [&](Tag t, std::uint8_t level) {
     if (!edges_.empty() && t >= edges_.front().counter) {  // most inputs are older than these
       auto it = std::lower_bound(edges_.begin(), edges_.end(), t,
                                  [](const Edges& e, Tag c) { return e.counter < c; });
       for (; it != edges_.end() && it->counter == t; ++it) {
         const auto i = static_cast<std::size_t>(it - edges_.begin());
-        if (keep_recent[i] != 0) continue;
-        keep_recent[i] = 1;
+        if (level_recent[i] <= level) continue;
+        level_recent[i] = level;
         recent_inputs(*it, recent);
-        todo.insert(todo.end(), recent.begin(), recent.end());
+        follow(recent.data(), recent.size(), level, it->move != 0);
       }
     }
     if (packed_count_ == 0) return;
@@ -276,23 +333,23 @@ void Tracer::compact_edges(Tag current, bool only_current) {
     if (at == d.counters.end() || *at != t) return;
     const auto k = static_cast<std::size_t>(at - d.counters.begin());
     const std::size_t ordinal = block * kBlock + k;
-    if (keep_packed[ordinal] != 0) return;
-    keep_packed[ordinal] = 1;
-    todo.insert(todo.end(), d.inputs.begin() + d.starts[k], d.inputs.begin() + d.starts[k + 1]);
+    if (level_packed[ordinal] <= level) return;
+    level_packed[ordinal] = level;
+    follow(d.inputs.data() + d.starts[k], d.starts[k + 1] - d.starts[k], level, d.moves[k] != 0);
   };
   QuietVector<Tag> inputs;
   auto drain = [&]() {
     while (!todo.empty()) {
-      const Tag t = todo.back();
-      todo.pop_back();
-      mark(t);
+      const auto [t, level] = todo.front();
+      todo.pop_front();
+      mark(t, level);
     }
   };
   std::size_t live = 0;
   auto root = [&](Tag t) {
     if (t == 0) return;
     ++live;
-    mark(t);
+    mark(t, 0);
     drain();
   };
   if (!only_current) live_tags(root);
@@ -331,7 +388,7 @@ void Tracer::compact_edges(Tag current, bool only_current) {
            (edges_[r].counter < bound || (inclusive && edges_[r].counter == bound));
          ++r) {
       const Edges& e = edges_[r];
-      if (keep_recent[r] == 0 || (any && e.counter == last)) continue;
+      if (level_recent[r] == kUnreached || (any && e.counter == last)) continue;
       recent_inputs(e, recent);
       put(e.counter, e.move != 0, recent.data(), recent.size());
       last = e.counter;
@@ -341,7 +398,7 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   for (std::size_t b = 0; b < packed_blocks_.size(); ++b) {
     packed_decode(b, inputs, [&](std::size_t i, Tag c, bool m, const QuietVector<Tag>& in) {
       put_recent_before(c, false);
-      if (keep_packed[i] != 0) {
+      if (level_packed[i] != kUnreached) {
         put(c, m, in.data(), in.size());
         last = c;
         any = true;
@@ -383,8 +440,9 @@ void Tracer::compact_edges(Tag current, bool only_current) {
 bool Tracer::small_batches() const noexcept { return edges_batch_ < kCompactMin; }
 
 void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done, bool keep,
-                          std::size_t batch) {
+                          std::size_t batch, std::size_t depth) {
   edges_upto_ = upto;
+  edges_depth_ = depth;
   edges_open_ = upto != 0;
   edges_limit_ = limit;
   edges_batch_ = batch != 0 ? batch : kCompactMin;

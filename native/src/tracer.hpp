@@ -302,8 +302,10 @@ class Tracer {
   // batch: compact once this many edges were recorded since the last compaction (at least;
   // 0: a million). A smaller batch keeps less unpacked at any time (what a fork checkpoint
   // copies as the pass goes on writing it).
+  // depth: the deepest slice any question will walk over these edges (0: no bound); a
+  // compaction drops the edges further than that from every live value (compact_edges).
   void record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_done, bool keep = false,
-                    std::size_t batch = 0);
+                    std::size_t batch = 0, std::size_t depth = 0);
   // The edge limit stopped the recording: what is kept answers only the nearest steps.
   [[nodiscard]] bool edges_overflowed() const noexcept { return edges_overflow_; }
   // The input tags the recorded edges hold (packed and not yet packed): their memory.
@@ -684,11 +686,13 @@ class Tracer {
   // Drops the edges no tag the engine still holds leads back to, or, once the root is done,
   // every edge but the root's ancestry (edges.cpp).
   void compact_edges(Tag current, bool only_current);
+  void sort_recent_edges();
   // visit(tag) for every tag the engine holds (0s included).
   template <class F>
   void live_tags(F&& visit) const;
   std::size_t edges_compact_at_ = 0;
   std::size_t edges_batch_ = 0;
+  std::size_t edges_depth_ = 0;  // record_edges' depth
   // Packing in batches smaller than a slice pass's (a serve pass keeping edges for its
   // checkpoints): compactions also come at the limit and at least half the live tags apart.
   [[nodiscard]] bool small_batches() const noexcept;

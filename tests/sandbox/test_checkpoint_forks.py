@@ -73,7 +73,9 @@ def test_every_checkpoint_resumes_the_run_as_it_went(
     with Inquiry(data, parsed, timeout=60) as plain:
         whole = plain.trace(question)
         end = int(plain.survey()["end"])
-    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(2_000, 64)) as session:
+    with Inquiry(
+        data, parsed, timeout=60, checkpoints=CheckpointPolicy(2_000, 64, budget=0.0)
+    ) as session:
         session.survey()
         server = session._replay
         assert server is not None
@@ -180,7 +182,9 @@ def test_a_question_at_the_very_counter_a_checkpoint_was_kept_at_stops_there(
     with Inquiry(data, parsed, timeout=60) as plain:
         at = 70_001
         alone = plain.run({"kind": "locate", "at": {"counter": at}, "expr": "total"})
-    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(50_000, 64)) as session:
+    with Inquiry(
+        data, parsed, timeout=60, checkpoints=CheckpointPolicy(50_000, 64, budget=0.0)
+    ) as session:
         session.survey()
         server = session._checkpointed()
         assert server.nearest(at) == 50_000
@@ -189,3 +193,39 @@ def test_a_question_at_the_very_counter_a_checkpoint_was_kept_at_stops_there(
         found = session.run({"kind": "locate", "at": {"counter": at}, "expr": "total"}, at)
     assert found.get("found") and found["counter"] == at, found
     assert found["value"] == alone["value"]
+
+
+def test_the_time_budget_puts_checkpoints_off_and_the_answers_stay(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """A serve pass spends at most its budget's share of its time taking checkpoints: a
+    checkpoint falls due at an interval only once the pass has run, since the last one, that
+    one's cost over the budget. With a budget no pass this short can meet, it keeps only the
+    first and says how many intervals it put off; without one (0), one at every interval. The
+    answers are the same either way."""
+    app = write_app(tmp_path / "app", RANDOM_AND_LOGGING)
+    recorded = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    data, parsed = load_recording(str(recorded.location), keys.identity)
+    question = Trace(at="end", var="last", depth=4)
+    found = {}
+    for budget in (0.0, 1e-9):
+        policy = CheckpointPolicy(2_000, 64, budget=budget)
+        with Inquiry(data, parsed, timeout=60, checkpoints=policy) as session:
+            survey = session.survey()
+            found[budget] = (
+                sorted(session._checkpointed().checkpoints),
+                survey["checkpoints_put_off"],
+                session.trace(question)["root"],
+            )
+    every, none_put_off, answer = found[0.0]
+    first, put_off, budgeted = found[1e-9]
+    assert len(every) > 10 and none_put_off == 0
+    assert first == every[:1] and put_off >= len(every) - 1
+    assert budgeted == answer
+
+
+@pytest.mark.parametrize("budget", [-0.1, 1.0, float("nan")])
+def test_a_budget_is_a_share_of_the_pass_below_one(budget: float) -> None:
+    with pytest.raises(ValueError, match="budget"):
+        CheckpointPolicy(budget=budget)

@@ -295,7 +295,7 @@ def test_a_session_answers_later_passes_from_the_nearest_checkpoint(
     plain = Inquiry(data, parsed)
     doc = plain.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=3))
     root = doc["root"]["counter"]
-    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(7001, 8)) as session:
+    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(7001, 8, budget=0.0)) as session:
         survey = session.survey()
         server = session._checkpointed()
         assert 2 <= len(server.checkpoints) <= 9
@@ -479,7 +479,9 @@ def test_a_serve_pass_that_sends_more_than_the_control_socket_holds(
     plain = Inquiry(data, parsed)
     doc = plain.trace(Trace(at="routes/orders.py:4", var="order.total_price", depth=3))
     root = doc["root"]["counter"]
-    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(3, 64), timeout=60) as session:
+    with Inquiry(
+        data, parsed, checkpoints=CheckpointPolicy(3, 64, budget=0.0), timeout=60
+    ) as session:
         survey = session.survey()
         server = session._checkpointed()
         assert survey["instructions"] > 3 * 64 * 2**6  # thinned at least six times

@@ -206,7 +206,9 @@ def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_chec
     data, parsed = load_recording(str(shop.store), keys.identity)
     index = parsed.request_index()
     orders = [n for n, r in enumerate(index, 1) if r.path == "/price"]
-    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64)) as session:
+    with Inquiry(
+        data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64, budget=0.0)
+    ) as session:
         answered = []
         for number in orders:
             doc = session.trace(Trace(at=f"request:{number}", var="b", depth=4))
@@ -347,7 +349,9 @@ def test_a_windowed_question_about_a_value_made_before_the_request_says_so(
     request's window: the session says so, and the whole run answers."""
     store = record_one_by_one(tmp_path, keys, 3)
     data, parsed = load_recording(str(store), keys.identity)
-    with Inquiry(data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64)) as session:
+    with Inquiry(
+        data, parsed, timeout=60, checkpoints=CheckpointPolicy(10_000, 64, budget=0.0)
+    ) as session:
         with pytest.raises(QueryError, match="made before the traced window"):
             session.trace(Trace(at="request:3", var="b", depth=4))
         doc = session.trace(Trace(at="request:3", var="b", depth=4, whole_run=True))

@@ -244,7 +244,7 @@ def test_a_session_slices_from_the_checkpoint_before_the_stop_with_the_same_answ
 
     served = _serving(monkeypatch)  # (kind, inherit, start, checkpoint)
     data, parsed, *_ = recorded
-    policy = CheckpointPolicy(interval=POLICY_INTERVAL)
+    policy = CheckpointPolicy(interval=POLICY_INTERVAL, budget=0.0)
     with Inquiry(data, parsed, checkpoints=policy) as session, TwoPasses(data, parsed) as oracle:
         for at, var in _session_questions(recorded):
             served.clear()
@@ -274,7 +274,7 @@ def test_a_session_whose_serve_pass_stopped_recording_edges_slices_from_before_t
 
     data, parsed, *_ = recorded
     at, var = _session_questions(recorded)[1]
-    policy = CheckpointPolicy(interval=POLICY_INTERVAL)
+    policy = CheckpointPolicy(interval=POLICY_INTERVAL, budget=0.0)
     with Inquiry(data, parsed, checkpoints=policy) as session:
         session.survey()
         before = session.passes
@@ -369,7 +369,9 @@ def test_a_further_question_at_a_stop_goes_on_from_the_checkpoint_its_first_kept
     _limited_serve(monkeypatch, 50)
     served = _serving(monkeypatch)
     data, parsed, *_ = recorded
-    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL)) as session:
+    with Inquiry(
+        data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL, budget=0.0)
+    ) as session:
         session.survey()
         server = session._checkpointed()
         first = server.first
@@ -398,7 +400,9 @@ def test_a_line_stop_located_once_is_asked_again_at_its_counter(
     served = _serving(monkeypatch)
     data, parsed, app, *_ = recorded
     at = _questions(app)[0][0]
-    with Inquiry(data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL)) as session:
+    with Inquiry(
+        data, parsed, checkpoints=CheckpointPolicy(interval=POLICY_INTERVAL, budget=0.0)
+    ) as session:
         session.survey()
         server = session._checkpointed()
         starts = []
@@ -408,3 +412,46 @@ def test_a_line_stop_located_once_is_asked_again_at_its_counter(
         assert starts[0] == (0, server.first)  # from the start: the first checkpoint
         assert starts[1] == starts[2] == (stopped, stopped)  # at the checkpoint kept there
         assert stopped in server.kept and stopped in server.edged
+
+
+ACCUMULATOR = """\
+prices = [round(1 + (i * 37 % 101) / 10, 2) for i in range(100)]
+total = 0
+for i in range(20000):
+    total += prices[i % 100] * (i % 3)
+answer = round(total / 20000, 4)
+"""
+
+
+def test_a_session_keeps_only_the_edges_a_slice_within_the_depth_bound_reads(
+    tmp_path: Path, keys: KeyFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An accumulator's ancestry is the whole run: a serve pass keeping every edge a live
+    value leads back to passes a limit of 20,000 input tags early, and its later checkpoints
+    hold no edges. Told the inquiry's depth bound (every pass is), it keeps the last 64
+    levels' worth: every checkpoint holds its edges, and the answer is the one of an inquiry
+    with no checkpoints."""
+    from sealtrace.sandbox import Inquiry, load_recording
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+
+    app = write_app(tmp_path / "app", ACCUMULATOR, "accumulate.py")
+    done = record(keys, tmp_path / "rec", [sys.executable, str(app)])
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    data, parsed = load_recording(str(tmp_path / "rec"), keys.identity)
+    with Inquiry(data, parsed) as alone:
+        expected, _ = _answers(alone, "end", "answer", (64,))
+    _limited_serve(monkeypatch, 20_000)
+    policy = CheckpointPolicy(interval=20_000, budget=0.0)
+    with Inquiry(data, parsed, checkpoints=policy) as session:
+        session.survey()
+        server = session._checkpointed()
+        assert len(server.checkpoints) > 5 and set(server.edged) == set(server.checkpoints)
+        answer, _ = _answers(session, "end", "answer", (64,))
+    assert without_passes(answer[64]) == without_passes(expected[64])
+    # The negative control: the same session told no bound.
+    unbounded = Inquiry._settings
+    monkeypatch.setattr(Inquiry, "_settings", lambda self: {**unbounded(self), "depth_bound": 0})
+    with Inquiry(data, parsed, checkpoints=policy) as session:
+        session.survey()
+        server = session._checkpointed()
+        assert len(set(server.edged)) < len(server.checkpoints)
