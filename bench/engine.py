@@ -309,8 +309,9 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
     """A first answer and further ones, each side by side with the way before issue 24's
     one-pass work: in-process, `trace --at end` (a survey, then locate and slice in one
     pass, then a capture) against the same with a slice pass of its own, and as the CLI now
-    asks it (`cli`: checkpoints and their edges taken by the first pass); in a session
-    (checkpoints every 250,000 instructions, as the sandbox's), the open, the first
+    asks it (`cli`: checkpoints and their edges taken by the first pass, within their time
+    budget; `cli_every_interval`: one at every interval, the way before the budget); in a
+    session (checkpoints every 250,000 instructions, within their budget), the open, the first
     question at the end and two more at the same stop, then one at a FILE:LINE asked twice,
     against a session whose serve pass
     keeps no edges, whose slices run from the start and whose capture is one pass, with the
@@ -362,9 +363,12 @@ def questions(sizes: list[int]) -> list[dict[str, Any]]:
                     row["instructions"] = inquiry.survey()["instructions"]
                 row[f"in_process_first_{name}"] = {"seconds": seconds, "passes": passes}
                 if name == "now":  # as the CLI asks in-process at `end`: with checkpoints
-                    with Inquiry(data, parsed, checkpoints=CheckpointPolicy()) as inquiry:
-                        seconds, passes = _trace_seconds(inquiry, "end", "answer")
-                    row["in_process_first_cli"] = {"seconds": seconds, "passes": passes}
+                    # (within their time budget; and, beside it, one at every interval)
+                    for way, budget in (("cli", 0.1), ("cli_every_interval", 0.0)):
+                        policy = CheckpointPolicy(budget=budget)
+                        with Inquiry(data, parsed, checkpoints=policy) as inquiry:
+                            seconds, passes = _trace_seconds(inquiry, "end", "answer")
+                        row[f"in_process_first_{way}"] = {"seconds": seconds, "passes": passes}
                 policy = CheckpointPolicy(edges=name == "now")
                 with kind(data, parsed, checkpoints=policy) as session:
                     start = time.perf_counter()
@@ -667,8 +671,11 @@ def main() -> None:
                 f"MiB), first "
                 f"{session['first_seconds']:.2f} s, further {further}; at FILE:LINE {line}"
             )
-        cli = q["in_process_first_cli"]
-        print(f"  cli   : in-process first answer {cli['seconds']:.2f} s (with checkpoints)")
+        cli, every = q["in_process_first_cli"], q["in_process_first_cli_every_interval"]
+        print(
+            f"  cli   : in-process first answer {cli['seconds']:.2f} s (with checkpoints within "
+            f"their time budget), {every['seconds']:.2f} s with one at every interval"
+        )
     print(
         f"report, {big['rows']:,} orders kept alive: plain {big['plain']['seconds']:.1f} s "
         f"{big['plain']['peak_mib']:.0f} MiB; `sealtrace {big['question']}` "
