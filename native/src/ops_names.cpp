@@ -36,7 +36,8 @@ void Tracer::set_name_slot(_PyInterpreterFrame* f, const Instr& in, Tag tag, PyO
   PyObject* ns = in.rule == Rule::kStoreName ? f->f_locals : f->f_globals;
   if (ns == nullptr || !trackable(ns)) return;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, in.oparg));
-  set_slot(addr(ns), key, tag, addr(value), now);
+  const bool hold = value != nullptr && !shared(value);
+  slots_.set(addr(ns), key, tag, addr(value), now, hold, &name_hints_[key % name_hints_.size()]);
 }
 
 // LOAD_GLOBAL, LOAD_NAME: the locals' slot (LOAD_NAME), else the globals'.
@@ -48,11 +49,12 @@ void Tracer::begin_name_load(ShadowFrame& sf, const Instr& in) {
 const Slot* Tracer::name_slot(_PyInterpreterFrame* f, const Instr& in) const {
   const int name_index = in.op == kLoadGlobalOp ? (in.oparg >> 1) : in.oparg;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, name_index));
+  std::uint32_t& hint = name_hints_[key % name_hints_.size()];
   const Slot* slot = nullptr;
   if (in.rule == Rule::kLoadName && f->f_locals != nullptr) {
-    slot = slots_.slot(addr(f->f_locals), key);
+    slot = slots_.slot(addr(f->f_locals), key, hint);
   }
-  if (slot == nullptr) slot = slots_.slot(addr(f->f_globals), key);
+  if (slot == nullptr) slot = slots_.slot(addr(f->f_globals), key, hint);
   return slot;
 }
 

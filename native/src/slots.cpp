@@ -19,14 +19,18 @@ std::uint32_t SlotMap::probe(std::uint64_t key) const noexcept {
   }
 }
 
-Slot* SlotMap::find(std::uint64_t key) noexcept {
+std::uint32_t SlotMap::position(std::uint64_t key) const noexcept {
   if (index_ == nullptr) {
     for (std::uint32_t i = 0; i < size_; ++i) {
-      if (items_[i].first == key) return &items_[i].second;
+      if (items_[i].first == key) return i + 1;
     }
-    return nullptr;
+    return 0;
   }
-  const std::uint32_t at = index_[probe(key)] & kPositionMask;
+  return index_[probe(key)] & kPositionMask;
+}
+
+Slot* SlotMap::find(std::uint64_t key) noexcept {
+  const std::uint32_t at = position(key);
   return at == 0 ? nullptr : &items_[at - 1].second;
 }
 
@@ -173,9 +177,11 @@ Tag SlotTable::get(std::uintptr_t object, std::uint64_t key, std::uintptr_t valu
 }
 
 void SlotTable::set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
-                    Tag now, bool hold) {
+                    Tag now, bool hold, std::uint32_t* hint) {
   ObjectRecord& r = record(object);
-  auto [slot, inserted] = r.slots.try_emplace(key, Slot{tag, value});
+  Slot* had = hint != nullptr ? r.slots.find(key, *hint) : nullptr;
+  auto [slot, inserted] = had != nullptr ? std::pair<Slot*, bool>{had, false}
+                                         : r.slots.try_emplace(key, Slot{tag, value});
   if (inserted) {
     ++slot_count_;
   } else {

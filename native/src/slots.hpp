@@ -81,6 +81,15 @@ class SlotMap {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] Slot* find(std::uint64_t key) noexcept;
+  // find, trying first the position `hint` names (where this key was found last, in this map
+  // or another: a namespace's names, read over and over), and leaving the key's position there.
+  [[nodiscard]] Slot* find(std::uint64_t key, std::uint32_t& hint) noexcept {
+    if (hint < size_ && items_[hint].first == key) return &items_[hint].second;
+    const std::uint32_t at = position(key);
+    if (at == 0) return nullptr;
+    hint = at - 1;
+    return &items_[at - 1].second;
+  }
   [[nodiscard]] const Slot* find(std::uint64_t key) const noexcept {
     return const_cast<SlotMap*>(this)->find(key);
   }
@@ -96,6 +105,8 @@ class SlotMap {
   [[nodiscard]] std::uint32_t mask() const noexcept { return 2 * cap_ - 1; }
   // The index position that holds key's item, or the empty one where it would go.
   [[nodiscard]] std::uint32_t probe(std::uint64_t key) const noexcept;
+  // The key's item's position + 1, 0 if it has none.
+  [[nodiscard]] std::uint32_t position(std::uint64_t key) const noexcept;
   void reindex();
   value_type* items_ = nullptr;
   std::uint32_t* index_ = nullptr;  // 2 * cap_ words (index_print)
@@ -351,10 +362,17 @@ class SlotTable {
   // The tag in a slot if it still tags `value`, or 0.
   [[nodiscard]] Tag get(std::uintptr_t object, std::uint64_t key, std::uintptr_t value) const;
   [[nodiscard]] const Slot* slot(std::uintptr_t object, std::uint64_t key) const;
+  // slot, through a position hint (SlotMap::find): a namespace's names, read over and over.
+  [[nodiscard]] const Slot* slot(std::uintptr_t object, std::uint64_t key,
+                                 std::uint32_t& hint) const {
+    ObjectRecord* r = record_of(object);
+    return r != nullptr ? r->slots.find(key, hint) : nullptr;
+  }
   // hold: also remember this slot as the value's holder (for values worth recognising by
   // identity; shared singletons and small ints are not).
+  // hint: a position hint for the key (SlotMap::find), for a namespace's names.
   void set(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now,
-           bool hold = true);
+           bool hold = true, std::uint32_t* hint = nullptr);
   [[nodiscard]] const Holder* holder(std::uintptr_t value) const;
   // The tag of the slot a holder names, if that slot still holds `value`; 0 otherwise.
   [[nodiscard]] Tag held(const Holder& h, std::uintptr_t value) const;

@@ -18,6 +18,7 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -735,6 +736,9 @@ class Tracer {
       reach_;
 
   Stats stats_;
+  // Where each name was last found in a namespace's slots, by its key (name_slot): a hint,
+  // checked before it is used.
+  mutable std::array<std::uint32_t, 256> name_hints_{};
 
   // calls_c_quietly's: list.append's method descriptor and builtins that run no Python code of
   // their own and that the two halves model by their result alone.
