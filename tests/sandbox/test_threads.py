@@ -212,6 +212,7 @@ from django.urls import path
 
 DB, EXPECTED = sys.argv[1], int(sys.argv[2])
 served = []
+finished = []
 lock = threading.Lock()
 
 
@@ -228,8 +229,6 @@ def create_order(request):
     total = round(subtotal * (1 - pct / 100), 2)
     with lock:
         served.append(total)
-        if len(served) == EXPECTED:
-            threading.Thread(target=server.shutdown).start()
     return JsonResponse({"total": total})
 
 
@@ -238,6 +237,16 @@ urlpatterns = [path("orders", create_order)]
 
 class ThreadedServer(socketserver.ThreadingMixIn, WSGIServer):  # as runserver makes it
     daemon_threads = True
+
+    def shutdown_request(self, request):
+        # The request's thread is done with it (its response sent): the server stops after
+        # the last one. Stopped from the view instead, the main thread could end the run
+        # while the last response was still being sent on its (daemon) thread.
+        super().shutdown_request(request)
+        with lock:
+            finished.append(None)
+            if len(finished) == EXPECTED:
+                threading.Thread(target=self.shutdown).start()
 
 
 server = ThreadedServer(("127.0.0.1", 0), WSGIRequestHandler)
