@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 from sealtrace.proxy.boundary import outside_the_program
 
 __all__ = [
+    "FREE_CHECKPOINTS",
     "KEEP_GAP",
     "KEPT_WITH_EDGES",
     "CheckpointPolicy",
@@ -76,6 +77,9 @@ _clock = time.monotonic  # the boundary replays the program's clocks: this one s
 # much again after it (the pages the pass writes next are copied, shared with the checkpoint;
 # measured beside the fork on a pass keeping edges: 1.3 ms the fork, 1.5 ms the copies).
 _COST_OF_FORK = 2.0
+# Checkpoints a serve pass takes at every interval before its budget applies (a few
+# milliseconds in all: a short run's questions stay near their checkpoints).
+FREE_CHECKPOINTS = 8
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,13 @@ class CheckpointPolicy:
     counter slices from the checkpoint before it, not from the start (their memory is in
     docs/provenance.md#checkpoints).
 
-    `budget` bounds the share of the serve pass's time that taking checkpoints costs: one
-    falls due at an interval only once the pass has run, since the last one was taken, that
-    one's cost divided by the budget (0: at every interval). A fork's cost grows with the
-    process and the interval counts instructions, whose time varies: without the bound a
-    pass of short intervals spent more time forking than replaying."""
+    `budget` bounds the share of the serve pass's time that taking checkpoints costs: past
+    the first FREE_CHECKPOINTS, one falls due at an interval only while what the checkpoints
+    so far cost, and this one as much as the last, stays within that share of the pass's time
+    since its first (0: at every interval). A fork's cost grows with the process and the
+    interval counts instructions, whose time varies: without the bound a pass of short
+    intervals spent more time forking than replaying. The first few are taken whatever they
+    cost: a short run keeps its checkpoints as dense as its interval asks."""
 
     interval: int = 250_000
     cap: int = 64
@@ -212,7 +218,8 @@ class Checkpoints:
         self.taken: list[tuple[int, int]] = []  # (counter, pid)
         self.budget = policy.budget
         self.skipped = 0  # intervals at which the budget put a checkpoint off
-        self._last_taken = 0.0  # when the last checkpoint was taken (_clock), and its cost
+        self._first_taken = 0.0  # when the first checkpoint was taken (_clock)
+        self._spent = 0.0  # what the checkpoints taken so far cost, and the last one
         self._last_cost = 0.0
 
     def start(self) -> None:
@@ -227,9 +234,11 @@ class Checkpoints:
     def _tick(self, frame: Any, counter: int) -> None:
         if counter % self.interval:
             return
-        if self.budget and _clock() - self._last_taken < self._last_cost / self.budget:
-            self.skipped += 1  # too soon for the budget: the next interval may take it
-            return
+        if self.budget and len(self.taken) >= FREE_CHECKPOINTS:
+            ran = _clock() - self._first_taken
+            if self._spent + self._last_cost > self.budget * ran:
+                self.skipped += 1  # over the budget: a later interval may take it
+                return
         if _alone():
             self._take(counter)
         else:  # take it as soon as the program's other threads have ended
@@ -265,8 +274,11 @@ class Checkpoints:
         self.taken.append((counter, pid))
         if len(self.taken) > self.cap:
             self._thin()
-        self._last_taken = _clock()
-        self._last_cost = _COST_OF_FORK * (self._last_taken - began)
+        ended = _clock()
+        if not self._first_taken:
+            self._first_taken = ended
+        self._last_cost = _COST_OF_FORK * (ended - began)
+        self._spent += self._last_cost
         return True
 
     def keep(self, counter: int) -> bool:
