@@ -36,8 +36,7 @@ void Tracer::set_name_slot(_PyInterpreterFrame* f, const Instr& in, Tag tag, PyO
   PyObject* ns = in.rule == Rule::kStoreName ? f->f_locals : f->f_globals;
   if (ns == nullptr || !trackable(ns)) return;
   const std::uint64_t key = name_key(PyTuple_GET_ITEM(f->f_code->co_names, in.oparg));
-  const bool hold = value != nullptr && !shared(value);
-  slots_.set(addr(ns), key, tag, addr(value), now, hold, &name_hints_[key % name_hints_.size()]);
+  set_slot(addr(ns), key, tag, addr(value), now, &name_hints_[key % name_hints_.size()]);
 }
 
 // LOAD_GLOBAL, LOAD_NAME: the locals' slot (LOAD_NAME), else the globals'.

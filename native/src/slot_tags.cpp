@@ -29,9 +29,9 @@ void Tracer::copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slo
 }
 
 void Tracer::set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value,
-                      Tag now) {
+                      Tag now, std::uint32_t* hint) {
   const bool hold = value != 0 && !shared(reinterpret_cast<PyObject*>(value));
-  slots_.set(object, key, tag, value, now, hold);
+  slots_.set(object, key, tag, value, now, hold, hint);
 }
 
 Tag Tracer::held_tag(PyObject* value) const noexcept {

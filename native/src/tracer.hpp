@@ -545,7 +545,9 @@ class Tracer {
   Tag held_tag(PyObject* value) const noexcept;
   bool deque_holds(PyObject* deque, PyObject* value) const noexcept;
   // Every value passed here is alive (it is on a stack, in a container or being stored).
-  void set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now);
+  // hint: a position hint for the key (SlotMap::find), for a namespace's names.
+  void set_slot(std::uintptr_t object, std::uint64_t key, Tag tag, std::uintptr_t value, Tag now,
+                std::uint32_t* hint = nullptr);
   void copy_slot(std::uintptr_t object, std::uint64_t key, const Slot& slot, Tag now);
   Tag class_attr_slot(PyObject* owner, PyObject* name, PyObject** value) const;
   // The slot an attribute load of an instance (not a module) reads: the instance's own, else,

@@ -10,25 +10,14 @@ from typing import Any
 
 import pytest
 
-from sealtrace._engine import Engine
-
 from .opcode_cases import OpcodeCase
-from .test_eval_loop import ALL_CASES
-from .test_opcodes import _attached, _globals, _own
+from .test_eval_loop import ALL_CASES, recorded_slices
 
 
 def _slices(case: OpcodeCase, depth: int, bound: int) -> tuple[dict[int, Any], int]:
-    """The slice (at `depth`) of every value the module holds at the end, with the edges
-    kept under `bound` (0: none), and how many input tags were kept."""
-    code = case.compile()
-    engine = Engine(_own(case), eval_loop=True)
-    engine.record_edges(1 << 60, 1 << 24, None, batch=8, depth=bound)
-    names = _globals(case)
-    with _attached(engine):
-        exec(code, names)  # noqa: S102 - the case's own program, compiled above
-    roots = sorted({engine.item_tag(names, k, v) for k, v in names.items()} - {0})
-    assert roots, case.id
-    return {root: engine.backward_slice(root, depth, 100_000) for root in roots}, engine.edge_tags
+    """The slices at `depth` at the end of the run, its edges packed after every 8 and kept
+    within `bound` levels (0: none); and how many input tags were kept."""
+    return recorded_slices(case, eval_loop=True, batch=8, depth=depth, bound=bound)
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])

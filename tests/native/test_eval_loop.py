@@ -786,18 +786,26 @@ def test_a_pop_or_store_that_runs_del_is_left_to_the_two_halves(hit: int) -> Non
     assert dict(loop)["self"] != 0
 
 
-def _slices_at_end(case: OpcodeCase, *, eval_loop: bool, batch: int) -> dict[int, Any]:
-    """The backward slice (depth 64) of every value the module holds at the end, with the
-    edges recorded over the whole run, packed every `batch` edges."""
+def recorded_slices(
+    case: OpcodeCase, *, eval_loop: bool, batch: int, depth: int = 64, bound: int = 0
+) -> tuple[dict[int, Any], int]:
+    """The backward slice (at `depth`) of every value the module holds at the end, with the
+    edges recorded over the whole run, packed every `batch` edges and kept within `bound`
+    levels of a live value (0: no bound); and how many input tags were kept."""
     code = case.compile()
     engine = Engine(_own(case), eval_loop=eval_loop)
-    engine.record_edges(1 << 60, 1 << 24, None, batch=batch)
+    engine.record_edges(1 << 60, 1 << 24, None, batch=batch, depth=bound)
     names = _globals(case)
     with _attached(engine):
         exec(code, names)  # noqa: S102 - the case's own program, compiled above
     roots = sorted({engine.item_tag(names, k, v) for k, v in names.items()} - {0})
     assert roots, case.id
-    return {root: engine.backward_slice(root, 64, 100_000) for root in roots}
+    slices = {root: engine.backward_slice(root, depth, 100_000) for root in roots}
+    return slices, engine.edge_tags
+
+
+def _slices_at_end(case: OpcodeCase, *, eval_loop: bool, batch: int) -> dict[int, Any]:
+    return recorded_slices(case, eval_loop=eval_loop, batch=batch)[0]
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
