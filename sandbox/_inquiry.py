@@ -407,6 +407,10 @@ class Inquiry:
         at, expr = parse_at(question.at), question.var
         if any(depth < 0 for depth in depths):
             raise QueryError("--depth must be 0 or more")
+        if any(depth > MAX_DEPTH for depth in depths):
+            # Every pass keeps only the edges a slice this deep can read (depth_bound): a
+            # deeper one would take the first dropped step for an origin.
+            raise QueryError(f"--depth must be at most {MAX_DEPTH}")
         located = self.locate(at, expr, depths)
         value = located["value"]
         root_tag = int(value["tag"])

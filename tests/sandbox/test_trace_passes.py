@@ -455,3 +455,19 @@ def test_a_session_keeps_only_the_edges_a_slice_within_the_depth_bound_reads(
         session.survey()
         server = session._checkpointed()
         assert len(set(server.edged)) < len(server.checkpoints)
+
+
+def test_a_slice_deeper_than_the_bound_is_refused(recorded: Recorded) -> None:
+    """Every pass keeps only the edges a slice MAX_DEPTH deep reads; a deeper one, asked
+    through the API where no command line checks it, would take the first dropped step for
+    an origin. It is refused before any pass, not answered."""
+    from sealtrace.sandbox import Inquiry, QueryError
+    from sealtrace.sandbox.questions import MAX_DEPTH, Trace
+
+    data, parsed, *_ = recorded
+    with Inquiry(data, parsed) as inquiry:
+        with pytest.raises(QueryError, match=f"at most {MAX_DEPTH}"):
+            inquiry.trace(Trace(at="end", var="RESULT", depth=MAX_DEPTH + 1))
+        assert inquiry.passes == 0
+        answer = inquiry.trace(Trace(at="end", var="RESULT", depth=MAX_DEPTH))
+    assert answer["root"]["inputs"]
