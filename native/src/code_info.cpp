@@ -39,6 +39,30 @@ int inline_caches(std::uint8_t op) {
       return 0;
   }
 }
+// A cursor over a code object's line table, read forward once: each instruction's line in
+// amortised constant time. PyCode_Addr2Line reads the table from its start on every call
+// (unless CPython made the code's line array, which only its line tracing does), so asking it
+// for each instruction in turn cost the square of the code's length: a module body of a few
+// thousand instructions took milliseconds, paid by every import under the engine.
+class LineCursor {
+ public:
+  explicit LineCursor(PyCodeObject* code) {
+    // What CPython's _PyCode_InitAddressRange does (not exported): before the first range.
+    const char* table = PyBytes_AS_STRING(code->co_linetable);
+    range_.opaque.lo_next = reinterpret_cast<const std::uint8_t*>(table);
+    range_.opaque.limit = range_.opaque.lo_next + PyBytes_GET_SIZE(code->co_linetable);
+    range_.opaque.computed_line = code->co_firstlineno;
+    range_.ar_start = -1;
+    range_.ar_end = 0;
+    range_.ar_line = -1;
+  }
+  // The line of the instruction at byte offset `at` (-1: none), as PyCode_Addr2Line gives it.
+  int line(int at) { return _PyCode_CheckLineNumber(at, &range_); }
+
+ private:
+  PyCodeAddressRange range_{};
+};
+
 }  // namespace
 
 // -- code objects ---------------------------------------------------------------------------
@@ -125,6 +149,7 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
   info->instrs.resize(static_cast<std::size_t>(units));
   Py_ssize_t run_start = -1;
   std::int32_t ext = 0;
+  LineCursor lines(code);
   for (Py_ssize_t i = 0; i < units; ++i) {
     const std::uint8_t op = raw[2 * i];
     const std::uint8_t arg = raw[2 * i + 1];
@@ -137,7 +162,7 @@ CodeInfo* Tracer::build_code_info(PyCodeObject* code) {
     in.op = op;
     in.rule = op_model(op).rule;
     in.oparg = ext | arg;
-    in.line = PyCode_Addr2Line(code, static_cast<int>(i * 2));
+    in.line = lines.line(static_cast<int>(i * 2));
     in.at = static_cast<std::int32_t>(i);
     in.next = static_cast<std::int32_t>(i + 1 + inline_caches(op));
     in.pops = op_pops(op, in.oparg);
