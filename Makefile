@@ -27,8 +27,12 @@ $(STAMP): pyproject.toml $(NATIVE)
 	$(BIN)/python -m pip install -q -e '.[dev,server,agent]'
 	touch $@
 
+# The package is installed editable, so nothing compiles its bytecode as a wheel's install
+# would; where PYTHONDONTWRITEBYTECODE is set, every process (each replay pass is one) would
+# compile sealtrace from source at start. Compiled here once (a no-op when up to date).
 setup: $(STAMP)
 	infra/local/typecheck-tree.sh
+	$(BIN)/python -m compileall -q -j 0 proxy sandbox agent server > /dev/null
 
 podman:
 	infra/local/podman-setup.sh
