@@ -122,8 +122,51 @@ PyFrameObject* Tracer::frame_object(_PyInterpreterFrame* f) {
   return frame;
 }
 
+namespace {
+
+// The frame objects a callback asks for, of a thread whose frames run in the evaluation loop
+// (which makes none): the callback's frame, and any `f_back` walks to. Made from the
+// program's heap, they would move the address of everything the program allocates after
+// them, in this pass only, and a program's path can hang on addresses (a set of asyncio tasks
+// iterates in the order of their ids: anyio found another root task, and the passes of one
+// question counted different instructions). Made in a quiet scope instead, and dropped once
+// the callback is done where nothing else holds them, innermost first (a child's object holds
+// its parent's through f_back), so the frames are as a pass that asked nothing leaves them.
+class CallbackFrames {
+ public:
+  explicit CallbackFrames(_PyInterpreterFrame* top) {
+    for (_PyInterpreterFrame* f = top; f != nullptr; f = f->previous) {
+      if (f->frame_obj == nullptr && f->owner == FRAME_OWNED_BY_THREAD) bare_.push_back(f);
+    }
+  }
+  ~CallbackFrames() {
+    QuietScope quiet;
+    for (_PyInterpreterFrame* f : bare_) {
+      PyFrameObject* made = f->frame_obj;
+      if (made == nullptr || Py_REFCNT(made) != 1) continue;  // kept: it stays
+      f->frame_obj = nullptr;
+      Py_DECREF(made);
+    }
+  }
+  CallbackFrames(const CallbackFrames&) = delete;
+  CallbackFrames& operator=(const CallbackFrames&) = delete;
+
+ private:
+  QuietVector<_PyInterpreterFrame*> bare_;
+};
+
+}  // namespace
+
+// The frame object a callback is handed (frame_object), made quietly where there is none.
+PyFrameObject* Tracer::callback_frame(_PyInterpreterFrame* f) {
+  if (f->frame_obj != nullptr) return frame_object(f);
+  QuietScope quiet;
+  return frame_object(f);
+}
+
 void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
-  PyFrameObject* frame = frame_object(f);
+  const CallbackFrames made(f);
+  PyFrameObject* frame = callback_frame(f);
   if (frame == nullptr) return;
   QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
@@ -134,7 +177,8 @@ void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
 
 void Tracer::capture_pre(_PyInterpreterFrame* f, const Pending& p) {
   if (capture_pre_ == nullptr) return;
-  PyFrameObject* frame = frame_object(f);
+  const CallbackFrames made(f);
+  PyFrameObject* frame = callback_frame(f);
   if (frame == nullptr) return;
   QuietScope quiet;
   PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));

@@ -244,7 +244,7 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
   if (info.loop < 0) {
     info.loop = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
     for (Instr& in : info.instrs) {
-      in.guarded = loop_guards(in.op);
+      in.guarded = loop_guards(in.op) && loop_implements(in.op);
       in.looped = loop_implements(in.op) && !in.guarded;
       in.quick = quick_kind(in.op);
     }

@@ -1267,6 +1267,63 @@ def test_a_guarded_instruction_in_a_rarer_case_hands_the_frame_to_cpython(call: 
     assert _loop_stats(_GUARDED.replace("{call}", call))["loop_handoffs"] > 0
 
 
+_FRAMES = """
+import sys
+seen = []
+def f():
+    x = 1
+    seen.append(id(sys._getframe()))
+    seen.append(id(sys._getframe().f_back))
+f()
+"""
+
+
+def _frame_objects(ask: Callable[[Engine, list[int]], None]) -> tuple[list[int], list[int]]:
+    """The ids of f's frame object and its caller's as a question's callback saw them (the
+    first two it saw), and as f itself later sees them."""
+    code = compile(_FRAMES, "<frames>", "exec")
+    namespace: dict[str, Any] = {"__name__": "frames"}
+    engine = Engine(lambda filename: filename != "<frames>", eval_loop=True)
+    asked: list[int] = []
+    ask(engine, asked)
+    engine.attach()
+    try:
+        exec(code, namespace)  # noqa: S102 - the program above
+    finally:
+        engine.detach()
+    assert engine.stats()["loop_frames"] > 0
+    return asked[:2], list(namespace["seen"])
+
+
+def test_a_question_s_callback_leaves_no_frame_object_the_program_did_not_make() -> None:
+    """The loop makes no frame objects; a stop's or a capture's callback is handed one (and
+    may walk f_back). Made from the program's heap and kept, each would move the address of
+    what the program allocates next, in that pass only: a set of objects iterates in the
+    order of their ids, and uvicorn's replay took another branch (anyio chose another root
+    task), so the passes of one question counted different instructions. They are made
+    quietly and dropped after the callback: what the program later asks for is its own."""
+    line = _FRAMES.splitlines().index("    x = 1") + 1
+    counters: list[int] = []
+
+    def stop(engine: Engine, asked: list[int]) -> None:
+        def at(frame: Any, counter: int) -> None:
+            counters.append(counter)
+            asked.extend((id(frame), id(frame.f_back)))
+
+        engine.stop_at_line("<frames>", line, 1, at)
+
+    def capture(engine: Engine, asked: list[int]) -> None:
+        def pre(frame: Any, *_: Any) -> None:
+            asked.extend((id(frame), id(frame.f_back)))
+
+        engine.capture(counters, pre, lambda *_: None)
+
+    for ask in (stop, capture):
+        callback_saw, program_saw = _frame_objects(ask)
+        assert len(callback_saw) == 2 and len(program_saw) == 2
+        assert not set(callback_saw) & set(program_saw), ask.__name__
+
+
 _RECURSION = """
 import sys
 from tests.native.test_eval_loop import _outcome
