@@ -128,6 +128,9 @@ def _run(mode: str, source: str) -> dict[str, Any]:
         capture_output=True,
         check=True,
         timeout=600,
+        # One hash seed for every run: a set's order (an import's module bodies iterate some)
+        # would otherwise change what runs, and the two ways must count the same instructions.
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     result: dict[str, Any] = json.loads(out.stdout)
     return result
