@@ -157,18 +157,11 @@ class CallbackFrames {
 
 }  // namespace
 
-// The frame object a callback is handed (frame_object), made quietly where there is none.
-PyFrameObject* Tracer::callback_frame(_PyInterpreterFrame* f) {
-  if (f->frame_obj != nullptr) return frame_object(f);
-  QuietScope quiet;
-  return frame_object(f);
-}
-
 void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
   const CallbackFrames made(f);
-  PyFrameObject* frame = callback_frame(f);
+  QuietScope quiet;  // the frame object too, where the loop made none (CallbackFrames)
+  PyFrameObject* frame = frame_object(f);
   if (frame == nullptr) return;
-  QuietScope quiet;
   PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
                                       static_cast<unsigned long long>(counter_.value()));
   if (r == nullptr) callback_failed();
@@ -178,9 +171,9 @@ void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
 void Tracer::capture_pre(_PyInterpreterFrame* f, const Pending& p) {
   if (capture_pre_ == nullptr) return;
   const CallbackFrames made(f);
-  PyFrameObject* frame = callback_frame(f);
-  if (frame == nullptr) return;
   QuietScope quiet;
+  PyFrameObject* frame = frame_object(f);
+  if (frame == nullptr) return;
   PyObject* inputs = PyList_New(static_cast<Py_ssize_t>(p.in_objs.size()));
   if (inputs == nullptr) {
     PyErr_Clear();

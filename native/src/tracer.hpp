@@ -343,7 +343,6 @@ class Tracer {
   int on_exception(_PyInterpreterFrame* f, PyObject* arg);
   ShadowFrame* resync(_PyInterpreterFrame* f);
   static PyFrameObject* frame_object(_PyInterpreterFrame* f);
-  static PyFrameObject* callback_frame(_PyInterpreterFrame* f);
   bool loopable(CodeInfo& info, PyCodeObject* code);
   // Instructions the loop tags itself while no question watches (quick_steps.cpp,
   // quick_calls.cpp).

@@ -14,6 +14,8 @@ import pytest
 
 from sealtrace._engine import Engine
 
+from .test_opcodes import _attached
+
 FILE = "<lines>"
 
 
@@ -53,11 +55,8 @@ def _stopped_on(code: CodeType, line: int, *, eval_loop: bool) -> list[int]:
         seen.append(frame.f_lineno)
 
     engine.stop_at_line(FILE, line, 1, at)
-    engine.attach()
-    try:
+    with _attached(engine):
         exec(code, {"__name__": "lines"})  # noqa: S102 - the program above
-    finally:
-        engine.detach()
     return seen
 
 

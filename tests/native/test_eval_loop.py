@@ -1122,11 +1122,8 @@ def _frame_objects(ask: Callable[[Engine, list[int]], None]) -> tuple[list[int],
     engine = Engine(lambda filename: filename != "<frames>", eval_loop=True)
     asked: list[int] = []
     ask(engine, asked)
-    engine.attach()
-    try:
+    with _attached(engine):
         exec(code, namespace)  # noqa: S102 - the program above
-    finally:
-        engine.detach()
     assert engine.stats()["loop_frames"] > 0
     return asked[:2], list(namespace["seen"])
 
