@@ -157,15 +157,23 @@ class CallbackFrames {
 
 }  // namespace
 
+// Takes the reference to `callback` it is given and lets it go inside the quiet scope, where a
+// callback the engine held alone (a stop's, or an `every` the callback itself replaced) is
+// freed. Freed under the program, a tracked object counts one deallocation against the
+// program's young generation, whose next collection then came an allocation later than in a
+// pass that asked nothing: cyclic garbage was found at another instant and its finalizer ran
+// at another counter (a served request's trace, resumed from a checkpoint the serve pass took
+// after re-arming its interval, lost its socket branch).
 void Tracer::call_stop(PyObject* callback, _PyInterpreterFrame* f) {
   const CallbackFrames made(f);
   QuietScope quiet;  // the frame object too, where the loop made none (CallbackFrames)
-  PyFrameObject* frame = frame_object(f);
-  if (frame == nullptr) return;
-  PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
-                                      static_cast<unsigned long long>(counter_.value()));
-  if (r == nullptr) callback_failed();
-  Py_XDECREF(r);
+  if (PyFrameObject* frame = frame_object(f); frame != nullptr) {
+    PyObject* r = PyObject_CallFunction(callback, "OK", reinterpret_cast<PyObject*>(frame),
+                                        static_cast<unsigned long long>(counter_.value()));
+    if (r == nullptr) callback_failed();
+    Py_XDECREF(r);
+  }
+  Py_DECREF(callback);
 }
 
 void Tracer::capture_pre(_PyInterpreterFrame* f, const Pending& p) {

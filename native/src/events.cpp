@@ -120,7 +120,6 @@ int Tracer::on_opcode(_PyInterpreterFrame* f) {
     PyObject* cb = every_cb_;
     Py_INCREF(cb);
     call_stop(cb, f);
-    Py_DECREF(cb);
   }
   if (stop_line_cb_ != nullptr && info->breakpoint_generation != breakpoint_generation_) {
     refresh_breakpoints(*info);
@@ -135,7 +134,6 @@ int Tracer::on_opcode(_PyInterpreterFrame* f) {
         PyObject* cb = stop_line_cb_;
         stop_line_cb_ = nullptr;
         call_stop(cb, f);
-        Py_DECREF(cb);
       }
     }
     sf->last_line = line;
@@ -149,7 +147,6 @@ int Tracer::on_opcode(_PyInterpreterFrame* f) {
     PyObject* cb = stop_counter_cb_;
     stop_counter_cb_ = nullptr;
     call_stop(cb, f);
-    Py_DECREF(cb);
   }
   if (now >= capture_min_ && now <= capture_max_ && capture_.count(now) != 0) {
     capture_pre(f, sf->p);

@@ -16,7 +16,6 @@
 static struct {
   int depth;
   int routed;
-  int gc;
   PyMemAllocatorEx obj;
   PyMemAllocatorEx mem;
   int enabled;
@@ -195,30 +194,28 @@ void sealtrace_quiet_enter(void) {
   }
   set_free_lists_aside(interp);
   struct _gc_runtime_state* gc = &interp->gc;
-  // Inside a collection (a finalizer the collector called) the generations are being
-  // rearranged: leave them alone.
-  g_saved.gc = gc->collecting == 0;
-  if (g_saved.gc) {
-    g_saved.enabled = gc->enabled;
-    gc->enabled = 0;
-    for (int i = 0; i < NUM_GENERATIONS; ++i) g_saved.counts[i] = gc->generations[i].count;
-    list_init(&g_saved.young);
-    list_merge(gc->generation0, &g_saved.young);
-  }
+  // Inside a collection too (a finalizer or a weakref callback the collector called, while
+  // it holds the garbage in lists of its own): the young generation then holds what was
+  // made since the collection began, and what the scope makes would join it and count
+  // towards the next one (a checkpoint taken inside a finalizer moved the program's later
+  // collections).
+  g_saved.enabled = gc->enabled;
+  gc->enabled = 0;
+  for (int i = 0; i < NUM_GENERATIONS; ++i) g_saved.counts[i] = gc->generations[i].count;
+  list_init(&g_saved.young);
+  list_merge(gc->generation0, &g_saved.young);
 }
 
 void sealtrace_quiet_exit(void) {
   if (--g_saved.depth != 0) return;
   PyInterpreterState* interp = _PyInterpreterState_GET();
   restore_free_lists(interp);
-  if (g_saved.gc) {
-    struct _gc_runtime_state* gc = &interp->gc;
-    // What the scope made and still holds is sealtrace's: never collected with the program's.
-    list_merge(gc->generation0, &gc->permanent_generation.head);
-    list_merge(&g_saved.young, gc->generation0);
-    for (int i = 0; i < NUM_GENERATIONS; ++i) gc->generations[i].count = g_saved.counts[i];
-    gc->enabled = g_saved.enabled;
-  }
+  struct _gc_runtime_state* gc = &interp->gc;
+  // What the scope made and still holds is sealtrace's: never collected with the program's.
+  list_merge(gc->generation0, &gc->permanent_generation.head);
+  list_merge(&g_saved.young, gc->generation0);
+  for (int i = 0; i < NUM_GENERATIONS; ++i) gc->generations[i].count = g_saved.counts[i];
+  gc->enabled = g_saved.enabled;
   if (g_saved.routed) {
     PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &g_saved.obj);
     PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &g_saved.mem);

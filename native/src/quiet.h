@@ -14,7 +14,11 @@
 //     objects come from the same blocks as in a pass that asked nothing;
 //   - automatic collection is off, the allocation counts that schedule it are restored on
 //     exit, and containers created in the scope leave the young generation for the
-//     permanent one, so they never count towards, or take part in, the program's collections.
+//     permanent one, so they never count towards, or take part in, the program's collections
+//     (inside a collection too: a finalizer's or a weakref callback's scope).
+// What a scope made should be freed inside one as well: freed under the program, a tracked
+// object counts a deallocation against its young generation (Tracer::call_stop lets go of a
+// callback inside its scope).
 // Scopes nest; only the outermost does the work. Needs the GIL.
 #pragma once
 

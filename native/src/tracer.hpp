@@ -584,7 +584,7 @@ class Tracer {
   bool reveals_no_content(const Pending& p) const;
   void capture_pre(_PyInterpreterFrame* f, const Pending& p);
   void capture_post(ShadowFrame& sf, int depth, int base, bool move);
-  void call_stop(PyObject* callback, _PyInterpreterFrame* f);
+  void call_stop(PyObject* callback, _PyInterpreterFrame* f);  // takes `callback`'s reference
   void callback_failed() noexcept;
   ShadowFrame* find_shadow(PyFrameObject* frame) const;
 

@@ -1157,6 +1157,41 @@ def test_a_question_s_callback_leaves_no_frame_object_the_program_did_not_make()
         assert not set(callback_saw) & set(program_saw), ask.__name__
 
 
+_COUNTED = """
+import gc
+gc.disable()
+before = gc.get_count()[0]
+x = [1]
+y = [2]
+counted = gc.get_count()[0] - before
+gc.enable()
+"""
+
+
+def _counted(stop: bool, eval_loop: bool) -> int:
+    """What the program's young generation counted across two lines, with a stop's callback
+    between them that only the engine holds (as a question's is: the engine lets it go once
+    it has been called)."""
+    code = compile(_COUNTED, "<counted>", "exec")
+    namespace: dict[str, Any] = {"__name__": "counted"}
+    engine = Engine(lambda filename: filename != "<counted>", eval_loop=eval_loop)
+    if stop:
+        line = _COUNTED.splitlines().index("y = [2]") + 1
+        engine.stop_at_line("<counted>", line, 1, lambda frame, counter: None)
+    with _attached(engine):
+        exec(code, namespace)  # noqa: S102 - the program above
+    return int(namespace["counted"])
+
+
+@pytest.mark.parametrize("eval_loop", [True, False])
+def test_a_stop_s_callback_is_let_go_where_the_program_cannot_count_it(eval_loop: bool) -> None:
+    """A callback freed under the program counts a deallocation against its young
+    generation, and the program's next collection comes an allocation later than in a pass
+    that asked nothing: a finalizer runs at another instant and the passes of one question
+    count different instructions. The engine lets it go inside the quiet scope."""
+    assert _counted(True, eval_loop) == _counted(False, eval_loop)
+
+
 _RECURSION = """
 import sys
 from tests.native.test_eval_loop import _outcome
