@@ -135,13 +135,75 @@ bool loop_implements(int op) {
     case POP_JUMP_BACKWARD_IF_NONE:
     case POP_JUMP_BACKWARD_IF_FALSE:
     case POP_JUMP_BACKWARD_IF_TRUE:
+    case SETUP_ANNOTATIONS:
+    case UNPACK_EX:
+    case DELETE_NAME:
+    case DELETE_ATTR:
+    case DELETE_GLOBAL:
+    case DELETE_DEREF:
+    case LOAD_CLASSDEREF:
+    case GET_LEN:
+    case IMPORT_FROM:
+    case DICT_MERGE:
+    case CALL_FUNCTION_EX:
       return true;
     default:
       return false;
   }
 }
 
+// The opcodes the loop runs only in their common case (loop_runs): the rest of the frame goes
+// to CPython's loop from an instruction whose case is rarer (an error with ceval.c's own
+// message, a module's __getattr__, a mapping or an iterable that is not a dict or a sequence).
+bool loop_guards(int op) { return op == IMPORT_FROM || op == DICT_MERGE || op == CALL_FUNCTION_EX; }
+
 namespace {
+
+// Whether the loop runs this guarded instruction (loop_guards) with this stack: only where its
+// body cannot take a path whose result or error is ceval.c's own.
+bool loop_runs(const Instr& in, PyObject** sp, PyObject* names) {
+  switch (in.op) {
+    case IMPORT_FROM: {
+      // `from module import name` of a plain module holding it: the attribute lookup is the
+      // module dict's item, nothing runs (no __getattr__, no descriptor of the module type).
+      PyObject* from = sp[-1];
+      PyObject* name = PyTuple_GET_ITEM(names, in.oparg);
+      if (!PyModule_CheckExact(from) || _PyType_Lookup(Py_TYPE(from), name) != nullptr) {
+        return false;
+      }
+      PyObject* found = PyDict_GetItemWithError(PyModule_GetDict(from), name);
+      if (found == nullptr) PyErr_Clear();
+      return found != nullptr;
+    }
+    case DICT_MERGE: {
+      // `f(**mapping)`: a dict of str keys none of which the call's dict holds already.
+      PyObject* update = sp[-1];
+      PyObject* into = sp[-1 - in.oparg];
+      if (!PyDict_CheckExact(update) || !PyDict_CheckExact(into)) return false;
+      Py_ssize_t pos = 0;
+      PyObject* key = nullptr;
+      PyObject* value = nullptr;
+      while (PyDict_Next(update, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) return false;
+        const int there = PyDict_Contains(into, key);
+        if (there != 0) {
+          if (there < 0) PyErr_Clear();
+          return false;
+        }
+      }
+      return true;
+    }
+    case CALL_FUNCTION_EX: {
+      // `f(*args, **kwargs)`: a tuple or a list of arguments and a dict of keywords.
+      PyObject* kwargs = (in.oparg & 1) != 0 ? sp[-1] : nullptr;
+      PyObject* callargs = (in.oparg & 1) != 0 ? sp[-2] : sp[-1];
+      if (kwargs != nullptr && !PyDict_CheckExact(kwargs)) return false;
+      return PyTuple_CheckExact(callargs) || PyList_CheckExact(callargs);
+    }
+    default:
+      return false;
+  }
+}
 
 // A frame with no frame object has its opcode events; one with a frame object has them as the
 // object says (made here by the program, a traceback or a stop, it is set at its next
@@ -182,7 +244,8 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
   if (info.loop < 0) {
     info.loop = (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0;
     for (Instr& in : info.instrs) {
-      in.looped = loop_implements(in.op);
+      in.guarded = loop_guards(in.op) && loop_implements(in.op);
+      in.looped = loop_implements(in.op) && !in.guarded;
       in.quick = quick_kind(in.op);
     }
   }
@@ -352,7 +415,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     const Instr& in = program[i];
     const int oparg = in.oparg;
     int next = in.next;
-    if (!in.looped && kwnames == nullptr) goto handoff;
+    if (!in.looped && kwnames == nullptr && !(in.guarded && loop_runs(in, sp, names))) {
+      goto handoff;
+    }
     // The tracer's event before the instruction: at its first code unit (an EXTENDED_ARG when
     // it has one), with the frame as the instruction finds it.
     f->prev_instr = first + i;
@@ -819,6 +884,159 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         }
         STACK_GROW(oparg);
         Py_DECREF(seq);
+        break;
+      }
+      case UNPACK_EX: {
+        const int before = oparg & 0xFF;
+        const int after = oparg >> 8;
+        PyObject* seq = POP();
+        if (!unpack(seq, before, after, sp + before + 1 + after)) {
+          Py_DECREF(seq);
+          goto error;
+        }
+        STACK_GROW(before + 1 + after);
+        Py_DECREF(seq);
+        break;
+      }
+      case SETUP_ANNOTATIONS: {
+        static PyObject* annotations = PyUnicode_InternFromString("__annotations__");
+        PyObject* ns = f->f_locals;
+        if (ns == nullptr) {
+          PyErr_SetString(PyExc_SystemError, "no locals found when setting up annotations");
+          goto error;
+        }
+        PyObject* found = nullptr;
+        if (PyDict_CheckExact(ns)) {
+          found = Py_XNewRef(PyDict_GetItemWithError(ns, annotations));
+          if (found == nullptr && PyErr_Occurred()) goto error;
+        } else {
+          found = PyObject_GetItem(ns, annotations);
+          if (found == nullptr) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto error;
+            PyErr_Clear();
+          }
+        }
+        if (found == nullptr) {
+          PyObject* made = PyDict_New();
+          if (made == nullptr) goto error;
+          const int err = PyDict_CheckExact(ns) ? PyDict_SetItem(ns, annotations, made)
+                                                : PyObject_SetItem(ns, annotations, made);
+          Py_DECREF(made);
+          if (err != 0) goto error;
+        } else {
+          Py_DECREF(found);
+        }
+        break;
+      }
+      case DELETE_NAME: {
+        PyObject* name = PyTuple_GET_ITEM(names, oparg);
+        if (f->f_locals == nullptr) {
+          PyErr_Format(PyExc_SystemError, "no locals when deleting %R", name);
+          goto error;
+        }
+        if (PyObject_DelItem(f->f_locals, name) != 0) {
+          format_check_arg(PyExc_NameError, kNameError, name);
+          goto error;
+        }
+        break;
+      }
+      case DELETE_ATTR: {
+        PyObject* owner = POP();
+        const int err = PyObject_SetAttr(owner, PyTuple_GET_ITEM(names, oparg), nullptr);
+        Py_DECREF(owner);
+        if (err != 0) goto error;
+        break;
+      }
+      case DELETE_GLOBAL: {
+        PyObject* name = PyTuple_GET_ITEM(names, oparg);
+        if (PyDict_DelItem(f->f_globals, name) != 0) {
+          if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+            format_check_arg(PyExc_NameError, kNameError, name);
+          }
+          goto error;
+        }
+        break;
+      }
+      case DELETE_DEREF: {
+        PyObject* cell = locals[oparg];
+        PyObject* old = PyCell_GET(cell);
+        if (old == nullptr) {
+          unbound(co, oparg);
+          goto error;
+        }
+        PyCell_SET(cell, nullptr);
+        Py_DECREF(old);
+        break;
+      }
+      case LOAD_CLASSDEREF: {
+        // A class body's free variable: the class namespace's first, else the cell's.
+        PyObject* ns = f->f_locals;
+        PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, oparg);
+        PyObject* v = nullptr;
+        if (PyDict_CheckExact(ns)) {
+          v = Py_XNewRef(PyDict_GetItemWithError(ns, name));
+          if (v == nullptr && PyErr_Occurred()) goto error;
+        } else {
+          v = PyObject_GetItem(ns, name);
+          if (v == nullptr) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto error;
+            PyErr_Clear();
+          }
+        }
+        if (v == nullptr) {
+          v = PyCell_GET(locals[oparg]);
+          if (v == nullptr) {
+            unbound(co, oparg);
+            goto error;
+          }
+          Py_INCREF(v);
+        }
+        PUSH(v);
+        break;
+      }
+      case GET_LEN: {
+        const Py_ssize_t n = PyObject_Length(TOP());
+        if (n < 0) goto error;
+        PyObject* len = PyLong_FromSsize_t(n);
+        if (len == nullptr) goto error;
+        PUSH(len);
+        break;
+      }
+      case IMPORT_FROM: {  // loop_runs: a plain module's own item
+        PyObject* name = PyTuple_GET_ITEM(names, oparg);
+        PyObject* v = PyObject_GetAttr(TOP(), name);
+        if (v == nullptr) goto error;
+        PUSH(v);
+        break;
+      }
+      case DICT_MERGE: {  // loop_runs: a dict whose keys the call's dict does not hold
+        PyObject* update = POP();
+        const int err = PyDict_Update(PEEK(oparg), update);
+        Py_DECREF(update);
+        if (err != 0) goto error;
+        break;
+      }
+      case CALL_FUNCTION_EX: {  // loop_runs: a tuple or a list, and a dict or no keywords
+        PyObject* kwargs = (oparg & 1) != 0 ? POP() : nullptr;
+        PyObject* callargs = POP();
+        if (!PyTuple_CheckExact(callargs)) {
+          PyObject* tuple = PySequence_Tuple(callargs);
+          Py_DECREF(callargs);
+          if (tuple == nullptr) {
+            Py_XDECREF(kwargs);
+            goto error;
+          }
+          callargs = tuple;
+        }
+        PyObject* function = TOP();
+        PyObject* res = PyObject_Call(function, callargs, kwargs);
+        Py_DECREF(function);
+        Py_DECREF(callargs);
+        Py_XDECREF(kwargs);
+        STACK_SHRINK(1);  // the NULL under the function (PUSH_NULL) takes the result
+        TOP() = res;
+        if (res == nullptr) goto error;
+        BREAK_CHECK();
         break;
       }
       case LIST_TO_TUPLE: {

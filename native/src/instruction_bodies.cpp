@@ -169,7 +169,11 @@ bool except_type_valid(PyObject* right) {
   return true;
 }
 
-bool unpack(PyObject* v, int count, PyObject** top) {
+bool unpack(PyObject* v, int count, PyObject** top) { return unpack(v, count, -1, top); }
+
+// ceval.c's unpack_iterable: `before` items, then (after >= 0) a list of the rest but the last
+// `after`, then those; each written downwards from `top`, the first item highest.
+bool unpack(PyObject* v, int before, int after, PyObject** top) {
   PyObject* it = PyObject_GetIter(v);
   if (it == nullptr) {
     if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(v)->tp_iter == nullptr &&
@@ -181,18 +185,24 @@ bool unpack(PyObject* v, int count, PyObject** top) {
   }
   PyObject** sp = top;
   int i = 0;
-  for (; i < count; ++i) {
+  for (; i < before; ++i) {
     PyObject* w = PyIter_Next(it);
     if (w == nullptr) {
       if (!PyErr_Occurred()) {
-        PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %d, got %d)", count,
-                     i);
+        if (after == -1) {
+          PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %d, got %d)",
+                       before, i);
+        } else {
+          PyErr_Format(PyExc_ValueError,
+                       "not enough values to unpack (expected at least %d, got %d)", before + after,
+                       i);
+        }
       }
       goto fail;
     }
     *--sp = w;
   }
-  {
+  if (after == -1) {
     PyObject* w = PyIter_Next(it);
     if (w == nullptr) {
       if (PyErr_Occurred()) goto fail;
@@ -200,7 +210,25 @@ bool unpack(PyObject* v, int count, PyObject** top) {
       return true;
     }
     Py_DECREF(w);
-    PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %d)", count);
+    PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %d)", before);
+    goto fail;
+  }
+  {
+    PyObject* rest = PySequence_List(it);
+    if (rest == nullptr) goto fail;
+    *--sp = rest;
+    ++i;
+    const Py_ssize_t n = PyList_GET_SIZE(rest);
+    if (n < after) {
+      PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected at least %d, got %zd)",
+                   before + after, before + n);
+      goto fail;
+    }
+    // The last `after` items leave the list for the stack (the list's references move).
+    for (int j = after; j > 0; --j, ++i) *--sp = PyList_GET_ITEM(rest, n - j);
+    Py_SET_SIZE(rest, n - after);
+    Py_DECREF(it);
+    return true;
   }
 fail:
   for (; i > 0; --i, ++sp) Py_DECREF(*sp);

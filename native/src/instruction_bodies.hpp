@@ -36,6 +36,9 @@ bool do_raise(PyObject* exc, PyObject* cause);
 bool except_type_valid(PyObject* right);
 // UNPACK_SEQUENCE: `count` items, the first on top (written downwards from `top`).
 bool unpack(PyObject* v, int count, PyObject** top);
+// UNPACK_EX: `before` items, a list of the rest but the last `after`, then those (`after` -1:
+// exactly `before` items, as UNPACK_SEQUENCE).
+bool unpack(PyObject* v, int before, int after, PyObject** top);
 // IMPORT_NAME through the frame's builtins' __import__.
 PyObject* import_name(_PyInterpreterFrame* f, PyObject* name, PyObject* fromlist, PyObject* level);
 // A name in a mapping that may not be a dict: a new reference, nullptr with no exception when

@@ -56,6 +56,7 @@ struct Instr {
   Rule rule = Rule::kNone;
   bool looped = false;      // the evaluation loop runs it (set when the loop first sees the code)
   std::uint8_t quick = 0;   // the loop may tag it itself (quick_steps.cpp: quick_kind)
+  bool guarded = false;     // the loop runs it only where loop_runs says (eval_loop.cpp)
   std::int32_t effect = 0;  // stack effect without and with the jump (BUILD_TUPLE 300: -299)
   std::int32_t effect_jump = 0;
   std::int32_t oparg = 0;

@@ -1052,6 +1052,111 @@ PROGRAMS = {
             raise SystemExit
         f()
     """,
+    "star calls": """
+        def add(a, b=0, *rest, c=1, **kw):
+            return (a, b, rest, c, sorted(kw.items()))
+        def wrap(*args, **kwargs):
+            return add(*args, **kwargs)
+        class Mapping(dict):
+            pass
+        def calls():
+            return [wrap(1, 2, 3, c=4, d=5), add(*[1, 2]), add(*(i for i in (7, 8))),
+                    add(**Mapping(a=1)), add(1, **{"c": 2}), wrap(*"xy")]
+        def duplicated():
+            return add(1, c=1, **{"c": 2})
+        def not_iterable():
+            return add(*5)
+        def not_strings():
+            return add(**{1: 2})
+        r = calls()
+        for bad in (duplicated, not_iterable):
+            try:
+                bad()
+            except TypeError as e:
+                r.append(str(e))
+        not_strings()
+    """,
+    "star unpacking": """
+        def f(seq):
+            a, *b, c = seq
+            return a, b, c
+        def g(seq):
+            *a, b = seq
+            return a, b
+        r = [f([1, 2, 3, 4]), f("xyz"), f(range(2)), g((1,)), f(iter([5, 6, 7]))]
+        for bad in ([1], 5, ()):
+            try:
+                f(bad)
+            except (ValueError, TypeError) as e:
+                r.append(str(e))
+        g([])
+    """,
+    "deletes and annotations": """
+        x: int = 1
+        counter = 0
+        class Box:
+            size: int = 3
+            label = "b"
+            def drop(self):
+                del self.label
+        box = Box()
+        box.label = "mine"
+        box.drop()
+        def outer():
+            v = 1
+            class Inner:
+                w = v + 1
+            def clear():
+                nonlocal v
+                del v
+            clear()
+            try:
+                return v
+            except NameError as e:
+                return Inner.w, type(e).__name__, str(e)
+        def drop_global():
+            global counter
+            del counter
+        r = [Box.__annotations__, __annotations__, box.label, outer()]
+        drop_global()
+        try:
+            drop_global()
+        except NameError as e:
+            r.append(str(e))
+        del x
+        try:
+            del x
+        except NameError as e:
+            r.append(str(e))
+        box.drop()
+    """,
+    "imports from": """
+        import sys
+        import types
+        made = types.ModuleType("made")
+        made.value = 41
+        made.__getattr__ = lambda name: f"lazy {name}"
+        class Special(types.ModuleType):
+            pass
+        special = Special("special")
+        special.x = 3
+        sys.modules["made"], sys.modules["special"] = made, special
+        def f():
+            from os import sep
+            from os.path import join
+            from made import value, other
+            from special import x
+            return sep, join("a", "b"), value, other, x
+        try:
+            r = [f()]
+            try:
+                from os import not_there
+            except ImportError as e:
+                r.append((str(e), e.name))
+        finally:
+            del sys.modules["made"], sys.modules["special"]
+        from math import nope
+    """,
     "exception matching": """
         def f():
             try:
@@ -1101,6 +1206,65 @@ def test_a_program_does_under_the_loop_what_it_does_in_cpython(name: str) -> Non
     plain = _outcome(PROGRAMS[name], None)
     assert _outcome(PROGRAMS[name], True) == plain
     assert _outcome(PROGRAMS[name], False) == plain
+
+
+def _loop_stats(source: str) -> dict[str, Any]:
+    code = compile(textwrap.dedent(source), "<program>", "exec")
+    engine = Engine(lambda filename: filename != "<program>", eval_loop=True)
+    engine.attach()
+    try:
+        exec(code, {"__name__": "__program__"})  # noqa: S102 - the test's own programs
+    finally:
+        engine.detach()
+    stats: dict[str, Any] = engine.stats()
+    return stats
+
+
+_GUARDED = """
+import sys, types
+made = types.ModuleType("made")
+made.__getattr__ = lambda name: name
+sys.modules["made"] = made
+class Mapping:
+    def keys(self):
+        return ["z"]
+    def __getitem__(self, key):
+        return 1
+def add(a, b=0, **kw):
+    return a + b + len(kw)
+def call():
+    {call}
+call()
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "from os import sep",
+        "return add(*[1, 2]) + add(*(1, 2))",
+        "return add(1, b=2, **{'z': 1})",
+        "args, kwargs = (1,), {'b': 2}; return add(*args, **kwargs)",
+    ],
+)
+def test_a_guarded_instruction_in_its_common_case_runs_in_the_loop(call: str) -> None:
+    assert _loop_stats(_GUARDED.replace("{call}", call))["loop_handoffs"] == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "from made import lazy",  # a module's __getattr__
+        "try:\n        from os import not_there\n    except ImportError:\n        pass",
+        "return add(*(i for i in (1, 2)))",  # an iterable that is not a tuple or a list
+        "return add(1, **Mapping())",  # a mapping that is not a dict
+        "try:\n        add(1, z=1, **{'z': 2})\n    except TypeError:\n        pass",
+    ],
+)
+def test_a_guarded_instruction_in_a_rarer_case_hands_the_frame_to_cpython(call: str) -> None:
+    # What the program then does is CPython's (the programs above, "star calls" and
+    # "imports from", hold the loop's frames to it).
+    assert _loop_stats(_GUARDED.replace("{call}", call))["loop_handoffs"] > 0
 
 
 _FRAMES = """
