@@ -8,7 +8,8 @@
     │   └── QueryError              exit 2: a provenance question that cannot be asked of
     │                               this run (a location it never reached, a bad expression)
     ├── DivergenceError             exit 3: the replayed program did not do what the
-    │                               recording says (the receipt names the first event)
+    │                               recording says (the receipt names the first event), or
+    │                               the passes of one question replayed it differently
     ├── ValidationError             exit 3: the provenance engine failed its own validation
     │                               (`sealtrace validate`: a planted root cause not ranked
     │                               first, the corpus below precision 1.00 or recall 0.95,

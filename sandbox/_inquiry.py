@@ -151,6 +151,8 @@ class Inquiry:
         # "limit" (the slice's node or edge limit), "items" (more items than a pass reads).
         self.last_cuts: dict[int, str] = {}
         self.truncated = False
+        # Each step of the last slice with the inputs its pass recorded for it.
+        self.slice_inputs: dict[int, list[int]] = {}
 
     # -- passes ---------------------------------------------------------------------------
 
@@ -433,13 +435,16 @@ class Inquiry:
                 f"{expr} at {at.text} has no recorded producer (it was made by code the engine "
                 "does not trace)"
             )
+        self.slice_inputs = {}
         if located.get("slice") is not None:  # sliced on the way: no pass of its own
             slices = _slices(located["slice"], depths)
+            self.slice_inputs = _inputs(located["slice"])
         elif len(depths) == 1:
             slices = {depths[0]: (self.backward_slice(root_tag, depths[0]), self.truncated)}
         else:
             slices = self.backward_slices(root_tag, depths)
         captured = self.capture({c for counters, _ in slices.values() for c in counters})
+        _check_passes_agree(self.slice_inputs, captured)
         answers: dict[int, TraceAnswer] = {}
         for depth, (counters, truncated) in slices.items():
             nodes = {c: captured[c] for c in counters if c in captured}
@@ -479,7 +484,9 @@ class Inquiry:
         if origin_tag_kind(root) is not None:
             return {depth: ([root], False) for depth in depths}
         query = {"kind": "slice", "root": root, "depth": max(depths), "depths": list(depths)}
-        return _slices(self.run(query, self._window_start), depths)
+        result = self.run(query, self._window_start)
+        self.slice_inputs = _inputs(result)
+        return _slices(result, depths)
 
     def backward_slice(self, root: int, depth: int) -> list[int]:
         """Counters within `depth` computations back from `root` (moves cost nothing),
@@ -489,6 +496,7 @@ class Inquiry:
             return [root]
         result = self.run({"kind": "slice", "root": root, "depth": depth}, self._window_start)
         self.truncated = bool(result["truncated"])
+        self.slice_inputs = _inputs(result)
         return [int(tag) for tag, _level in result["nodes"]]
 
     def _tree(
@@ -638,6 +646,31 @@ _OUTSIDE = ("external", "env", "argv")
 
 def _spec_key(spec: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(spec.items()))
+
+
+def _inputs(result: dict[str, Any]) -> dict[int, list[int]]:
+    return {int(tag): [int(t) for t in inputs] for tag, inputs in result["inputs"].items()}
+
+
+def _check_passes_agree(
+    recorded: dict[int, list[int]], captured: dict[int, dict[str, Any]]
+) -> None:
+    """A trace's slice and its capture come from different passes (the capture's often from
+    checkpoints the slice's pass never went through), joined by counter: they describe one run
+    only if both executed the same instructions. Every step the slice holds inputs for must be
+    captured naming the same inputs; where one is not, the passes numbered the run differently
+    and a tree built from the capture would follow other steps than the slice found (a served
+    request's branch once ended at a constant: complete-looking, and wrong). It is refused,
+    never answered."""
+    for tag, inputs in recorded.items():
+        node = captured.get(tag)
+        if node is not None and list(node.get("edges") or ()) != inputs:
+            raise DivergenceError(
+                f"the passes of this question replayed the run differently: step {tag} is "
+                f"{node.get('op')} at {node.get('file')}:{node.get('line')} in one, reading "
+                f"{node.get('edges') or 'nothing'}, and read {inputs} in the other; no answer "
+                "is given rather than a wrong one"
+            )
 
 
 def _slices(result: dict[str, Any], depths: Sequence[int]) -> dict[int, tuple[list[int], bool]]:

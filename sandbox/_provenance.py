@@ -643,12 +643,27 @@ class Provenance:
         root, limit = int(q["root"]), int(q.get("max_nodes", SLICE_NODES))
         if q.get("depths"):  # several bounds over the same recorded edges (the depth property)
             slices = {}
+            every: dict[int, None] = {}
             for depth in q["depths"]:
                 nodes, truncated = self.engine.backward_slice(root, int(depth), limit)
                 slices[str(depth)] = {"nodes": nodes, "truncated": truncated}
-            return {"slices": slices}
+                every.update((tag, None) for tag, _level in nodes)
+            return {"slices": slices, "inputs": self._inputs(list(every))}
         nodes, truncated = self.engine.backward_slice(root, int(q["depth"]), limit)
-        return {"nodes": nodes, "truncated": truncated}
+        return {
+            "nodes": nodes,
+            "truncated": truncated,
+            "inputs": self._inputs([tag for tag, _level in nodes]),
+        }
+
+    def _inputs(self, tags: list[int]) -> dict[str, list[int]]:
+        """Each step's inputs as the slice read them (a capture must name the same ones:
+        Inquiry checks that both passes numbered the run alike)."""
+        return {
+            str(tag): inputs
+            for tag, inputs in zip(tags, self.engine.recorded_inputs(tags), strict=True)
+            if inputs is not None
+        }
 
     def _sliced(self) -> None:
         """The root instruction completed: every edge of its backward slice is known."""

@@ -149,6 +149,7 @@ PYBIND11_MODULE(_engine, m) {
              auto nodes = t.backward_slice(root, depth, max_nodes, truncated);
              return py::make_tuple(nodes, truncated);
            })
+      .def("recorded_inputs", &Tracer::recorded_inputs, py::arg("tags"))
       .def("current", &Tracer::current)
       .def("taint",
            [](Tracer& t, py::iterable tags) {

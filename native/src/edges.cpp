@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -506,6 +507,29 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
         queue.push_back(input);
       }
     }
+  }
+  return out;
+}
+
+std::vector<std::optional<std::vector<Tag>>> Tracer::recorded_inputs(
+    const std::vector<Tag>& tags) const {
+  std::unordered_map<Tag, const Edges*> recent;
+  for (const auto& e : edges_) recent.emplace(e.counter, &e);
+  std::vector<std::optional<std::vector<Tag>>> out;
+  out.reserve(tags.size());
+  QuietVector<Tag> inputs;
+  for (const Tag tag : tags) {
+    bool move = false;
+    std::size_t ordinal = 0;
+    if (!find_edge(tag, inputs, move, ordinal)) {
+      auto it = recent.find(tag);
+      if (it == recent.end()) {
+        out.emplace_back(std::nullopt);
+        continue;
+      }
+      recent_inputs(*it->second, inputs);
+    }
+    out.emplace_back(std::vector<Tag>(inputs.begin(), inputs.end()));
   }
   return out;
 }

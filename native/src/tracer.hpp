@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -317,6 +318,9 @@ class Tracer {
   // if edges ran out or max_nodes cut the slice (the depth bound is the tree's to report).
   std::vector<std::pair<Tag, int>> backward_slice(Tag root, int depth, std::size_t max_nodes,
                                                   bool& truncated) const;
+  // The inputs the recorded edges hold for each of these counters, as backward_slice reads
+  // them (absent where none is kept): what a capture of the same steps must name as well.
+  std::vector<std::optional<std::vector<Tag>>> recorded_inputs(const std::vector<Tag>& tags) const;
 
   [[nodiscard]] const std::vector<CodeName>& codes() const noexcept { return code_names_; }
   std::int64_t code_index(PyObject* code);

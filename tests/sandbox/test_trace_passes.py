@@ -471,3 +471,44 @@ def test_a_slice_deeper_than_the_bound_is_refused(recorded: Recorded) -> None:
         assert inquiry.passes == 0
         answer = inquiry.trace(Trace(at="end", var="RESULT", depth=MAX_DEPTH))
     assert answer["root"]["inputs"]
+
+
+def test_a_capture_that_numbered_the_run_otherwise_than_the_slice_is_refused(
+    recorded: Recorded,
+) -> None:
+    """A trace's capture and its slice are different passes, joined by counter. Where they
+    numbered the run differently (a checkpoint whose program had collected its garbage at
+    another instant did), the tree built from the capture would follow other steps than the
+    slice found, and look complete: the inquiry checks each captured step's inputs against the
+    slice and refuses. Here the capture is made to describe the step a few after each."""
+    from sealtrace.sandbox import DivergenceError, Inquiry
+    from sealtrace.sandbox.questions import Trace
+
+    class OneOff(Inquiry):
+        def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
+            shifted = super().capture({c + 5 for c in counters})
+            return {c - 5: node for c, node in shifted.items()}
+
+    data, parsed, app, *_ = recorded
+    question = Trace(at=f"{app}:{line_of(PROGRAM, 'print(label')}", var="total")
+    with Inquiry(data, parsed) as right:
+        assert right.trace(question)["root"]["inputs"]  # the control: the same question answers
+    with OneOff(data, parsed) as wrong, pytest.raises(DivergenceError, match="differently"):
+        wrong.trace(question)
+
+
+def test_the_passes_agree_where_each_captured_step_names_the_inputs_the_slice_read() -> None:
+    from sealtrace.sandbox import DivergenceError
+    from sealtrace.sandbox._inquiry import _check_passes_agree
+
+    def step(edges: list[int] | None) -> dict[str, Any]:
+        return {"edges": edges, "file": "f.py", "line": 1, "op": "op"}
+
+    captured = {10: step([8, 9]), 9: step([5]), 8: step([]), 5: step(None)}
+    # A step the slice kept no inputs for is not compared (its edges were never recorded),
+    # nor is one the capture did not describe.
+    _check_passes_agree({10: [8, 9], 9: [5], 8: [], 7: [3]}, captured)
+    with pytest.raises(DivergenceError, match=r"step 9 is op at f\.py:1"):
+        _check_passes_agree({10: [8, 9], 9: [4]}, captured)
+    with pytest.raises(DivergenceError, match="reading nothing"):
+        _check_passes_agree({8: [2]}, captured)
