@@ -602,6 +602,9 @@ class Inquiry:
             variable = len(parse_expression(expr)) == 1
             if located["value"]["via"] == expr.strip() and tag and not variable:
                 query["tags"] = [tag]  # its own producer: follow every use of that value
+                # ...and, on the way, find that value there again: a pass that numbered the
+                # run otherwise would follow another value from the same tag.
+                query["check"] = {"counter": located["counter"], "expr": expr, "tag": tag}
             else:
                 # Its slot was filled by untraced code, or it is a variable (values unpacked
                 # together share a tag): follow that slot from the point asked.
@@ -609,6 +612,12 @@ class Inquiry:
             described.update(counter=located["counter"], value=located["value"]["summary"])
         tags = [t for t in query.get("tags", []) if origin_tag_kind(t) is None]
         result = self.run(query, min(tags) if tags and "tags" in query else 0)
+        if "check" in query and result.get("checked") is not True:
+            raise DivergenceError(
+                f"the passes of this question replayed the run differently: {expr} at "
+                f"{where} did not carry, in the pass that followed it, the tag {tag} the "
+                "pass that located it found; no answer is given rather than a wrong one"
+            )
         answer = {
             "query": described,
             "locations": result["locations"],

@@ -383,6 +383,9 @@ class Provenance:
         self.events_by_counter: dict[int, list[tuple[int, str, int]]] = {}
         self.env_reads: dict[int, str] = {}
         self.outputs: list[dict[str, Any]] = []
+        # A flow from a located value: whether its value had, where it was located, the tag
+        # the locate found there (None: this pass never came there).
+        self.checked: bool | None = None
         self.last_output = 0  # the counter of the instruction whose call wrote the last output
         self.marks = {int(e) for e in query.get("marks", ())}  # events whose counter to note
         # A windowed pass: the engine attaches as the replay serves this event, not at start.
@@ -564,6 +567,8 @@ class Provenance:
             engine.capture(sorted(self.wanted), self._pre, self._post)
         elif self.kind == "flows" and q.get("tags"):
             engine.taint([int(t) for t in q["tags"]])
+            if q.get("check"):
+                self._stop_at({"counter": int(q["check"]["counter"])}, self._check_flow)
         elif self.kind == "flows" and q.get("seed"):
             self._stop_at(q["seed"]["at"], self._seed_flow)
         elif self.kind == "slice":
@@ -633,6 +638,7 @@ class Provenance:
             ]
             result["outputs"] = self.outputs
             result["tainted_values"] = engine.tainted_count
+            result["checked"] = self.checked
         self.emit(result)
 
     # -- slice ----------------------------------------------------------------------------
@@ -721,6 +727,16 @@ class Provenance:
         result["stats"] = engine.stats()
         engine.detach()
         self.emit(result)
+
+    def _check_flow(self, frame: Any, counter: int) -> None:
+        """Where the value was located: does it carry the tag the locate found? A pass that
+        numbered the run otherwise would follow another value from that tag."""
+        check = self.query["check"]
+        try:
+            _value, tag, _via = self._evaluate(frame, check["expr"])
+        except Exception:  # the program's state, not ours: any failure is a "no"
+            tag = None
+        self.checked = tag == int(check["tag"])
 
     def _seed_flow(self, frame: Any, counter: int) -> None:
         """A value whose slot has no producer of its own (an item json.loads made): follow

@@ -512,3 +512,40 @@ def test_the_passes_agree_where_each_captured_step_names_the_inputs_the_slice_re
         _check_passes_agree({10: [8, 9], 9: [4]}, captured)
     with pytest.raises(DivergenceError, match="reading nothing"):
         _check_passes_agree({8: [2]}, captured)
+
+
+FLOWING = """\
+prices = {}
+prices["total"] = round(3 * 1.5, 2)
+label = f"total {prices['total']}"
+print(label)
+"""
+
+
+def test_a_flow_from_a_tag_another_pass_numbered_otherwise_is_refused(
+    tmp_path: Path, keys: KeyFiles
+) -> None:
+    """A flow from a located value follows its producer's tag through a pass of its own,
+    which finds the value where it was located again and checks it still carries that tag:
+    a pass that numbered the run otherwise would follow another value and answer with its
+    uses. Here the locate is made to report a tag three steps off."""
+    from sealtrace.sandbox import DivergenceError, Inquiry, load_recording
+    from sealtrace.sandbox.questions import Flows
+
+    app = write_app(tmp_path / "app", FLOWING)
+    done = record(keys, tmp_path / "rec", [sys.executable, str(app)])
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    data, parsed = load_recording(str(tmp_path / "rec"), keys.identity)
+    question = Flows(source=f"prices['total']@{app}:{line_of(FLOWING, 'label = ')}")
+
+    class Off(Inquiry):
+        def locate(self, at: Any, expr: str | None = None, slice_depths: Sequence[int] = ()):
+            located = super().locate(at, expr, slice_depths)
+            located["value"]["tag"] = int(located["value"]["tag"]) - 3
+            return located
+
+    with Inquiry(data, parsed) as right:
+        flows = right.flows(question)  # the control: followed from its own tag, it answers
+    assert {o["call"] for o in flows["outputs"]} == {"stdout.write"}, flows
+    with Off(data, parsed) as wrong, pytest.raises(DivergenceError, match="differently"):
+        wrong.flows(question)
