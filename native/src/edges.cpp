@@ -465,9 +465,7 @@ void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_do
 std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std::size_t max_nodes,
                                                         bool& truncated) const {
   truncated = edges_overflow_;
-  // The edges recorded since the last compaction (few: the root's own ancestry is packed).
-  std::unordered_map<Tag, const Edges*> recent;
-  for (const auto& e : edges_) recent.emplace(e.counter, &e);
+  const RecentEdges recent = recent_edges();  // few: the root's own ancestry is packed
   QuietVector<Tag> inputs;
   // Levels count computations: a move's inputs are as deep as it is (0-1 breadth-first).
   std::vector<std::pair<Tag, int>> out;
@@ -485,14 +483,7 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
     const int lvl = level[tag];
     out.emplace_back(tag, lvl);
     bool move = false;
-    std::size_t ordinal = 0;
-    if (!find_edge(tag, inputs, move, ordinal)) {
-      auto it = recent.find(tag);
-      if (it == recent.end()) continue;
-      const Edges& e = *it->second;
-      move = e.move != 0;
-      recent_inputs(e, inputs);
-    }
+    if (!kept_edge(tag, recent, inputs, move)) continue;
     const int next = lvl + (move ? 0 : 1);
     if (next > depth) continue;  // the depth bound: the tree says where it stopped
     for (const Tag input : inputs) {
@@ -511,25 +502,36 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
   return out;
 }
 
+Tracer::RecentEdges Tracer::recent_edges() const {
+  RecentEdges recent;
+  for (const auto& e : edges_) recent.emplace(e.counter, &e);
+  return recent;
+}
+
+bool Tracer::kept_edge(Tag counter, const RecentEdges& recent, QuietVector<Tag>& inputs,
+                       bool& move) const {
+  std::size_t ordinal = 0;
+  if (find_edge(counter, inputs, move, ordinal)) return true;
+  auto it = recent.find(counter);
+  if (it == recent.end()) return false;
+  move = it->second->move != 0;
+  recent_inputs(*it->second, inputs);
+  return true;
+}
+
 std::vector<std::optional<std::vector<Tag>>> Tracer::recorded_inputs(
     const std::vector<Tag>& tags) const {
-  std::unordered_map<Tag, const Edges*> recent;
-  for (const auto& e : edges_) recent.emplace(e.counter, &e);
+  const RecentEdges recent = recent_edges();
   std::vector<std::optional<std::vector<Tag>>> out;
   out.reserve(tags.size());
   QuietVector<Tag> inputs;
   for (const Tag tag : tags) {
     bool move = false;
-    std::size_t ordinal = 0;
-    if (!find_edge(tag, inputs, move, ordinal)) {
-      auto it = recent.find(tag);
-      if (it == recent.end()) {
-        out.emplace_back(std::nullopt);
-        continue;
-      }
-      recent_inputs(*it->second, inputs);
+    if (kept_edge(tag, recent, inputs, move)) {
+      out.emplace_back(std::vector<Tag>(inputs.begin(), inputs.end()));
+    } else {
+      out.emplace_back(std::nullopt);
     }
-    out.emplace_back(std::vector<Tag>(inputs.begin(), inputs.end()));
   }
   return out;
 }

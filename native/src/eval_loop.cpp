@@ -905,17 +905,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
           PyErr_SetString(PyExc_SystemError, "no locals found when setting up annotations");
           goto error;
         }
-        PyObject* found = nullptr;
-        if (PyDict_CheckExact(ns)) {
-          found = Py_XNewRef(PyDict_GetItemWithError(ns, annotations));
-          if (found == nullptr && PyErr_Occurred()) goto error;
-        } else {
-          found = PyObject_GetItem(ns, annotations);
-          if (found == nullptr) {
-            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto error;
-            PyErr_Clear();
-          }
-        }
+        PyObject* found = lookup(ns, annotations);
+        if (found == nullptr && PyErr_Occurred()) goto error;
         if (found == nullptr) {
           PyObject* made = PyDict_New();
           if (made == nullptr) goto error;
@@ -972,17 +963,8 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         // A class body's free variable: the class namespace's first, else the cell's.
         PyObject* ns = f->f_locals;
         PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, oparg);
-        PyObject* v = nullptr;
-        if (PyDict_CheckExact(ns)) {
-          v = Py_XNewRef(PyDict_GetItemWithError(ns, name));
-          if (v == nullptr && PyErr_Occurred()) goto error;
-        } else {
-          v = PyObject_GetItem(ns, name);
-          if (v == nullptr) {
-            if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto error;
-            PyErr_Clear();
-          }
-        }
+        PyObject* v = lookup(ns, name);
+        if (v == nullptr && PyErr_Occurred()) goto error;
         if (v == nullptr) {
           v = PyCell_GET(locals[oparg]);
           if (v == nullptr) {

@@ -716,6 +716,13 @@ class Tracer {
   void packed_decode(std::size_t block, QuietVector<Tag>& inputs, F&& visit) const;
   // The packed edge of this counter: its inputs, whether it is a move, its ordinal.
   bool find_edge(Tag counter, QuietVector<Tag>& inputs, bool& move, std::size_t& ordinal) const;
+  // The edges recorded since the last compaction, by counter (the first of each).
+  using RecentEdges = std::unordered_map<Tag, const Edges*>;
+  [[nodiscard]] RecentEdges recent_edges() const;
+  // The edge a slice reads for this counter, packed or recent: its inputs and whether it is a
+  // move; false where none is kept.
+  bool kept_edge(Tag counter, const RecentEdges& recent, QuietVector<Tag>& inputs,
+                 bool& move) const;
   // The packed run, in chunks of about kChunkBytes: a compaction writes the new run while it
   // reads the old one, and frees each old chunk once read, so the two never both stay whole.
   std::vector<QuietVector<std::uint8_t>, QuietAllocator<QuietVector<std::uint8_t>>> packed_;
