@@ -599,8 +599,12 @@ class Inquiry:
             at = parse_at(where)
             located = self.locate(at, expr)
             tag = int(located["value"]["tag"])
-            variable = len(parse_expression(expr)) == 1
-            if located["value"]["via"] == expr.strip() and tag and not variable:
+            steps = parse_expression(expr)
+            variable = len(steps) == 1
+            # The tag is the value's own where the slot that gave it is the one asked for,
+            # however the expression is spelt (quotes, spaces).
+            own = parse_expression(located["value"]["via"]) == steps
+            if own and tag and not variable:
                 query["tags"] = [tag]  # its own producer: follow every use of that value
                 # ...and, on the way, find that value there again: a pass that numbered the
                 # run otherwise would follow another value from the same tag.

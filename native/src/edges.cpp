@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -38,6 +40,8 @@ namespace {
 // Compact once this many edges were recorded since the last compaction, or a quarter of what it
 // kept if that is more.
 constexpr std::size_t kCompactMin = std::size_t{1} << 20;
+// An edge's level no live tag leads back to (compact_edges); the deepest bound is one less.
+constexpr std::uint8_t kUnreached = 0xFF;
 constexpr std::size_t kBlock = 32;         // packed edges between two index entries
 constexpr std::size_t kInputsPerEdge = 3;  // what the recent buffer's inputs are sized for
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // a packed chunk, give or take a block
@@ -253,7 +257,6 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   // later root reaches an old edge only through a tag live now, at least as many levels
   // back, so no slice within the bound can need it. An accumulator's ancestry is the whole run;
   // its last bound's worth of levels is what any question can read.
-  constexpr std::uint8_t kUnreached = 0xFF;
   QuietVector<std::uint8_t> level_recent(edges_.size(), kUnreached);
   QuietVector<std::uint8_t> level_packed(packed_count_, kUnreached);
   // Inputs still to follow, with their level. Inputs are mostly older than the instruction,
@@ -464,6 +467,14 @@ void Tracer::record_edges(std::uint64_t upto, std::size_t limit, PyObject* on_do
 
 std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std::size_t max_nodes,
                                                         bool& truncated) const {
+  // Edges kept within a depth bound answer the slices within it: a deeper one would show the
+  // values at the bound as if nothing had made them.
+  if (edges_depth_ != 0 && static_cast<std::size_t>(std::max(depth, 0)) >
+                               std::min<std::size_t>(edges_depth_, kUnreached - 1)) {
+    throw std::invalid_argument("a slice " + std::to_string(depth) +
+                                " levels deep over edges kept within " +
+                                std::to_string(edges_depth_));
+  }
   truncated = edges_overflow_;
   const RecentEdges recent = recent_edges();  // few: the root's own ancestry is packed
   QuietVector<Tag> inputs;

@@ -52,3 +52,12 @@ def test_an_accumulator_keeps_only_the_levels_a_slice_can_reach() -> None:
     assert kept * 5 < kept_whole, (kept, kept_whole)
     deepest = max(level for nodes, _truncated in bounded.values() for _tag, level in nodes)
     assert deepest == 64  # the slice reaches the bound: the kept edges hold it whole
+
+
+@pytest.mark.parametrize("bound", [1, 3])
+def test_a_slice_deeper_than_the_bound_is_refused(bound: int) -> None:
+    # The values at the bound lost the edges that made them: a deeper slice would show them as
+    # origins, so the engine refuses it; at the bound it answers.
+    assert _slices(ACCUMULATOR, bound, bound)[0]
+    with pytest.raises(ValueError, match=f"levels deep over edges kept within {bound}"):
+        _slices(ACCUMULATOR, bound + 1, bound)

@@ -522,13 +522,15 @@ print(label)
 """
 
 
+@pytest.mark.parametrize("spelt", ["prices['total']", 'prices["total"]', "prices[ 'total' ]"])
 def test_a_flow_from_a_tag_another_pass_numbered_otherwise_is_refused(
-    tmp_path: Path, keys: KeyFiles
+    tmp_path: Path, keys: KeyFiles, spelt: str
 ) -> None:
     """A flow from a located value follows its producer's tag through a pass of its own,
     which finds the value where it was located again and checks it still carries that tag:
     a pass that numbered the run otherwise would follow another value and answer with its
-    uses. Here the locate is made to report a tag three steps off."""
+    uses. Here the locate is made to report a tag three steps off. However the expression is
+    spelt, the value is followed by its own tag (and so checked)."""
     from sealtrace.sandbox import DivergenceError, Inquiry, load_recording
     from sealtrace.sandbox.questions import Flows
 
@@ -536,7 +538,7 @@ def test_a_flow_from_a_tag_another_pass_numbered_otherwise_is_refused(
     done = record(keys, tmp_path / "rec", [sys.executable, str(app)])
     assert done.proc.returncode == 0, done.proc.stderr.decode()
     data, parsed = load_recording(str(tmp_path / "rec"), keys.identity)
-    question = Flows(source=f"prices['total']@{app}:{line_of(FLOWING, 'label = ')}")
+    question = Flows(source=f"{spelt}@{app}:{line_of(FLOWING, 'label = ')}")
 
     class Off(Inquiry):
         def locate(self, at: Any, expr: str | None = None, slice_depths: Sequence[int] = ()):
