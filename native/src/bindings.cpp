@@ -211,7 +211,7 @@ PYBIND11_MODULE(_engine, m) {
       .def("stats", [](const Tracer& t) {
         const auto& s = t.stats();
         py::dict d;
-        d["instructions"] = s.instructions;
+        d["instructions"] = s.counted();
         d["frames"] = s.frames;
         d["depth_mismatches"] = s.depth_mismatches;
         d["frame_resyncs"] = s.frame_resyncs;

@@ -18,8 +18,8 @@ class InstructionCounter {
   // 0 means "before anything ran"). Inline: once an instruction.
   std::uint64_t tick() {
     // Wrapping would alias two different instants of the run: refuse instead.
-    if (value_ == std::numeric_limits<std::uint64_t>::max()) {
-      throw std::overflow_error("instruction counter would wrap");
+    if (value_ == std::numeric_limits<std::uint64_t>::max()) [[unlikely]] {
+      wrapped();
     }
     return ++value_;
   }
@@ -30,6 +30,8 @@ class InstructionCounter {
   [[nodiscard]] std::uint64_t value() const noexcept { return value_; }
 
  private:
+  // Out of line: the throw keeps tick() small enough to inline into the loop's every case.
+  [[noreturn]] static void wrapped();
   std::uint64_t value_ = 0;
 };
 

@@ -246,7 +246,7 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
     for (Instr& in : info.instrs) {
       in.guarded = loop_guards(in.op) && loop_implements(in.op);
       in.looped = loop_implements(in.op) && !in.guarded;
-      in.quick = quick_kind(in.op);
+      in.quick = in.looped ? quick_kind(in.op) : std::uint8_t{kQuickNo};
     }
   }
   return info.loop == 1;
@@ -291,7 +291,7 @@ inline ShadowFrame* Tracer::quick_ready(PyThreadState* ts, _PyInterpreterFrame* 
   return sf;
 }
 
-ShadowFrame* Tracer::quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+ShadowFrame* Tracer::quick_event_anew(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
   ShadowFrame* sf = quick_ready(ts, f, depth);
   if (sf != nullptr) quick_tick(*sf);
   return sf;
@@ -415,6 +415,14 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     const Instr& in = program[i];
     const int oparg = in.oparg;
     int next = in.next;
+    // The commonest way on: an instruction its case tags itself, right after a quick one of
+    // this frame, with nothing watching before the run's end (what quick_ready checks first).
+    if (in.quick == kQuickInline && run_.frame == f && counter_.value() + 1 < run_.until) {
+      ready = run_.shadow;
+      run_live_ = true;
+      f->prev_instr = first + in.at;
+      goto execute;
+    }
     if (!in.looped && kwnames == nullptr && !(in.guarded && loop_runs(in, sp, names))) {
       goto handoff;
     }
@@ -488,6 +496,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       }
     }
     f->prev_instr = first + in.at;
+  execute:
     switch (in.op) {
       case NOP:
         break;

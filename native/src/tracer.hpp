@@ -207,7 +207,7 @@ struct Reach {
 };
 
 struct Stats {
-  std::uint64_t instructions = 0;
+  std::uint64_t instructions = 0;  // counted by the instruction event (on_opcode)
   std::uint64_t frames = 0;
   std::uint64_t depth_mismatches = 0;
   std::uint64_t frame_resyncs = 0;
@@ -228,6 +228,8 @@ struct Stats {
   std::uint32_t first_mismatch_code = 0;
   int first_mismatch_line = 0;
   std::uint64_t first_mismatch_counter = 0;
+  // Every instruction counted: the events' and the loop's own.
+  [[nodiscard]] std::uint64_t counted() const noexcept { return instructions + loop_quick; }
 };
 
 class Tracer {
@@ -352,7 +354,17 @@ class Tracer {
   // Instructions the loop tags itself while no question watches (quick_steps.cpp,
   // quick_calls.cpp).
   ShadowFrame* quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
-  ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
+  // quick_ready, then quick_tick where it let the instruction through: a run's next
+  // instruction inline (the commonest), any other out of line.
+  ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
+    if (run_live_ && counter_.value() + 1 < run_.until) {
+      run_.frame = f;
+      quick_tick(*run_.shadow);
+      return run_.shadow;
+    }
+    return quick_event_anew(ts, f, depth);
+  }
+  ShadowFrame* quick_event_anew(PyThreadState* ts, _PyInterpreterFrame* f, int depth);
   // A run of quick instructions in one frame: after one, nothing but another quick instruction
   // has run (no event, no Python code), so the next needs only its counter checked against
   // the next watched instant (quick_ready). Any event or call out ends the run.
@@ -367,8 +379,7 @@ class Tracer {
   // body). Inline: once an instruction.
   Tag quick_tick(const ShadowFrame& sf) {
     const Tag now = counter_.tick();
-    ++stats_.instructions;
-    ++stats_.loop_quick;
+    ++stats_.loop_quick;  // among the instructions (Stats::counted)
     if (sf.code->watch_end) end_counter_ = now;
     return now;
   }
