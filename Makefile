@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python bench/record_overhead.py
 	$(BIN)/python bench/record_instructions.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/engine_instructions.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/session.py
 	$(BIN)/python bench/request_trace.py

@@ -248,6 +248,10 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
       in.looped = loop_implements(in.op) && !in.guarded;
       in.quick = in.looped ? quick_kind(in.op) : std::uint8_t{kQuickNo};
     }
+    if (info.loop == 1 && std::any_of(info.instrs.begin(), info.instrs.end(),
+                                      [](const Instr& in) { return in.op == LOAD_GLOBAL; })) {
+      info.global_hits.resize(info.instrs.size());
+    }
   }
   return info.loop == 1;
 }
@@ -599,11 +603,23 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
         PyObject* name = PyTuple_GET_ITEM(names, oparg >> 1);
         PyObject* v = nullptr;
         if (PyDict_CheckExact(f->f_globals) && PyDict_CheckExact(f->f_builtins)) {
-          v = PyDict_GetItemWithError(f->f_globals, name);
-          if (v == nullptr && !PyErr_Occurred()) v = PyDict_GetItemWithError(f->f_builtins, name);
-          if (v == nullptr) {
-            if (!PyErr_Occurred()) format_check_arg(PyExc_NameError, kNameError, name);
-            goto error;
+          const std::uint64_t globals =
+              reinterpret_cast<PyDictObject*>(f->f_globals)->ma_version_tag;
+          const std::uint64_t builtins =
+              reinterpret_cast<PyDictObject*>(f->f_builtins)->ma_version_tag;
+          GlobalHit& hit = info->global_hits[static_cast<std::size_t>(i)];
+          if (hit.value != nullptr && hit.globals == globals && hit.builtins == builtins) {
+            v = hit.value;
+          } else {
+            v = PyDict_GetItemWithError(f->f_globals, name);
+            if (v == nullptr && !PyErr_Occurred()) v = PyDict_GetItemWithError(f->f_builtins, name);
+            if (v == nullptr) {
+              if (!PyErr_Occurred()) format_check_arg(PyExc_NameError, kNameError, name);
+              goto error;
+            }
+            // The tags as they are now: a lookup that ran code changing a namespace (a key's
+            // __eq__) left a newer one, and the next lookup runs again.
+            hit = GlobalHit{globals, builtins, v};
           }
           Py_INCREF(v);
         } else {

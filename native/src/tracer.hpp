@@ -68,6 +68,15 @@ struct Instr {
   std::int32_t peeks = 0;
 };
 
+// What a LOAD_GLOBAL found, and in which states of the two namespaces: a dict's version tag
+// changes with every change to it and is never shared by two dicts, so while both tags are
+// the same the lookups would find the same value (which the globals or builtins still hold).
+struct GlobalHit {
+  std::uint64_t globals = 0;
+  std::uint64_t builtins = 0;
+  PyObject* value = nullptr;  // borrowed from the namespace that holds it
+};
+
 struct CodeInfo {
   std::uint64_t generation = 0;  // the tracer that built it
   std::uint32_t index = 0;
@@ -80,6 +89,7 @@ struct CodeInfo {
   std::vector<std::uint8_t> kinds;
   std::vector<std::uint8_t> breakpoint;  // per code unit, only when a stop line is here
   std::int8_t loop = -1;  // the evaluation loop starts it: -1 not yet known, 0 no, 1 yes
+  std::vector<GlobalHit> global_hits;  // by code unit, where it has a LOAD_GLOBAL (the loop's)
   // Its arguments are exactly its positional parameters, none a cell (no defaults needed, no
   // keyword-only, *args or **kwargs): a call passing that many binds each to its position.
   bool positional_only_args = false;

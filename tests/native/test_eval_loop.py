@@ -1157,6 +1157,37 @@ PROGRAMS = {
             del sys.modules["made"], sys.modules["special"]
         from math import nope
     """,
+    # LOAD_GLOBAL remembers what it found while neither namespace changes: each change
+    # below (a global rebound, shadowing a builtin and no longer, a builtin rebound or gone,
+    # another module's globals for the same code) is seen at the next load.
+    "global lookups": """
+        import builtins, types
+        def f():
+            return value, len, probe
+        log = []
+        value = 1
+        builtins.probe = "b1"
+        try:
+            log.append(f())
+            value = 2
+            log.append(f())
+            len = "shadow"
+            log.append(f())
+            del len
+            log.append(f())
+            builtins.probe = "b2"
+            log.append(f())
+            probe = "g"
+            log.append(f())
+            del probe
+            log.append(f())
+            other = types.FunctionType(f.__code__, {"value": 3, "len": 9, "__builtins__": builtins})
+            log += [other(), f(), other()]
+            del builtins.probe
+            log.append(f())
+        finally:
+            builtins.__dict__.pop("probe", None)
+    """,
     "exception matching": """
         def f():
             try:
