@@ -360,6 +360,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
   int quick_index = 0;
   Tag quick_tag = 0;  // step_loading, step_subscripting, step_attribute: the slot read
   std::uintptr_t quick_value = 0;
+  AttrFound quick_found;  // step_attribute: what the load finds
   PyObject* retval = nullptr;
   int i = 0;  // the next instruction's code unit
 
@@ -474,7 +475,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
           quick = step_subscripting(ts, f, sp, quick_tag, quick_value);
           break;
         case kQuickAttr:
-          quick = step_attribute(ts, f, in, sp, quick_tag, quick_value);
+          quick = step_attribute(ts, f, in, sp, quick_tag, quick_value, quick_found);
           break;
         case kQuickPut:
           quick = step_putting(ts, f, in, sp);
@@ -786,7 +787,9 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       }
       case LOAD_ATTR: {
         PyObject* owner = TOP();
-        PyObject* res = PyObject_GetAttr(owner, PyTuple_GET_ITEM(names, oparg));
+        // Counted by step_attribute: it found the value (and the owner's pop frees nothing).
+        PyObject* res = quick != nullptr ? Py_NewRef(quick_found.value)
+                                         : PyObject_GetAttr(owner, PyTuple_GET_ITEM(names, oparg));
         Py_DECREF(owner);
         TOP() = res;
         if (res == nullptr) goto error;
@@ -805,7 +808,13 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
       case LOAD_METHOD: {
         PyObject* obj = TOP();
         PyObject* meth = nullptr;
-        const int found = _PyObject_GetMethod(obj, PyTuple_GET_ITEM(names, oparg), &meth);
+        int found = 0;
+        if (quick != nullptr) {  // as step_attribute found it
+          meth = Py_NewRef(quick_found.value);
+          found = quick_found.method ? 1 : 0;
+        } else {
+          found = _PyObject_GetMethod(obj, PyTuple_GET_ITEM(names, oparg), &meth);
+        }
         if (meth == nullptr) goto error;
         if (found != 0) {
           TOP() = meth;

@@ -383,7 +383,8 @@ void Tracer::quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr
 // (the instance's, its __dict__'s, a class's), and tagged after it by quick_attribute; a store
 // sets the slot as begin_attr_store sets it.
 ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
-                                    PyObject** sp, Tag& tag, std::uintptr_t& value) {
+                                    PyObject** sp, Tag& tag, std::uintptr_t& value,
+                                    AttrFound& found) {
   PyObject* owner = sp[-1];
   PyTypeObject* tp = Py_TYPE(owner);
   if (Py_REFCNT(owner) < 2 || !fills_.empty() || recording_edges(counter_.value() + 1)) {
@@ -392,6 +393,7 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
   PyObject* name = PyTuple_GET_ITEM(f->f_code->co_names, in.oparg);
   int known = 0;
   PyObject* own = nullptr;
+  PyObject* descr = nullptr;
   if (in.op == STORE_ATTR) {
     if (tp->tp_setattro != PyObject_GenericSetAttr || PyModule_Check(owner) ||
         tp->tp_dictoffset == 0 || _PyType_Lookup(tp, name) != nullptr || !trackable(owner)) {
@@ -401,7 +403,7 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
     if (known == 0 || (own != nullptr && !drops_quietly(own))) return nullptr;
   } else {
     if (tp->tp_getattro != PyObject_GenericGetAttr) return nullptr;
-    PyObject* descr = _PyType_Lookup(tp, name);
+    descr = _PyType_Lookup(tp, name);
     // LOAD_METHOD: a method descriptor (a function, a builtin type's method) is never called
     // to be found, and an attribute of the instance's own of that name is read instead.
     if (in.op == LOAD_ATTR ? descr != nullptr
@@ -423,6 +425,9 @@ ShadowFrame* Tracer::step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, c
   const Slot source = instance_attr_source(owner, name, in.op == LOAD_ATTR, true);
   tag = source.tag;
   value = source.value;
+  // The generic lookup with no descriptor of that name finds the instance's own attribute;
+  // LOAD_METHOD's finds it too if it has one, else the type's method descriptor.
+  found = own != nullptr ? AttrFound{own, false} : AttrFound{descr, true};
   return sf;
 }
 

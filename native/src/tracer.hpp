@@ -77,6 +77,15 @@ struct GlobalHit {
   PyObject* value = nullptr;  // borrowed from the namespace that holds it
 };
 
+// What a LOAD_ATTR or LOAD_METHOD the loop counts itself found while step_attribute checked
+// it could (borrowed: nothing runs between the step and the instruction): the value the
+// instruction's generic lookup finds, and for LOAD_METHOD whether it is the type's method
+// (pushed before the owner) or the instance's own attribute.
+struct AttrFound {
+  PyObject* value = nullptr;
+  bool method = false;
+};
+
 struct CodeInfo {
   std::uint64_t generation = 0;  // the tracer that built it
   std::uint32_t index = 0;
@@ -409,8 +418,9 @@ class Tracer {
                                  std::uintptr_t& value);
   void quick_subscripted(ShadowFrame& sf, int after, Tag tag, std::uintptr_t value);
   Tag quick_read(PyObject* v, Tag tag, std::uintptr_t value) const noexcept;
+  // found: for a load, what the instruction's own lookup will find (step_attribute).
   ShadowFrame* step_attribute(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,
-                              PyObject** sp, Tag& tag, std::uintptr_t& value);
+                              PyObject** sp, Tag& tag, std::uintptr_t& value, AttrFound& found);
   void quick_attribute(ShadowFrame& sf, const Instr& in, int before, int after, Tag tag,
                        std::uintptr_t value);
   ShadowFrame* step_building(PyThreadState* ts, _PyInterpreterFrame* f, const Instr& in,

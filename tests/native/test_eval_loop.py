@@ -1188,6 +1188,29 @@ PROGRAMS = {
         finally:
             builtins.__dict__.pop("probe", None)
     """,
+    # LOAD_ATTR and LOAD_METHOD the loop counts itself push what its check found: the
+    # instance's own attribute (in its inline values or in a __dict__ made for it), one that
+    # shadows a method, the type's method, and none (deleted: AttributeError).
+    "attribute lookups": """
+        class Box:
+            def __init__(self, v):
+                self.v = v
+            def get(self):
+                return ("method", self.v)
+        def read(b):
+            return b.v, b.get()
+        log = []
+        a, b = Box(1), Box(2)
+        b.get = lambda: ("own", 0)
+        log += [read(a), read(b)]
+        vars(a)["v"] = 3
+        a.w = 4
+        log += [read(a), a.w]
+        del b.get
+        log.append(read(b))
+        del a.v
+        r = read(a)
+    """,
     "exception matching": """
         def f():
             try:
