@@ -42,6 +42,10 @@ namespace {
 constexpr std::size_t kCompactMin = std::size_t{1} << 20;
 // An edge's level no live tag leads back to (compact_edges); the deepest bound is one less.
 constexpr std::uint8_t kUnreached = 0xFF;
+// The levels a depth bound keeps the edges of (record_edges' depth, 0: none said).
+std::uint8_t kept_levels(std::size_t depth) {
+  return static_cast<std::uint8_t>(std::min<std::size_t>(depth, kUnreached - 1));
+}
 constexpr std::size_t kBlock = 32;         // packed edges between two index entries
 constexpr std::size_t kInputsPerEdge = 3;  // what the recent buffer's inputs are sized for
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // a packed chunk, give or take a block
@@ -266,7 +270,7 @@ void Tracer::compact_edges(Tag current, bool only_current) {
   // the back, one deeper): an edge is followed again only from another live tag that reaches
   // it in fewer levels.
   std::deque<std::pair<Tag, std::uint8_t>, QuietAllocator<std::pair<Tag, std::uint8_t>>> todo;
-  const auto bound = static_cast<std::uint8_t>(std::min<std::size_t>(edges_depth_, kUnreached - 1));
+  const std::uint8_t bound = kept_levels(edges_depth_);
   auto follow = [&](const Tag* in, std::size_t n, std::uint8_t level, bool move) {
     // Without a bound every level is 0: each edge is followed once, as its first reach.
     const auto next = static_cast<std::uint8_t>(edges_depth_ == 0 || move ? level : level + 1);
@@ -469,8 +473,7 @@ std::vector<std::pair<Tag, int>> Tracer::backward_slice(Tag root, int depth, std
                                                         bool& truncated) const {
   // Edges kept within a depth bound answer the slices within it: a deeper one would show the
   // values at the bound as if nothing had made them.
-  if (edges_depth_ != 0 && static_cast<std::size_t>(std::max(depth, 0)) >
-                               std::min<std::size_t>(edges_depth_, kUnreached - 1)) {
+  if (edges_depth_ != 0 && std::max(depth, 0) > kept_levels(edges_depth_)) {
     throw std::invalid_argument("a slice " + std::to_string(depth) +
                                 " levels deep over edges kept within " +
                                 std::to_string(edges_depth_));

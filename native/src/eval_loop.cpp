@@ -262,7 +262,7 @@ bool Tracer::loopable(CodeInfo& info, PyCodeObject* code) {
 // returned, or nullptr where on_opcode must run as usual. quick_tick then counts the
 // instruction, or on_opcode runs after all (the instruction turned out not to be quick).
 inline ShadowFrame* Tracer::quick_ready(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
-  if (run_live_ && counter_.value() + 1 < run_.until) {
+  if (run_live_ && run_unwatched()) {
     run_.frame = f;
     return run_.shadow;
   }
@@ -422,7 +422,7 @@ PyObject* Tracer::evaluate(PyThreadState* ts, _PyInterpreterFrame* f, int throwf
     int next = in.next;
     // The commonest way on: an instruction its case tags itself, right after a quick one of
     // this frame, with nothing watching before the run's end (what quick_ready checks first).
-    if (in.quick == kQuickInline && run_.frame == f && counter_.value() + 1 < run_.until) {
+    if (in.quick == kQuickInline && run_.frame == f && run_unwatched()) {
       ready = run_.shadow;
       run_live_ = true;
       f->prev_instr = first + in.at;

@@ -376,7 +376,7 @@ class Tracer {
   // quick_ready, then quick_tick where it let the instruction through: a run's next
   // instruction inline (the commonest), any other out of line.
   ShadowFrame* quick_event(PyThreadState* ts, _PyInterpreterFrame* f, int depth) {
-    if (run_live_ && counter_.value() + 1 < run_.until) {
+    if (run_live_ && run_unwatched()) {
       run_.frame = f;
       quick_tick(*run_.shadow);
       return run_.shadow;
@@ -394,6 +394,8 @@ class Tracer {
   };
   QuickRun run_;
   bool run_live_ = false;  // this instruction continues run_ (the loop's top says)
+  // No question watches the next instruction: a run's next one needs no other check.
+  [[nodiscard]] bool run_unwatched() const noexcept { return counter_.value() + 1 < run_.until; }
   // Counts an instruction quick_ready let through (the run's end so far, in the main module's
   // body). Inline: once an instruction.
   Tag quick_tick(const ShadowFrame& sf) {
