@@ -404,6 +404,11 @@ class SandboxClient:
             code = ErrorCode(last.e)
             if code is ErrorCode.DIVERGED:
                 raise self._diverged(frames)
+            if code is ErrorCode.PASSES:
+                raise DivergenceError(
+                    f"the passes of this question replayed the run differently at step "
+                    f"{last.a}; no answer is given rather than a wrong one"
+                )
             if code is ErrorCode.ENVIRONMENT:
                 raise ReplayEnvironmentError(
                     "the sandbox image cannot replay this recording (its Python, distributions "

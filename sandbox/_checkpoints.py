@@ -49,6 +49,7 @@ __all__ = [
     "CheckpointPolicy",
     "CheckpointedReplay",
     "Checkpoints",
+    "Unavailable",
     "process_alive",
     "receive",
     "send",
@@ -252,10 +253,22 @@ class Checkpoints:
     def _take(self, counter: int) -> bool:
         """Fork a checkpoint here. True in the runner; False in a worker that a question
         forked from the checkpoint, which goes on with the program from this instant."""
-        mine, theirs = _socket.socketpair()
         began = _clock()
-        with outside_the_program():  # threading's after-fork handler runs in the child
-            pid = _fork()
+        try:
+            mine, theirs = _socket.socketpair()
+        except OSError:
+            self.skipped += 1  # out of descriptors: a later interval may take it
+            return True
+        try:
+            with outside_the_program():  # threading's after-fork handler runs in the child
+                pid = _fork()
+        except OSError:
+            # No process to spare (the user's process limit, memory): no checkpoint here,
+            # and the run goes on as if it had not fallen due.
+            mine.close()
+            theirs.close()
+            self.skipped += 1
+            return True
         if pid == 0:
             theirs.close()
             self.control.close()
@@ -310,8 +323,14 @@ class Checkpoints:
                 message, _fds = receive(sock)
             except (EOFError, OSError):
                 _exit(0)
-            with outside_the_program():
-                pid = _fork()
+            try:
+                with outside_the_program():
+                    pid = _fork()
+            except OSError as exc:
+                # No process for the worker: the session asks elsewhere (Unavailable), and
+                # this checkpoint waits for the next question.
+                send(sock, {"unavailable": exc.strerror or str(exc)})
+                continue
             if pid == 0:
                 # A checkpoint the question keeps on its way (Provenance._keep_at) goes to
                 # the session over this socket, before the answer.
@@ -339,6 +358,11 @@ def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
 
 
 # -- the session side -----------------------------------------------------------------------
+
+
+class Unavailable(OSError):
+    """A checkpoint that could not start the question's worker (no process to spare): the
+    question's pass starts elsewhere."""
 
 
 def process_alive(pid: int) -> bool:
@@ -449,6 +473,9 @@ class CheckpointedReplay:
         at_stop: tuple[dict[str, Any], list[int]] | None = None  # taken once the answer says
         while True:
             message, fds = receive(sock)
+            if "unavailable" in message:
+                raise Unavailable(f"the checkpoint at {counter} could not fork a worker: "
+                                  f"{message['unavailable']}")  # fmt: skip
             if "checkpoint" not in message:
                 if at_stop is not None:
                     # Kept at the stop: where the answer says the pass stopped, or nothing.

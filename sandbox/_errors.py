@@ -8,8 +8,9 @@
     │   └── QueryError              exit 2: a provenance question that cannot be asked of
     │                               this run (a location it never reached, a bad expression)
     ├── DivergenceError             exit 3: the replayed program did not do what the
-    │                               recording says (the receipt names the first event), or
-    │                               the passes of one question replayed it differently
+    │                               recording says (the receipt names the first event)
+    │   └── PassesDisagreedError    exit 3: the passes of one question replayed it
+    │                               differently (the step where they part)
     ├── ValidationError             exit 3: the provenance engine failed its own validation
     │                               (`sealtrace validate`: a planted root cause not ranked
     │                               first, the corpus below precision 1.00 or recall 0.95,
@@ -29,6 +30,7 @@ from sealtrace.proxy import SealtraceError, UsageError
 
 __all__ = [
     "DivergenceError",
+    "PassesDisagreedError",
     "QueryError",
     "ReplayCrashedError",
     "ReplayEnvironmentError",
@@ -53,6 +55,16 @@ class DivergenceError(SealtraceError):
     def __init__(self, message: str, divergence: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.divergence = divergence
+
+
+class PassesDisagreedError(DivergenceError):
+    """The passes one question took executed different instructions: `step`, the counter
+    where one describes another instruction or another value than the other. Nothing is
+    answered from them (a tree joined from two runs would look complete and be wrong)."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class ValidationError(SealtraceError):

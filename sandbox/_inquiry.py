@@ -19,15 +19,16 @@ The JSON a `trace` returns is a public contract (docs/provenance.md):
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from sealtrace.proxy.format import ParsedStream, Request
 
-from ._checkpoints import CheckpointedReplay, CheckpointPolicy
-from ._errors import DivergenceError, QueryError
+from ._checkpoints import CheckpointedReplay, CheckpointPolicy, Unavailable
+from ._errors import DivergenceError, PassesDisagreedError, QueryError
 from ._provenance import (
     ARGV_TAG,
     BEFORE_TAG,
@@ -64,6 +65,8 @@ from .questions import (
 )
 
 __all__ = ["Inquiry", "request_window"]
+
+_Answer = TypeVar("_Answer")
 
 
 def request_window(parsed: ParsedStream, number: int) -> int:
@@ -144,6 +147,9 @@ class Inquiry:
         # In a session: the counter each line or return stop located was at (stop_spec).
         self._located: dict[tuple[tuple[str, Any], ...], int] = {}
         self._marked_events: dict[int, list[int]] | None = None
+        # A question asked again because its passes from checkpoints disagreed: every pass
+        # of it replays from the start (_agreeing).
+        self._from_start = False
         self.passes = 0
         # The captured instructions of the last trace, with operand names (for text output).
         self.last_nodes: dict[int, dict[str, Any]] = {}
@@ -171,11 +177,14 @@ class Inquiry:
         """One pass; `start` is the earliest counter the pass needs to run from."""
         self.passes += 1
         query = {**query, **self._settings()}
-        server = self._checkpointed() if self.policy is not None else None
+        server = self._server()
         # A slice going on from a checkpoint's edges: from one that holds them.
         edges = bool((query.get("slice") or {}).get("inherit"))
+        data: dict[str, Any] | None = None
         if server is not None and server.nearest(start, edges) is not None:
-            data, _code = server.ask(query, start, edges)
+            with contextlib.suppress(Unavailable):  # then from the start, as without it
+                data, _code = server.ask(query, start, edges)
+        if data is not None:
             receipt = Receipt(data)
         else:  # no checkpoints, or the pass starts before the first one
             receipt = replay(self.data, self.meta, timeout=self.timeout, query=query)
@@ -188,6 +197,33 @@ class Inquiry:
             )
         result: dict[str, Any] = receipt.data["result"]
         return result
+
+    def _server(self) -> CheckpointedReplay | None:
+        """The checkpoints this question's passes start from, if it uses any."""
+        if self.policy is None or self._from_start:
+            return None
+        return self._checkpointed()
+
+    def _agreeing(self, question: Callable[[], _Answer]) -> _Answer:
+        """`question`'s answer; asked again, every pass from the start, if its passes from
+        checkpoints replayed the run differently (PassesDisagreedError). Every pass forked
+        from a checkpoint inherits that process's whole state, and one that differs from the
+        others' in what no check of the recording sees (when the collector ran, where an
+        object lives) would number the run otherwise from there: seen under load, rarely, in
+        sandboxed sessions of a served request. Passes that all start from the start share
+        nothing but the recording. Whatever they answer is checked as before, and refused in
+        turn if they too disagree: an answer is given only from passes that agree."""
+        try:
+            return question()
+        except PassesDisagreedError:
+            if self._server() is None:
+                raise
+        self._from_start = True
+        self._located.clear()  # counters a disagreeing pass found
+        try:
+            return question()
+        finally:
+            self._from_start = False
 
     def _settings(self) -> dict[str, Any]:
         """What every pass of this inquiry is told besides its question: among it, how deep
@@ -347,7 +383,8 @@ class Inquiry:
         start = int(spec.get("counter", 0))
         if slice_depths and expr:
             sliced: dict[str, Any] = {"depth": max(slice_depths), "depths": list(slice_depths)}
-            if self.policy is not None and self.policy.edges and self._since is None:
+            policy = None if self._from_start else self.policy
+            if policy is not None and policy.edges and self._since is None:
                 # The serve pass kept the edges since the start, and its checkpoints hold
                 # them (until its edge limit), as do those a slicing question kept: the pass
                 # goes on from the nearest such one before the stop (the first checkpoint,
@@ -357,7 +394,7 @@ class Inquiry:
                 start = self._window_start
             query["slice"] = sliced
         result = self.run(query, start)
-        if result.get("found") and "counter" not in spec and self.policy is not None:
+        if result.get("found") and "counter" not in spec and self._server() is not None:
             self._located[_spec_key(spec)] = int(result["counter"])
         if not result.get("found"):
             if at.function is not None:
@@ -378,7 +415,7 @@ class Inquiry:
         described the same whatever else a pass captures); else one pass from the first."""
         wanted = {c for c in counters if 0 < c < ARGV_TAG and c >= self._window_start}
         groups: dict[int, list[int]] = collections.defaultdict(list)
-        server = self._checkpointed() if self.policy is not None else None
+        server = self._server()
         for counter in sorted(wanted):
             nearest = server.nearest(counter) if server is not None else None
             groups[nearest if nearest is not None else -1].append(counter)
@@ -401,6 +438,9 @@ class Inquiry:
             self._since = None
 
     def traces(self, question: Trace, depths: Sequence[int]) -> dict[int, TraceAnswer]:
+        return self._agreeing(lambda: self._traces(question, depths))
+
+    def _traces(self, question: Trace, depths: Sequence[int]) -> dict[int, TraceAnswer]:
         """The trace of one value at each of several depths: one locate, one slice pass
         walked back to every depth, and one capture of every step any slice holds (a step is
         described the same whatever else is captured with it); each answer is built from its
@@ -585,6 +625,9 @@ class Inquiry:
     # -- flows and stack ------------------------------------------------------------------
 
     def flows(self, question: Flows) -> FlowsAnswer:
+        return self._agreeing(lambda: self._flows(question))
+
+    def _flows(self, question: Flows) -> FlowsAnswer:
         source = question.source.strip()
         query: dict[str, Any] = {"kind": "flows"}
         described: dict[str, Any] = {"from": source}
@@ -617,10 +660,11 @@ class Inquiry:
         tags = [t for t in query.get("tags", []) if origin_tag_kind(t) is None]
         result = self.run(query, min(tags) if tags and "tags" in query else 0)
         if "check" in query and result.get("checked") is not True:
-            raise DivergenceError(
+            raise PassesDisagreedError(
                 f"the passes of this question replayed the run differently: {expr} at "
                 f"{where} did not carry, in the pass that followed it, the tag {tag} the "
-                "pass that located it found; no answer is given rather than a wrong one"
+                "pass that located it found; no answer is given rather than a wrong one",
+                int(located["counter"]),
             )
         answer = {
             "query": described,
@@ -678,11 +722,12 @@ def _check_passes_agree(
     for tag, inputs in recorded.items():
         node = captured.get(tag)
         if node is not None and list(node.get("edges") or ()) != inputs:
-            raise DivergenceError(
+            raise PassesDisagreedError(
                 f"the passes of this question replayed the run differently: step {tag} is "
                 f"{node.get('op')} at {node.get('file')}:{node.get('line')} in one, reading "
                 f"{node.get('edges') or 'nothing'}, and read {inputs} in the other; no answer "
-                "is given rather than a wrong one"
+                "is given rather than a wrong one",
+                tag,
             )
 
 

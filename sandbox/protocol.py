@@ -85,7 +85,7 @@ __all__ = [
     "stop_of",
 ]
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 MAGIC = 0x5354
 FRAME_SIZE = 88
 MAX_REQUEST_TEXT = MAX_TEXT_BYTES  # a request's text, in bytes
@@ -220,6 +220,7 @@ class ErrorCode(enum.IntEnum):
     ENVIRONMENT = 7  # this image cannot replay the recording (Python, distributions, flags)
     CORRUPT = 8  # the event stream does not decode
     MEMORY = 9  # the replay was killed at the session's memory limit
+    PASSES = 10  # the passes of one question replayed the run differently; a: the step
 
 
 class FrameError(ValueError):
@@ -361,6 +362,8 @@ class FrameReader:
                 raise FrameError(f"DONE counts {fr.a} frames, {self.in_answer} came")
             if fr.op is Op.ERROR and fr.e not in ErrorCode._value2member_map_:
                 raise FrameError(f"unknown error code {fr.e}")
+            if fr.op is Op.ERROR and fr.a and (fr.e != ErrorCode.PASSES or not self._counts(fr.a)):
+                raise FrameError(f"ERROR {ErrorCode(fr.e).name} carries a counter out of place")
             self.asked = None
             return fr
         if fr.op not in _ANSWERS.get(op, frozenset()):
@@ -386,6 +389,10 @@ class FrameReader:
             raise FrameError("a divergence's FRAME_AT carries no counter")
         self._locations(fr)
         return fr
+
+    def _counts(self, counter: int) -> bool:
+        """Whether `counter` can be a step of the run LOADED described."""
+        return self.instructions is not None and counter <= self.instructions
 
     def _ranges(self, fr: Frame) -> None:
         limit = self.instructions

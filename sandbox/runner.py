@@ -21,7 +21,7 @@ from typing import Any
 from sealtrace.proxy.format import CodecError, ParsedStream, parse_stream
 
 from ._checkpoints import CheckpointPolicy
-from ._errors import DivergenceError, QueryError, ReplayEnvironmentError
+from ._errors import DivergenceError, PassesDisagreedError, QueryError, ReplayEnvironmentError
 from ._inquiry import Inquiry
 from ._memory import MemoryWatch
 from ._provenance import (
@@ -145,7 +145,8 @@ class Runner:
             except Exception as exc:
                 code = self._error_code(exc)
                 where = self._diverged_at(exc) if code is ErrorCode.DIVERGED else []
-                self._send([*where, Frame(Op.ERROR, e=code, b=request.seq)])
+                step = exc.step if isinstance(exc, PassesDisagreedError) else 0
+                self._send([*where, Frame(Op.ERROR, e=code, b=request.seq, a=step)])
                 continue
             self._send([*answer, Frame(Op.DONE, a=len(answer), b=request.seq)])
 
@@ -162,6 +163,7 @@ class Runner:
             return ErrorCode.MEMORY
         for kind, code in (
             (QueryError, ErrorCode.NOT_REACHED),
+            (PassesDisagreedError, ErrorCode.PASSES),
             (DivergenceError, ErrorCode.DIVERGED),
             (ReplayEnvironmentError, ErrorCode.ENVIRONMENT),
             (CodecError, ErrorCode.CORRUPT),

@@ -71,6 +71,10 @@ HOSTILE = textwrap.dedent(
             send(Frame(Op.STATS, a=1))
     elif mode == "silence":
         time.sleep(60)
+    elif mode == "passes-parted":  # not hostile: ERROR PASSES at one of the run's steps
+        send(Frame(Op.ERROR, e=10, a=812, b=request.seq))
+    elif mode == "passes-beyond-the-run":
+        send(Frame(Op.ERROR, e=10, a=5000, b=request.seq))
     time.sleep(60)  # whatever happens, wait to be killed
     """
 )
@@ -149,6 +153,7 @@ def place(request: pytest.FixtureRequest) -> Place:
         ("backwards-counter", "seq"),
         ("budget", "more than 5 frames"),
         ("silence", f"no frame from the runner for {TIMEOUT:g}s"),
+        ("passes-beyond-the-run", "counter out of place"),
     ],
 )
 def test_a_hostile_runner_is_killed_at_its_first_bad_frame(
@@ -170,6 +175,26 @@ def test_a_hostile_runner_is_killed_at_its_first_bad_frame(
     assert not transport.directory.exists()  # its pipes are gone
     with pytest.raises(SandboxError, match="closed"):
         session.stats()
+
+
+def test_passes_that_parted_are_named_as_a_divergence(
+    recording: tuple[bytes, object], place: Place
+) -> None:
+    """ERROR PASSES (the question's passes replayed the run differently, from checkpoints and
+    again from the start) is no broken protocol: the question is refused with exit 3, naming
+    the step, as in-process."""
+    from sealtrace.sandbox import DivergenceError
+
+    data, parsed = recording
+    transport = place.transport("passes-parted")
+    session = SandboxClient(data, parsed, transport, timeout=TIMEOUT)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(DivergenceError, match="differently at step 812;") as refused:
+            session.stats()
+        assert refused.value.exit_code == 3
+        assert len(place.running(transport)) == 1  # the session goes on
+    finally:
+        session.close()
 
 
 def test_negative_control_the_real_runner_answers(

@@ -266,3 +266,133 @@ def test_the_time_budget_puts_checkpoints_off_and_the_answers_stay(
 def test_a_budget_is_a_share_of_the_pass_below_one(budget: float) -> None:
     with pytest.raises(ValueError, match="budget"):
         CheckpointPolicy(budget=budget)
+
+
+class _NoFork:
+    """libc's fork failing as it does at the user's process limit (EAGAIN), which root, who
+    runs the tests, is never held to: a sandboxed session's processes are."""
+
+    def __call__(self) -> int:
+        import errno
+        import os
+
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+
+class _Exited(Exception):
+    pass
+
+
+def _never_exit(_status: int) -> None:
+    raise _Exited
+
+
+def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of processes, a checkpoint answers a question "unavailable" and stays for the next
+    one (it used to raise out of the engine's callback and go on running the program as if
+    it were the serve pass, and the session saw its socket close); the session's ask raises
+    Unavailable for the inquiry to start the pass elsewhere."""
+    import socket
+    import threading
+
+    from sealtrace.sandbox._checkpoints import (
+        CheckpointedReplay,
+        Checkpoints,
+        Unavailable,
+        receive,
+        send,
+    )
+    from sealtrace.sandbox._checkpoints import _fork as real_fork
+
+    class Engine:
+        def every(self, _n: int, _callback: object) -> None:
+            pass
+
+    monkeypatch.setattr("sealtrace.sandbox._checkpoints._fork", _NoFork())
+    monkeypatch.setattr("sealtrace.sandbox._checkpoints._exit", _never_exit)
+    checkpoint = Checkpoints.__new__(Checkpoints)
+    checkpoint.engine = Engine()
+    ours, theirs = socket.socketpair()
+    ours.settimeout(10)
+    ended: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            checkpoint._serve(theirs)
+        except _Exited as exc:
+            ended.append(exc)
+
+    waiting = threading.Thread(target=serve, daemon=True)
+    waiting.start()
+    for _ in range(2):  # each question is told, and the checkpoint waits for the next
+        send(ours, {"query": {"kind": "locate"}})
+        message, _fds = receive(ours)
+        assert message == {"unavailable": "Resource temporarily unavailable"}
+    assert waiting.is_alive()
+    ours.close()
+    waiting.join(10)
+    assert ended and not waiting.is_alive()  # the session closed it: it leaves
+    theirs.close()
+
+    server = CheckpointedReplay(timeout=10)
+    try:
+        ours, theirs = socket.socketpair()
+        server.checkpoints[100] = ours
+        send(theirs, {"unavailable": "Resource temporarily unavailable"})
+        with pytest.raises(Unavailable, match="at 100 could not fork a worker"):
+            server.ask({"kind": "capture", "counters": [150]}, 150)
+        assert 100 in server.checkpoints  # it may serve a later question
+        theirs.close()
+    finally:
+        server.close()
+    assert real_fork is not _NoFork
+
+
+def test_a_serve_pass_that_cannot_fork_goes_on_without_that_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from sealtrace.sandbox._checkpoints import Checkpoints
+
+    class Engine:
+        def every(self, _n: int, _callback: object) -> None:
+            pass
+
+    control, session = socket.socketpair()
+    checkpoints = Checkpoints(Engine(), control.detach(), CheckpointPolicy(10, 4), print)
+    monkeypatch.setattr("sealtrace.sandbox._checkpoints._fork", _NoFork())
+    assert checkpoints._take(10) is True  # the runner goes on
+    assert checkpoints.taken == [] and checkpoints.skipped == 1
+    checkpoints.control.close()
+    session.close()
+
+
+def test_a_pass_whose_checkpoint_cannot_fork_replays_from_the_start(
+    tmp_path: Path, keys: KeyFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every pass of the question from the start when no checkpoint can start it: the same
+    answer as with them."""
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay, Unavailable
+
+    app = write_app(tmp_path / "app", RANDOM_AND_LOGGING)
+    recorded = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    data, parsed = load_recording(str(recorded.location), keys.identity)
+    question = Trace(at="end", var="last", depth=4)
+    policy = CheckpointPolicy(2_000, 16, budget=0.0)
+    with Inquiry(data, parsed, timeout=60, checkpoints=policy) as session:
+        expected = session.trace(question)
+    asked: list[int] = []
+
+    def unavailable(self: CheckpointedReplay, query: dict[str, Any], start: int, *_: Any) -> Any:
+        asked.append(start)
+        raise Unavailable("the checkpoint at 1 could not fork a worker")
+
+    monkeypatch.setattr(CheckpointedReplay, "ask", unavailable)
+    with Inquiry(data, parsed, timeout=60, checkpoints=policy) as session:
+        answer = session.trace(question)
+    assert asked  # every pass was asked of a checkpoint first
+    assert answer["root"] == expected["root"]

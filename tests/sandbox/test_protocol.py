@@ -177,6 +177,14 @@ VIOLATIONS = {
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.DIVERGENCE, a=1), Frame(Op.FRAME_AT, a=5, d=3)),
     ),
+    "a counter on an error that names no step": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.ERROR, e=ErrorCode.NOT_REACHED, a=5, b=2)),
+    ),
+    "a step where the passes parted beyond the run": lambda r: (
+        r.ask(Op.TRACE, 2),
+        _then(r, Frame(Op.ERROR, e=ErrorCode.PASSES, a=1001, b=2)),
+    ),
     "a receipt answering a trace": lambda r: (
         r.ask(Op.TRACE, 2),
         _then(r, Frame(Op.RECEIPT, a=1, b=2, e=ReplayStatus.BIT_EXACT)),
@@ -227,6 +235,16 @@ def test_any_question_may_be_answered_by_its_divergence(op: Op) -> None:
     )
     assert [f.op for f in answer] == [Op.DIVERGENCE, Op.FRAME_AT, Op.ERROR]
     assert reader.asked is None
+
+
+@pytest.mark.parametrize("op", [Op.TRACE, Op.FLOWS])
+def test_a_question_whose_passes_parted_names_the_step(op: Op) -> None:
+    """ERROR PASSES: the question's passes replayed the run differently from the step in `a`
+    (one of the run's), and nothing else comes with it."""
+    reader = _loaded_reader()
+    reader.ask(op, 2)
+    (error,) = _then(reader, Frame(Op.ERROR, e=ErrorCode.PASSES, a=1000, b=2))
+    assert (ErrorCode(error.e), error.a, reader.asked) == (ErrorCode.PASSES, 1000, None)
 
 
 @pytest.mark.parametrize("case", sorted(VIOLATIONS))

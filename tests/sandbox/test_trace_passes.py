@@ -551,3 +551,59 @@ def test_a_flow_from_a_tag_another_pass_numbered_otherwise_is_refused(
     assert {o["call"] for o in flows["outputs"]} == {"stdout.write"}, flows
     with Off(data, parsed) as wrong, pytest.raises(DivergenceError, match="differently"):
         wrong.flows(question)
+
+
+class _Glitching:
+    """An Inquiry whose capture describes the step a few after each (as a pass that numbered
+    the run otherwise would) in its first `glitches` captures, noting for each whether the
+    question's passes started from checkpoints."""
+
+    @staticmethod
+    def make(glitches: int, checkpoints: Any) -> Any:
+        from sealtrace.sandbox import Inquiry
+
+        class Glitching(Inquiry):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.from_checkpoints: list[bool] = []
+
+            def capture(self, counters: set[int]) -> dict[int, dict[str, Any]]:
+                self.from_checkpoints.append(self._server() is not None)
+                if len(self.from_checkpoints) > glitches:
+                    return super().capture(counters)
+                shifted = super().capture({c + 5 for c in counters})
+                return {c - 5: node for c, node in shifted.items()}
+
+        return lambda data, parsed: Glitching(data, parsed, checkpoints=checkpoints)
+
+
+def test_a_question_whose_passes_from_checkpoints_disagree_is_asked_again_from_the_start(
+    recorded: Recorded,
+) -> None:
+    """Passes forked from checkpoints that number the run differently are not answered from;
+    the question is asked again with every pass from the start, and answered only if those
+    agree: the same answer as a session that asked nothing of its checkpoints."""
+    from sealtrace.sandbox import DivergenceError, Inquiry
+    from sealtrace.sandbox._checkpoints import CheckpointPolicy
+    from sealtrace.sandbox.questions import Trace
+
+    data, parsed, app, *_ = recorded
+    question = Trace(at=f"{app}:{line_of(PROGRAM, 'print(label')}", var="total")
+    policy = CheckpointPolicy(interval=POLICY_INTERVAL, budget=0.0)
+    with Inquiry(data, parsed) as plain:
+        expected = plain.trace(question)
+    with _Glitching.make(1, policy)(data, parsed) as once:
+        answer = once.trace(question)
+        assert answer["root"] == expected["root"]
+        assert {**answer["query"], "passes": 0} == {**expected["query"], "passes": 0}
+        assert once.from_checkpoints == [True, False]
+        # The next question uses the checkpoints again.
+        assert once.trace(question)["root"] == expected["root"]
+        assert once.from_checkpoints == [True, False, True]
+    # Negative controls: passes from the start that disagree too are refused, and so is a
+    # session without checkpoints, whose passes started from the start already.
+    with _Glitching.make(2, policy)(data, parsed) as twice, pytest.raises(DivergenceError):
+        twice.trace(question)
+    with _Glitching.make(1, None)(data, parsed) as plain_once, pytest.raises(DivergenceError):
+        plain_once.trace(question)
+    assert plain_once.from_checkpoints == [False]
