@@ -42,6 +42,8 @@ from typing import Any, NoReturn
 
 from sealtrace.proxy.boundary import outside_the_program
 
+from ._errors import ReplayCrashedError
+
 __all__ = [
     "FREE_CHECKPOINTS",
     "KEEP_GAP",
@@ -323,13 +325,14 @@ class Checkpoints:
                 message, _fds = receive(sock)
             except (EOFError, OSError):
                 _exit(0)
+            number = message.get("n")
             try:
                 with outside_the_program():
                     pid = _fork()
             except OSError as exc:
                 # No process for the worker: the session asks elsewhere (Unavailable), and
                 # this checkpoint waits for the next question.
-                send(sock, {"unavailable": exc.strerror or str(exc)})
+                send(sock, {"unavailable": exc.strerror or str(exc), "n": number})
                 continue
             if pid == 0:
                 # A checkpoint the question keeps on its way (Provenance._keep_at) goes to
@@ -338,13 +341,24 @@ class Checkpoints:
                 self.taken = []
                 self.configure(message["query"], _answerer(sock))
                 return  # the worker returns into the program, configured
+            status = 0
             with contextlib.suppress(ChildProcessError):
-                _waitpid(pid, 0)
+                status = _waitpid(pid, 0)[1]
+            if status != 0:
+                # A worker answers and leaves with 0 (_answerer): this one died before its
+                # answer (a signal, the memory limit), and the session would wait for it.
+                send(sock, {"crashed": _ended(status), "n": number})
 
     def finish(self) -> None:
         """The runner reached the end of the run; the checkpoints stay, waiting."""
         self.engine.every(0, None)
         self.control.close()
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exited {os.waitstatus_to_exitcode(status)}"
 
 
 def _answerer(sock: Socket) -> Callable[[dict[str, Any], int], NoReturn]:
@@ -383,6 +397,7 @@ class CheckpointedReplay:
         self.timeout = timeout
         self.keep = keep
         self.kept: list[int] = []  # the counters of the checkpoints questions added, oldest first
+        self.asked = 0  # questions sent so far: a checkpoint's own messages name theirs
         # The checkpoints that hold the edges since the start (a slice goes on from them): the
         # serve pass's until its edge limit, and those a slicing question kept within its own.
         self.edged: set[int] = set()
@@ -469,13 +484,23 @@ class CheckpointedReplay:
             keep = start
         if keep is not None:
             query = {**query, "keep": keep}
-        send(sock, {"query": query})
+        self.asked += 1
+        send(sock, {"query": query, "n": self.asked})
         at_stop: tuple[dict[str, Any], list[int]] | None = None  # taken once the answer says
         while True:
             message, fds = receive(sock)
+            if "n" in message and message["n"] != self.asked:
+                continue  # an earlier question's worker that died after its answer
             if "unavailable" in message:
                 raise Unavailable(f"the checkpoint at {counter} could not fork a worker: "
                                   f"{message['unavailable']}")  # fmt: skip
+            if "crashed" in message:
+                for fd in at_stop[1] if at_stop is not None else ():
+                    os.close(fd)  # a checkpoint it kept on its way: it leaves
+                raise ReplayCrashedError(
+                    f"the replay of this question from the checkpoint at {counter} died "
+                    f"without an answer ({message['crashed']})"
+                )
             if "checkpoint" not in message:
                 if at_stop is not None:
                     # Kept at the stop: where the answer says the pass stopped, or nothing.

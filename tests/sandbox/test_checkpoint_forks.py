@@ -396,3 +396,94 @@ def test_a_pass_whose_checkpoint_cannot_fork_replays_from_the_start(
         answer = session.trace(question)
     assert asked  # every pass was asked of a checkpoint first
     assert answer["root"] == expected["root"]
+
+
+LONG_LOOP = """
+total = 0
+for i in range(400_000):
+    total += i % 7
+print(total)
+"""
+
+
+def _children_of(parents: set[int]) -> list[int]:
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if parent in parents:
+                found.append(int(entry))
+    return found
+
+
+def test_a_question_whose_worker_dies_fails_at_once(tmp_path: Path, keys: KeyFiles) -> None:
+    """A question's worker killed before it answers (a signal, the memory limit): its
+    checkpoint says so and the question fails with ReplayCrashedError at once; before, the
+    session waited for the answer forever (in the sandbox, until the agent's silence limit).
+    The next question is answered."""
+    import os
+    import threading
+    import time
+
+    from sealtrace.sandbox import ReplayCrashedError
+
+    app = write_app(tmp_path / "app", LONG_LOOP)
+    recorded = record(keys, tmp_path / "rec", [PYTHON, str(app)])
+    assert recorded.proc.returncode == 0, recorded.proc.stderr.decode()
+    data, parsed = load_recording(str(recorded.location), keys.identity)
+    question = Trace(at="end", var="total", depth=2)
+    policy = CheckpointPolicy(10**9, 4)  # one checkpoint, before the first instruction
+    with Inquiry(data, parsed, timeout=60, checkpoints=policy) as session:
+        session.survey()
+        server = session._checkpointed()
+        killed: list[int] = []
+
+        def kill_the_worker() -> None:
+            deadline = time.monotonic() + 30
+            while not killed and time.monotonic() < deadline:
+                for pid in _children_of(set(server.pids.values())):
+                    os.kill(pid, 9)
+                    killed.append(pid)
+                time.sleep(0.01)
+
+        killer = threading.Thread(target=kill_the_worker)
+        killer.start()
+        started = time.monotonic()
+        with pytest.raises(ReplayCrashedError, match=r"died without an answer \(killed by"):
+            session.trace(question)
+        killer.join()
+        assert killed and time.monotonic() - started < 30
+        assert session.trace(question)["root"]["value"]["repr"] == str(
+            sum(i % 7 for i in range(400_000))
+        )
+
+
+def test_an_earlier_questions_late_word_is_not_this_ones_answer() -> None:
+    """A worker that died after its answer makes its checkpoint report it: the next question
+    passes over that report, which names the question before it."""
+    import socket
+
+    from sealtrace.sandbox import ReplayCrashedError
+    from sealtrace.sandbox._checkpoints import CheckpointedReplay, send
+
+    server = CheckpointedReplay(timeout=10)
+    try:
+        ours, theirs = socket.socketpair()
+        server.checkpoints[100] = ours
+        server.asked = 1
+        receipt = {"status": "query", "result": {"found": False}}
+        send(theirs, {"crashed": "killed by signal 11", "n": 1})  # the first question's
+        send(theirs, {"receipt": receipt, "code": 0})
+        assert server.ask({"kind": "capture", "counters": [150]}, 150) == (receipt, 0)
+        send(theirs, {"crashed": "killed by signal 9", "n": 3})  # this one's
+        with pytest.raises(ReplayCrashedError, match="signal 9"):
+            server.ask({"kind": "capture", "counters": [150]}, 150)
+        theirs.close()
+    finally:
+        server.close()
