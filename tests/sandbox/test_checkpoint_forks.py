@@ -279,24 +279,18 @@ class _NoFork:
         raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
 
 
-class _Exited(Exception):
-    pass
-
-
-def _never_exit(_status: int) -> None:
-    raise _Exited
-
-
-def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Out of processes, a checkpoint answers a question "unavailable" and stays for the next
-    one (it used to raise out of the engine's callback and go on running the program as if
-    it were the serve pass, and the session saw its socket close); the session's ask raises
-    Unavailable for the inquiry to start the pass elsewhere."""
+def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits() -> None:
+    """Out of processes, a checkpoint answers a question "unavailable" (naming the question)
+    and stays for the next one (it used to raise out of the engine's callback and go on
+    running the program as if it were the serve pass, and the session saw its socket close);
+    the session's ask raises Unavailable for the inquiry to start the pass elsewhere. The
+    checkpoint is a child process here, as in a session: it leaves by _exit when the session
+    closes its socket."""
+    import os
     import socket
-    import threading
+    import time
 
+    import sealtrace.sandbox._checkpoints as checkpoints_module
     from sealtrace.sandbox._checkpoints import (
         CheckpointedReplay,
         Checkpoints,
@@ -304,50 +298,51 @@ def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits(
         receive,
         send,
     )
-    from sealtrace.sandbox._checkpoints import _fork as real_fork
 
     class Engine:
         def every(self, _n: int, _callback: object) -> None:
             pass
 
-    monkeypatch.setattr("sealtrace.sandbox._checkpoints._fork", _NoFork())
-    monkeypatch.setattr("sealtrace.sandbox._checkpoints._exit", _never_exit)
-    checkpoint = Checkpoints.__new__(Checkpoints)
-    checkpoint.engine = Engine()
     ours, theirs = socket.socketpair()
-    ours.settimeout(10)
-    ended: list[BaseException] = []
-
-    def serve() -> None:
+    pid = os.fork()
+    if pid == 0:  # the checkpoint: never returns into the test
         try:
-            checkpoint._serve(theirs)
-        except _Exited as exc:
-            ended.append(exc)
-
-    waiting = threading.Thread(target=serve, daemon=True)
-    waiting.start()
-    for _ in range(2):  # each question is told, and the checkpoint waits for the next
-        send(ours, {"query": {"kind": "locate"}})
-        message, _fds = receive(ours)
-        assert message == {"unavailable": "Resource temporarily unavailable"}
-    assert waiting.is_alive()
-    ours.close()
-    waiting.join(10)
-    assert ended and not waiting.is_alive()  # the session closed it: it leaves
+            ours.close()
+            checkpoints_module._fork = _NoFork()
+            checkpoint = Checkpoints.__new__(Checkpoints)
+            checkpoint.engine = Engine()
+            checkpoint._serve(theirs)  # leaves by _exit(0) at the end of the socket
+        finally:
+            os._exit(3)
     theirs.close()
+    ours.settimeout(10)
+    try:
+        for n in (1, 2):  # each question is told, and the checkpoint waits for the next
+            send(ours, {"query": {"kind": "locate"}, "n": n})
+            message, _fds = receive(ours)
+            assert message == {"unavailable": "Resource temporarily unavailable", "n": n}
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # still waiting
+    finally:
+        ours.close()
+        deadline = time.monotonic() + 10
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if ended[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0  # the session closed it: it left
 
     server = CheckpointedReplay(timeout=10)
     try:
         ours, theirs = socket.socketpair()
         server.checkpoints[100] = ours
-        send(theirs, {"unavailable": "Resource temporarily unavailable"})
+        send(theirs, {"unavailable": "Resource temporarily unavailable", "n": 1})
         with pytest.raises(Unavailable, match="at 100 could not fork a worker"):
             server.ask({"kind": "capture", "counters": [150]}, 150)
         assert 100 in server.checkpoints  # it may serve a later question
         theirs.close()
     finally:
         server.close()
-    assert real_fork is not _NoFork
 
 
 def test_a_serve_pass_that_cannot_fork_goes_on_without_that_checkpoint(
