@@ -30,10 +30,10 @@ from ..conftest import KeyFiles, run_cli
 from .replaying import line_of, promotions_database, recorded_server, write_app
 
 # Alone: with two other workers loading the machine, a sandboxed session's trace was refused
-# (its passes disagreed at step 3,579,174, the request's LimitedStream: one pass's engine
-# tagged the stream with a step twelve before its makefile() call), in both its passes from
+# (its passes disagreed at step 3,579,174, the request's LimitedStream: one pass ran twelve
+# instructions fewer before the request's makefile() call), in both its passes from
 # checkpoints and its passes from the start. The refusal is right (no answer rather than a
-# wrong one); what makes the engine tag differently under load is not found yet
+# wrong one); what changes the path while the machine is busy is not found yet
 # (docs/provenance.md, "Known open fault"). Run by itself, this test checks the answer.
 pytestmark = pytest.mark.alone
 
