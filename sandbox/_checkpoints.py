@@ -256,21 +256,19 @@ class Checkpoints:
         """Fork a checkpoint here. True in the runner; False in a worker that a question
         forked from the checkpoint, which goes on with the program from this instant."""
         began = _clock()
+        pair: tuple[Socket, Socket] | None = None
         try:
-            mine, theirs = _socket.socketpair()
-        except OSError:
-            self.skipped += 1  # out of descriptors: a later interval may take it
-            return True
-        try:
+            pair = _socket.socketpair()
             with outside_the_program():  # threading's after-fork handler runs in the child
                 pid = _fork()
         except OSError:
-            # No process to spare (the user's process limit, memory): no checkpoint here,
-            # and the run goes on as if it had not fallen due.
-            mine.close()
-            theirs.close()
+            # No descriptor or no process to spare (the user's limits, memory): no checkpoint
+            # here, and the run goes on as if it had not fallen due.
+            for sock in pair or ():
+                sock.close()
             self.skipped += 1
             return True
+        mine, theirs = pair
         if pid == 0:
             theirs.close()
             self.control.close()

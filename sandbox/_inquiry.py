@@ -198,11 +198,15 @@ class Inquiry:
         result: dict[str, Any] = receipt.data["result"]
         return result
 
+    @property
+    def _passes_policy(self) -> CheckpointPolicy | None:
+        """The checkpoints this question's passes start from: none while it is asked again
+        from the start (_agreeing)."""
+        return None if self._from_start else self.policy
+
     def _server(self) -> CheckpointedReplay | None:
         """The checkpoints this question's passes start from, if it uses any."""
-        if self.policy is None or self._from_start:
-            return None
-        return self._checkpointed()
+        return None if self._passes_policy is None else self._checkpointed()
 
     def _agreeing(self, question: Callable[[], _Answer]) -> _Answer:
         """`question`'s answer; asked again, every pass from the start, if its passes from
@@ -216,7 +220,7 @@ class Inquiry:
         try:
             return question()
         except PassesDisagreedError:
-            if self._server() is None:
+            if self._passes_policy is None:
                 raise
         self._from_start = True
         self._located.clear()  # counters a disagreeing pass found
@@ -383,7 +387,7 @@ class Inquiry:
         start = int(spec.get("counter", 0))
         if slice_depths and expr:
             sliced: dict[str, Any] = {"depth": max(slice_depths), "depths": list(slice_depths)}
-            policy = None if self._from_start else self.policy
+            policy = self._passes_policy
             if policy is not None and policy.edges and self._since is None:
                 # The serve pass kept the edges since the start, and its checkpoints hold
                 # them (until its edge limit), as do those a slicing question kept: the pass
@@ -394,7 +398,7 @@ class Inquiry:
                 start = self._window_start
             query["slice"] = sliced
         result = self.run(query, start)
-        if result.get("found") and "counter" not in spec and self._server() is not None:
+        if result.get("found") and "counter" not in spec and self._passes_policy is not None:
             self._located[_spec_key(spec)] = int(result["counter"])
         if not result.get("found"):
             if at.function is not None:

@@ -268,6 +268,13 @@ def test_a_budget_is_a_share_of_the_pass_below_one(budget: float) -> None:
         CheckpointPolicy(budget=budget)
 
 
+class _NoEngine:
+    """The engine a checkpoint's own code talks to, with nothing to schedule."""
+
+    def every(self, _n: int, _callback: object) -> None:
+        pass
+
+
 class _NoFork:
     """libc's fork failing as it does at the user's process limit (EAGAIN), which root, who
     runs the tests, is never held to: a sandboxed session's processes are."""
@@ -299,10 +306,6 @@ def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits() -> None:
         send,
     )
 
-    class Engine:
-        def every(self, _n: int, _callback: object) -> None:
-            pass
-
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # the checkpoint: never returns into the test
@@ -310,7 +313,7 @@ def test_a_checkpoint_that_cannot_fork_a_worker_says_so_and_waits() -> None:
             ours.close()
             checkpoints_module._fork = _NoFork()
             checkpoint = Checkpoints.__new__(Checkpoints)
-            checkpoint.engine = Engine()
+            checkpoint.engine = _NoEngine()
             checkpoint._serve(theirs)  # leaves by _exit(0) at the end of the socket
         finally:
             os._exit(3)
@@ -352,12 +355,8 @@ def test_a_serve_pass_that_cannot_fork_goes_on_without_that_checkpoint(
 
     from sealtrace.sandbox._checkpoints import Checkpoints
 
-    class Engine:
-        def every(self, _n: int, _callback: object) -> None:
-            pass
-
     control, session = socket.socketpair()
-    checkpoints = Checkpoints(Engine(), control.detach(), CheckpointPolicy(10, 4), print)
+    checkpoints = Checkpoints(_NoEngine(), control.detach(), CheckpointPolicy(10, 4), print)
     monkeypatch.setattr("sealtrace.sandbox._checkpoints._fork", _NoFork())
     assert checkpoints._take(10) is True  # the runner goes on
     assert checkpoints.taken == [] and checkpoints.skipped == 1
