@@ -313,20 +313,36 @@ def _read_summary(fd: int) -> dict[str, Any]:
 def _run_child(
     argv: list[str], env: dict[str, str], *, on_start: Callable[[], None] | None = None
 ) -> int:
-    try:
-        # Stdio only (close_fds), and the program's own core limit back (restore_in_child).
-        child = subprocess.Popen(argv, env=env, close_fds=True, preexec_fn=restore_in_child())
-    except OSError as exc:
-        raise UsageError(f"cannot start {argv[0]}: {exc.strerror}") from None
-    if on_start is not None:
-        on_start()
-    # A terminal's ^C reaches the child directly; a SIGTERM or SIGHUP sent to us is passed on,
-    # so the program (not this wrapper) decides how to end and the recording ends with it.
+    # A SIGTERM or SIGHUP sent to us is passed on, so the program (not this wrapper) decides
+    # how to end and the recording ends with it. The handlers go in before the child starts:
+    # one that arrives before there is a child to pass it to is kept and passed on at once
+    # (else it would end this wrapper and leave the program running unwatched). A caught
+    # signal is reset by exec, so the program starts with its own defaults.
     forwarded = (signal.SIGTERM, signal.SIGHUP)
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
-    for sig in forwarded:
-        previous[sig] = signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    started: list[subprocess.Popen[bytes]] = []
+    early: list[int] = []
+
+    def forward(number: int, _frame: object) -> None:
+        if started:
+            started[0].send_signal(number)
+        else:
+            early.append(number)
+
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
     try:
+        try:
+            # Stdio only (close_fds), and the program's own core limit back (restore_in_child).
+            child = subprocess.Popen(argv, env=env, close_fds=True, preexec_fn=restore_in_child())
+        except OSError as exc:
+            raise UsageError(f"cannot start {argv[0]}: {exc.strerror}") from None
+        started.append(child)
+        # A terminal's ^C reaches the child directly (ignored only after it started, since an
+        # ignored signal stays ignored across exec).
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for number in early:
+            child.send_signal(number)
+        if on_start is not None:
+            on_start()
         code = child.wait()
     finally:
         for sig, handler in previous.items():

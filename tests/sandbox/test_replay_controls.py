@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -445,14 +446,43 @@ def test_sigterm_reaches_the_program(tmp_path: Path, keys: KeyFiles) -> None:
     exe = Path(PYTHON).with_name("sealtrace")
     argv = [str(exe), "record", "--recipient", str(keys.recipient_path),
             "--output", str(tmp_path / "rec"), "--", PYTHON, str(app)]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-    proc.terminate()
-    _, err = proc.communicate(timeout=30)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()  # (a no-op once it has ended) nothing left running if this failed
     assert proc.returncode == 9, err
     proc, receipt = replay(keys, tmp_path / "rec")
     receipt = assert_bit_exact(proc, receipt)
     assert receipt["exit_status"]["recorded"] == 9
+
+
+# The wrapper's window: a SIGTERM that reaches `sealtrace record` while it is starting the
+# program (here, just before and just after the program's process is made) is passed on to
+# the program, instead of ending the wrapper and leaving the program running unwatched.
+_EARLY_SIGNAL = """
+import os, signal, subprocess, sys
+from sealtrace.proxy import _recording_cli
+
+real = subprocess.Popen
+class Popen(real):
+    def __init__(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        super().__init__(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGHUP)
+_recording_cli.subprocess.Popen = Popen
+program = "import time; time.sleep(30)"
+sys.exit(_recording_cli._run_child([sys.executable, "-c", program], dict(os.environ)))
+"""
+
+
+def test_a_signal_while_the_program_starts_reaches_the_program() -> None:
+    proc = subprocess.run([PYTHON, "-c", _EARLY_SIGNAL], capture_output=True, timeout=60)
+    # The program was ended by a signal passed on to it (the wrapper reports 128 + the
+    # signal's number); -15 would be the wrapper itself ended, and 0 a program never told.
+    assert proc.returncode in (128 + signal.SIGTERM, 128 + signal.SIGHUP), proc.stderr
 
 
 def test_a_library_adds_its_own_boundary_entries(tmp_path: Path, keys: KeyFiles) -> None:
