@@ -34,7 +34,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from sealtrace.proxy.boundary import is_own_code
 
@@ -153,20 +153,31 @@ def _fresh(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
 
 
+_TYPE_FIELDS = {name: type.__dict__[name] for name in ("__module__", "__qualname__", "__name__")}
+
+
+def _of_type(t: type, name: str) -> str:
+    """A type's __module__, __qualname__ or __name__ as `type` keeps it. Describing a value
+    must run none of the program's code: t.__qualname__ would find a metaclass's property of
+    that name first."""
+    found = _TYPE_FIELDS[name].__get__(t, type)
+    return found if type(found) is str else "?"
+
+
 def _own_type(t: type) -> bool:
     """A replay stand-in (a boundary proxy class): its fields are sealtrace's own state."""
-    return any(str(getattr(c, "__module__", "")).startswith("sealtrace.") for c in t.__mro__)
+    return any(_of_type(c, "__module__").startswith("sealtrace.") for c in t.__mro__)
 
 
 def _type_name(value: Any) -> str:
     t = type(value)
-    module = t.__module__
+    module, qualname = _of_type(t, "__module__"), _of_type(t, "__qualname__")
     if _own_type(t):
         own = module.startswith("sealtrace.")
-        return _fresh(t.__qualname__) if own else f"{module}.{t.__qualname__}"
+        return _fresh(qualname) if own else f"{module}.{qualname}"
     if module in ("builtins", "__main__"):
-        return _fresh(t.__qualname__)
-    return f"{module}.{t.__qualname__}"
+        return _fresh(qualname)
+    return f"{module}.{qualname}"
 
 
 def _instance_dict(value: Any) -> dict[str, Any] | None:
@@ -203,7 +214,8 @@ def _safe_repr(value: Any, depth: int = 0) -> str | None:
             return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
         if t is list:
             return "[" + ", ".join(parts) + "]"
-        return t.__name__ + "({" + ", ".join(parts) + "})" if parts else f"{t.__name__}()"
+        name = _of_type(t, "__name__")
+        return name + "({" + ", ".join(parts) + "})" if parts else f"{name}()"
     if t is dict:
         items = []
         for k, v in list(value.items())[:_ITEMS_LIMIT]:
@@ -214,22 +226,81 @@ def _safe_repr(value: Any, depth: int = 0) -> str | None:
         if len(value) > _ITEMS_LIMIT:
             items.append("…")
         return "{" + ", ".join(items) + "}"
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+    # By its type, not isinstance(): that asks an object of another type for its __class__,
+    # which a proxy (werkzeug's LocalProxy) computes in the program's code.
+    if issubclass(t, (types.FunctionType, types.BuiltinFunctionType)):
         return f"<{_type_name(value)} {value.__qualname__}>"
-    if t.__module__ in ("decimal", "fractions", "datetime", "uuid", "pathlib"):
+    if issubclass(t, type):
+        return f"<{_type_name(value)} {_of_type(value, '__qualname__')}>"
+    module = _of_type(t, "__module__")
+    if module == "pathlib":
+        return _path_repr(value, t)
+    if module == "fractions":
+        return _fields_repr(value, t, ("_numerator", "_denominator"), "{}({}, {})")
+    if module == "uuid":
+        return _fields_repr(value, t, ("int",), "{}('{}')", _uuid_text)
+    if module in ("decimal", "datetime"):  # C types: their repr runs no Python
         try:
             return repr(value)
-        except Exception:  # a value still being built (Fraction.__new__ before its fields)
+        except Exception:
             return None
     fields = _instance_dict(value)
-    if fields is not None and not isinstance(value, types.ModuleType):
+    if fields is not None and not issubclass(t, types.ModuleType):
         inner = ", ".join(
             f"{k}={_safe_repr(v, depth + 1) or '<' + _type_name(v) + '>'}"
             for k, v in list(fields.items())[:_ITEMS_LIMIT]
-            if isinstance(k, str)
+            if issubclass(type(k), str)
         )
-        return f"{t.__qualname__}({inner})"
+        return f"{_of_type(t, '__qualname__')}({inner})"
     return None
+
+
+def _slot(value: Any, t: type, name: str) -> Any:
+    """The value in one of t's __slots__, read by its member descriptor (AttributeError when
+    it is empty or is not a slot)."""
+    found = _class_attr(t, name)
+    if type(found) is not types.MemberDescriptorType:
+        raise AttributeError(name)
+    return found.__get__(value, t)
+
+
+def _fields_repr(
+    value: Any, t: type, slots: tuple[str, ...], form: str, text: Callable[[Any], str] = str
+) -> str | None:
+    """repr() of a standard-library value, made from its slots: its own repr() is Python, and
+    describing a value runs none. None for a value still being built."""
+    try:
+        fields = [_slot(value, t, name) for name in slots]
+    except AttributeError:
+        return None
+    if any(type(f) is not int for f in fields):
+        return None
+    return form.format(_of_type(t, "__name__"), *(text(f) for f in fields))
+
+
+def _uuid_text(number: int) -> str:
+    h = f"{number:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _path_repr(value: Any, t: type) -> str | None:
+    """repr() of a pathlib path, made from its slots. Its own repr() would store the path's
+    string in it (PurePath.__str__ caches it), so the program, asking for that string later,
+    would run fewer instructions in a pass that described the path than in one that did not,
+    and the two would number the rest of the run differently. None for a path still being
+    built."""
+    sep = "\\" if issubclass(t, sys.modules["pathlib"].PureWindowsPath) else "/"
+    try:
+        try:
+            text = _slot(value, t, "_str")
+        except AttributeError:
+            drv, root, parts = (_slot(value, t, n) for n in ("_drv", "_root", "_parts"))
+            text = (drv + root + sep.join(parts[1:]) if drv or root else sep.join(parts)) or "."
+    except (AttributeError, TypeError):  # being built, or not 3.11's pathlib
+        return None
+    if type(text) is not str:
+        return None
+    return f"{_of_type(t, '__name__')}({text.replace(sep, '/')!r})"
 
 
 def _clip(text: str | None) -> str | None:
@@ -245,10 +316,10 @@ _TAGS = {type(None): 1, bool: 2, int: 3, float: 4, str: 5, bytes: 6, list: 7, tu
 
 
 def canonical_bytes(value: Any, shown: str | None) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
+    if issubclass(type(value), bytes):
+        return cast(bytes, value)
+    if issubclass(type(value), str):  # str's own encode: a subclass's would be the program's
+        return str.encode(value, "utf-8", "surrogatepass")
     return (shown or "").encode("utf-8", "surrogatepass")
 
 
@@ -320,18 +391,38 @@ def parse_expression(text: str) -> list[tuple[str, Any]]:
 _MISSING = object()
 
 
+_TYPE_DICT = type.__dict__["__dict__"]
+
+
+def _class_attr(t: type, name: str) -> Any:
+    """`name` as the first class in t's method resolution order defines it, or _MISSING."""
+    for klass in t.__mro__:
+        namespace = _TYPE_DICT.__get__(klass, type)
+        if name in namespace:
+            return namespace[name]
+    return _MISSING
+
+
 def _static_attr(owner: Any, name: str) -> Any:
-    if isinstance(owner, types.ModuleType):
+    if issubclass(type(owner), types.ModuleType):
         return owner.__dict__.get(name, _MISSING)
     fields = _instance_dict(owner)
     if fields is not None and name in fields:
         return fields[name]
-    try:
-        found = inspect.getattr_static(owner, name)
-    except AttributeError:
-        return _MISSING
-    if hasattr(type(found), "__get__") and not isinstance(found, (staticmethod, classmethod)):
-        if isinstance(found, (types.FunctionType, types.BuiltinFunctionType)):
+    if issubclass(type(owner), type):
+        try:
+            found = inspect.getattr_static(owner, name)
+        except AttributeError:
+            return _MISSING
+    else:
+        # Its class's. Not through inspect.getattr_static(owner), which reads the instance's
+        # __dict__ again and so would make one for an instance that keeps its fields inline.
+        found = _class_attr(type(owner), name)
+        if found is _MISSING:
+            return _MISSING
+    kind = type(found)
+    if hasattr(kind, "__get__") and not issubclass(kind, (staticmethod, classmethod)):
+        if issubclass(kind, (types.FunctionType, types.BuiltinFunctionType)):
             return found
         raise ExpressionError(
             f"{name} is computed by a descriptor (a property?); name the attribute it reads"
@@ -772,7 +863,7 @@ class Provenance:
             if name in globals_:
                 value = globals_[name]
                 tag = engine.item_tag(globals_, name, value)
-            elif isinstance(frame.f_builtins, dict) and name in frame.f_builtins:
+            elif type(frame.f_builtins) is dict and name in frame.f_builtins:
                 value = frame.f_builtins[name]
             else:
                 raise ExpressionError(f"{name} is not defined at this point")
@@ -884,11 +975,7 @@ class Provenance:
             chosen = outputs[-1][0]
         if outputs:
             node["value"] = summarize(chosen)
-            if (
-                node["opname"] in ("LOAD_GLOBAL", "LOAD_NAME")
-                and isinstance(chosen, (types.BuiltinFunctionType, type))
-                and getattr(chosen, "__module__", None) == "builtins"
-            ):
+            if node["opname"] in ("LOAD_GLOBAL", "LOAD_NAME") and _builtin_module(chosen):
                 node["builtin"] = True
         node["raised"] = bool(raised)
         if edges is not None:
@@ -934,12 +1021,12 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 def _message(exc: BaseException) -> dict[str, Any] | None:
     t = type(exc)
     owner = next((c for c in t.__mro__ if "__str__" in c.__dict__), object)
-    if owner.__module__ != "builtins":
+    if _of_type(owner, "__module__") != "builtins":
         return None  # the program's own __str__
     args = BaseException.__dict__["args"].__get__(exc)
     if type(args) is not tuple or any(type(a) not in _SAFE_SCALARS for a in args):
         return None  # str() would format an object of the program's
-    if isinstance(exc, OSError):
+    if issubclass(t, OSError):
         for name in ("filename", "filename2", "strerror"):
             if type(OSError.__dict__[name].__get__(exc)) not in _SAFE_SCALARS:
                 return None
@@ -966,11 +1053,25 @@ def input_tags(node: dict[str, Any]) -> list[int]:
 
 
 def _callable_name(obj: Any) -> str:
-    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
-        return _fresh(str(getattr(obj, "__qualname__", _type_name(obj))))
-    if isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-        return f"{obj.__objclass__.__qualname__}.{obj.__name__}"
+    # Each by its type and type's own fields: naming a callee runs none of the program's code.
+    t = type(obj)
+    if issubclass(t, type):
+        return _fresh(_of_type(obj, "__qualname__"))
+    if issubclass(t, types.MethodType):
+        return _callable_name(obj.__func__)
+    if issubclass(t, (types.FunctionType, types.BuiltinFunctionType)):
+        return _fresh(str(obj.__qualname__))
+    if issubclass(t, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return f"{_of_type(obj.__objclass__, '__qualname__')}.{obj.__name__}"
     return _type_name(obj)
+
+
+def _builtin_module(value: Any) -> bool:
+    """A builtins function or class (a LOAD_GLOBAL of one is marked as such)."""
+    t = type(value)
+    if issubclass(t, type):
+        return _of_type(value, "__module__") == "builtins"
+    return issubclass(t, types.BuiltinFunctionType) and value.__module__ == "builtins"
 
 
 def attach_to_environ(prov: Provenance) -> None:

@@ -238,14 +238,15 @@ def replay(
         finally:
             os.close(fd)
 
-    def feed() -> None:
-        # The child reads its query whole before the recording, so the query goes first.
-        if query is not None:
-            write_all(query_write, json.dumps(query).encode())
-        write_all(input_write, data)
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
+    # Each pipe is fed by a thread of its own: the child reads the recording whole, then the
+    # query, and either can be larger than a pipe holds (a capture of 10,000 steps is), so
+    # one thread writing both, in any order, could wait on a child that waits on the other.
+    feeds = [(input_write, data)]
+    if query is not None:
+        feeds.append((query_write, json.dumps(query).encode()))
+    feeders = [threading.Thread(target=write_all, args=feed, daemon=True) for feed in feeds]
+    for feeder in feeders:
+        feeder.start()
     stderr_chunks: list[bytes] = []
     drain = threading.Thread(target=lambda: stderr_chunks.append(child.stderr.read()), daemon=True)  # type: ignore[union-attr]
     drain.start()
@@ -268,7 +269,8 @@ def replay(
     reader.join()
     results.close()
     raw = b"".join(received)
-    feeder.join()
+    for feeder in feeders:
+        feeder.join()
     drain.join()
     child.stderr.close()  # type: ignore[union-attr]
     try:

@@ -607,3 +607,19 @@ def test_a_question_whose_passes_from_checkpoints_disagree_is_asked_again_from_t
     with _Glitching.make(1, None)(data, parsed) as plain_once, pytest.raises(DivergenceError):
         plain_once.trace(question)
     assert plain_once.from_checkpoints == [False]
+
+
+def test_a_capture_larger_than_a_pipe_holds_comes_back(recorded: Recorded) -> None:
+    # The pass's query and the recording go to the replaying process through pipes of their
+    # own, which it reads one after the other: a query larger than a pipe holds (64 KiB)
+    # once waited for the child while the child waited for the recording behind it, for
+    # ever (no timeout in-process). Every step of this run is well over that.
+    from sealtrace.sandbox import Inquiry
+
+    data, parsed, *_ = recorded
+    with Inquiry(data, parsed, timeout=120) as inquiry:
+        total = inquiry.survey()["instructions"]
+        every = set(range(1, total + 1))
+        assert len(json.dumps({"counters": sorted(every)})) > 1 << 16
+        nodes = inquiry.capture(every)
+    assert set(nodes) == every

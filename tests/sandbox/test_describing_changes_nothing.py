@@ -1,0 +1,147 @@
+"""Describing a value runs none of the program's code, so a pass that describes values runs the
+program exactly as one that does not.
+
+Every pass of a question must number the run the same way: the answers of a locate pass, a
+slice pass and a capture pass are joined by step number, and a pass from a checkpoint is
+checked against the pass it stands for. A capture describes each step's value; if that ran
+code of the program's (a `__repr__`, a property, a metaclass's attribute lookup), the code
+could change the program's state, and the program would then take another path in that pass
+only. pathlib did exactly that: its repr() caches the path's string in the path, so the
+program's later str() ran fewer instructions in a pass that had described the path, and the
+Flask + SQLAlchemy request (whose importlib.metadata lookups build paths) was numbered
+differently from the capture on (docs/provenance.md, "Known open fault").
+"""
+
+from __future__ import annotations
+
+import fractions
+import pathlib
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from ..conftest import KeyFiles
+from .replaying import line_of, record, write_app
+
+pytestmark = pytest.mark.integration
+
+# Each of the three values at the top of main() counts, in the program's own state, every time
+# code of the program's runs on it: pathlib caches its string when asked for it, the class's
+# metaclass counts lookups of its names, and the proxy counts lookups of its __class__ (what
+# isinstance() asks an object of another type for).
+PROGRAM = """\
+import pathlib
+
+
+class Counted(type):
+    seen = 0
+
+    def __getattribute__(cls, name):
+        if name in ("__qualname__", "__module__", "__name__"):
+            Counted.seen += 1
+        return super().__getattribute__(name)
+
+
+class Shape(metaclass=Counted):
+    pass
+
+
+class Proxy:
+    looked = 0
+
+    @property
+    def __class__(self):
+        Proxy.looked += 1
+        return Proxy
+
+
+def main():
+    here = pathlib.PurePosixPath("orders", "2026", "12.csv")
+    kind = Shape
+    proxy = Proxy()
+    name = str(here)
+    touched = Counted.seen + Proxy.looked
+    extra = [kind, proxy] * touched
+    for _ in extra:
+        pass
+    return len(name) + touched
+
+
+RESULT = main()
+"""
+
+
+@pytest.fixture(scope="module")
+def described(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[int, Any], dict[int, Any]]:
+    """(every step of the run described, the steps from `name = str(here)` on described by a
+    pass that described nothing before them)."""
+    from sealtrace.proxy import write_keypair
+    from sealtrace.sandbox import Inquiry, load_recording
+
+    tmp = tmp_path_factory.mktemp("describing")
+    keys = KeyFiles(*write_keypair(tmp / "keys", "test"))
+    app = write_app(tmp / "app", PROGRAM, "shapes.py")
+    done = record(keys, tmp / "rec", [sys.executable, str(app)])
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    data, parsed = load_recording(str(tmp / "rec"), keys.identity)
+    with Inquiry(data, parsed) as inquiry:
+        total = inquiry.survey()["instructions"]
+        every = inquiry.capture(set(range(1, total + 1)))
+        first = min(
+            c
+            for c, node in every.items()
+            if str(node["file"]).endswith("shapes.py")
+            and node["line"] == line_of(PROGRAM, "name = str(here)")
+        )
+        late = inquiry.capture(set(range(first, total + 1)))
+    return every, late
+
+
+def _shown(node: dict[str, Any]) -> tuple[str, int, str | None]:
+    return node["op"], node["line"], (node["value"] or {}).get("repr")
+
+
+def test_the_values_are_described(described: tuple[dict[int, Any], dict[int, Any]]) -> None:
+    every, _ = described
+    lines = {line_of(PROGRAM, text) for text in ("here = ", "kind = ", "proxy = ")}
+    shown = {_shown(n)[0]: _shown(n)[2] for n in every.values() if n["line"] in lines}
+    assert shown["CALL PurePosixPath"] == "PurePosixPath('orders/2026/12.csv')"
+    assert shown["LOAD_GLOBAL Shape"] == "<Counted Shape>"
+    assert shown["CALL Proxy"] == "Proxy()"
+
+
+def test_a_pass_that_describes_values_runs_the_program_as_one_that_does_not(
+    described: tuple[dict[int, Any], dict[int, Any]],
+) -> None:
+    every, late = described
+    assert late, "the late capture described nothing"
+    differ = [c for c in late if _shown(late[c]) != _shown(every[c])]
+    assert not differ, [(c, _shown(every[c]), _shown(late[c])) for c in differ[:3]]
+    # And neither pass ran the program's code: nothing was counted, so `touched` is 0.
+    touched = line_of(PROGRAM, "touched = Counted.seen")
+    sums = [n for n in every.values() if n["line"] == touched and n["op"] == "BINARY_OP +"]
+    assert [_shown(n)[2] for n in sums] == ["0"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pathlib.PurePosixPath("a", "b.txt"),
+        pathlib.Path("/srv", "orders"),
+        pathlib.PurePosixPath(),
+        pathlib.PureWindowsPath("C:/Users", "x"),
+        fractions.Fraction(3, 4),
+        uuid.UUID(int=0xAB54A98CEB1F0AD2),
+    ],
+    ids=repr,
+)
+def test_a_standard_library_value_is_shown_as_its_repr_without_calling_it(value: Any) -> None:
+    from sealtrace.sandbox._provenance import _safe_repr
+
+    fresh = type(value)(value) if isinstance(value, pathlib.PurePath) else value
+    assert _safe_repr(fresh) == repr(value)
+    if isinstance(fresh, pathlib.PurePath):  # its string is still not cached in it
+        with pytest.raises(AttributeError):
+            pathlib.PurePath.__dict__["_str"].__get__(fresh)
