@@ -28,6 +28,9 @@ static struct {
   PyDictKeysObject* keys[PyDict_MAXFREELIST];
   int keys_free;
   struct _Py_float_state floats;
+  PySliceObject* slice;
+  struct _Py_context_state contexts;
+  struct _Py_async_gen_state async_gens;
 } g_saved;
 
 // Inside a scope, new blocks come from the quiet heap; a block is released by the allocator the
@@ -134,6 +137,16 @@ static void set_free_lists_aside(PyInterpreterState* interp) {
   memcpy(&g_saved.floats, &interp->float_state, sizeof(interp->float_state));
   interp->float_state.numfree = 0;
   interp->float_state.free_list = NULL;
+  // The one-slice cache, and the contexts' and async generators' free lists: GC objects whose
+  // reuse skips the allocation the young generation counts. A slice the scope took from the
+  // program's cache, or left in it, moved the program's next collection by one allocation
+  // (a capture that described a list, `list(value)[:n]`, made a finalizer run elsewhere).
+  g_saved.slice = interp->slice_cache;
+  interp->slice_cache = NULL;
+  memcpy(&g_saved.contexts, &interp->context, sizeof(interp->context));
+  memset(&interp->context, 0, sizeof(interp->context));
+  memcpy(&g_saved.async_gens, &interp->async_gen, sizeof(interp->async_gen));
+  memset(&interp->async_gen, 0, sizeof(interp->async_gen));
 }
 
 // What the scope freed into the free lists is released; the program's lists come back.
@@ -165,6 +178,22 @@ static void restore_free_lists(PyInterpreterState* interp) {
     f = next;
   }
   memcpy(&interp->float_state, &g_saved.floats, sizeof(interp->float_state));
+  if (interp->slice_cache != NULL) PyObject_GC_Del(interp->slice_cache);
+  interp->slice_cache = g_saved.slice;
+#if PyContext_MAXFREELIST > 0
+  for (PyContext* c = interp->context.freelist; c != NULL;) {
+    PyContext* next = c->ctx_prev;
+    PyObject_GC_Del(c);
+    c = next;
+  }
+#endif
+  memcpy(&interp->context, &g_saved.contexts, sizeof(interp->context));
+#if _PyAsyncGen_MAXFREELIST > 0
+  struct _Py_async_gen_state* a = &interp->async_gen;
+  for (int i = 0; i < a->value_numfree; ++i) PyObject_GC_Del(a->value_freelist[i]);
+  for (int i = 0; i < a->asend_numfree; ++i) PyObject_GC_Del(a->asend_freelist[i]);
+#endif
+  memcpy(&interp->async_gen, &g_saved.async_gens, sizeof(interp->async_gen));
 }
 
 void sealtrace_quiet_enter(void) {

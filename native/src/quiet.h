@@ -10,8 +10,10 @@
 //   - allocations go to the quiet heap (quiet_heap.h), never to pymalloc's pools or to
 //     malloc's heap, where the program's objects live (this needs the default allocators:
 //     under PYTHONMALLOC=debug or malloc, allocations are not moved);
-//   - the tuple, list, dict and float free lists are set aside, so the program's next
-//     objects come from the same blocks as in a pass that asked nothing;
+//   - the tuple, list, dict and float free lists, the one-slice cache and the contexts' and
+//     async generators' free lists are set aside, so the program's next objects come from
+//     the same blocks as in a pass that asked nothing, and its young generation counts the
+//     same allocations (a reused object is not counted, a new one is);
 //   - automatic collection is off, the allocation counts that schedule it are restored on
 //     exit, and containers created in the scope leave the young generation for the
 //     permanent one, so they never count towards, or take part in, the program's collections

@@ -9,7 +9,8 @@ could change the program's state, and the program would then take another path i
 only. pathlib did exactly that: its repr() caches the path's string in the path, so the
 program's later str() ran fewer instructions in a pass that had described the path, and the
 Flask + SQLAlchemy request (whose importlib.metadata lookups build paths) was numbered
-differently from the capture on (docs/provenance.md, "Known open fault").
+differently from the capture on (docs/provenance.md, "Found: the passes that ran a finalizer
+twelve steps apart").
 """
 
 from __future__ import annotations
@@ -123,6 +124,60 @@ def test_a_pass_that_describes_values_runs_the_program_as_one_that_does_not(
     touched = line_of(PROGRAM, "touched = Counted.seen")
     sums = [n for n in every.values() if n["line"] == touched and n["op"] == "BINARY_OP +"]
     assert [_shown(n)[2] for n in sums] == ["0"]
+
+
+# The young generation's count of allocations decides when the collector runs, and so when a
+# finalizer runs, at which step: describing values must not move it. Slicing a list for its
+# repr took the program's cached slice object (a free list of one) and left another: the
+# program's next slice then skipped or made an allocation the count sees, and a finalizer
+# (the served request's ZipFile.__del__, twelve steps) ran at another step in that pass.
+COUNTED = """\
+import gc
+
+
+def firsts(rows):
+    return ",".join(row for row in rows[0:2])
+
+
+def main():
+    rows = ["session", "instance", "other"]
+    joined = firsts(rows)
+    made = [{"n": n, "f": n / 3, "t": (n, str(n))} for n in range(50)]
+    counts = gc.get_count()
+    return joined, len(made), counts
+
+
+RESULT = main()
+"""
+
+
+def test_describing_values_leaves_the_collector_s_count_as_it_was(tmp_path: pathlib.Path) -> None:
+    from sealtrace.proxy import write_keypair
+    from sealtrace.sandbox import Inquiry, load_recording
+
+    tmp = tmp_path
+    keys = KeyFiles(*write_keypair(tmp / "keys", "test"))
+    app = write_app(tmp / "app", COUNTED, "counted.py")
+    done = record(keys, tmp / "rec", [sys.executable, str(app)])
+    assert done.proc.returncode == 0, done.proc.stderr.decode()
+    data, parsed = load_recording(str(tmp / "rec"), keys.identity)
+    with Inquiry(data, parsed) as inquiry:
+        total = inquiry.survey()["instructions"]
+        every = inquiry.capture(set(range(1, total + 1)))
+        line = line_of(COUNTED, "counts = gc.get_count()")
+        step = next(
+            c
+            for c, n in every.items()
+            if n["line"] == line
+            and str(n["file"]).endswith("counted.py")
+            and n["op"].startswith("CALL ")
+        )
+        slicing = [c for c, n in every.items() if n["op"] == "BINARY_SUBSCR"]
+        alone = inquiry.capture({step})[step]
+        with_the_slice = inquiry.capture({*slicing, step})[step]
+    assert slicing, "the program slices nothing"
+    assert every[step]["value"]["repr"] == alone["value"]["repr"]
+    assert with_the_slice["value"]["repr"] == alone["value"]["repr"]
 
 
 @pytest.mark.parametrize(

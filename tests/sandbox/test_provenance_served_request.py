@@ -30,11 +30,10 @@ from ..conftest import KeyFiles, run_cli
 from .replaying import line_of, promotions_database, recorded_server, write_app
 
 # Alone: with two other workers loading the machine, a sandboxed session's trace was refused
-# (its passes disagreed at step 3,579,174, the request's LimitedStream: one pass ran twelve
-# instructions fewer before the request's makefile() call), in both its passes from
-# checkpoints and its passes from the start. The refusal is right (no answer rather than a
-# wrong one); what changes the path while the machine is busy is not found yet
-# (docs/provenance.md, "Known open fault"). Run by itself, this test checks the answer.
+# (its passes disagreed at step 3,579,174, the request's LimitedStream: one pass ran a
+# finalizer twelve instructions earlier). The cause, a capture's description moving the
+# program's collections, is closed (docs/provenance.md, "Found: the passes that ran a
+# finalizer twelve steps apart"); the test stays by itself until parallel runs show it.
 pytestmark = pytest.mark.alone
 
 SHOP = """

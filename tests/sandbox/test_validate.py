@@ -154,9 +154,10 @@ def _worse(now: float | None, then: float | None) -> bool:
 
 
 # Alone: under the rest of the suite's load, a web and an ORM case of the corpus were refused
-# once (their passes disagreed): the engine's known open fault (docs/provenance.md, "Known
-# open fault"), which a refusal keeps from being a wrong answer but which lowers the recall
-# this ratchet holds. By itself, the figures are the engine's.
+# once (their passes disagreed), as the served request was (docs/provenance.md, "Found: the
+# passes that ran a finalizer twelve steps apart"; closed, and kept by itself until parallel
+# runs show it). A refusal keeps that from being a wrong answer but lowers the recall this
+# ratchet holds; by itself, the figures are the engine's.
 @pytest.mark.slow
 @pytest.mark.alone
 def test_corpus_figures_do_not_fall_below_the_baseline() -> None:
