@@ -15,10 +15,12 @@ twelve steps apart").
 
 from __future__ import annotations
 
+import contextlib
 import fractions
 import pathlib
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -74,22 +76,31 @@ RESULT = main()
 """
 
 
-@pytest.fixture(scope="module")
-def described(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[int, Any], dict[int, Any]]:
-    """(every step of the run described, the steps from `name = str(here)` on described by a
-    pass that described nothing before them)."""
+@contextlib.contextmanager
+def _every_step(tmp: pathlib.Path, program: str, name: str) -> Iterator[tuple[Any, dict[int, Any]]]:
+    """`program` recorded, an inquiry on it, and every step of its run described."""
     from sealtrace.proxy import write_keypair
     from sealtrace.sandbox import Inquiry, load_recording
 
-    tmp = tmp_path_factory.mktemp("describing")
     keys = KeyFiles(*write_keypair(tmp / "keys", "test"))
-    app = write_app(tmp / "app", PROGRAM, "shapes.py")
+    app = write_app(tmp / "app", program, name)
     done = record(keys, tmp / "rec", [sys.executable, str(app)])
     assert done.proc.returncode == 0, done.proc.stderr.decode()
     data, parsed = load_recording(str(tmp / "rec"), keys.identity)
     with Inquiry(data, parsed) as inquiry:
         total = inquiry.survey()["instructions"]
-        every = inquiry.capture(set(range(1, total + 1)))
+        yield inquiry, inquiry.capture(set(range(1, total + 1)))
+
+
+@pytest.fixture(scope="module")
+def described(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[int, Any], dict[int, Any]]:
+    """(every step of the run described, the steps from `name = str(here)` on described by a
+    pass that described nothing before them)."""
+    with _every_step(tmp_path_factory.mktemp("describing"), PROGRAM, "shapes.py") as (
+        inquiry,
+        every,
+    ):
+        total = max(every)
         first = min(
             c
             for c, node in every.items()
@@ -152,18 +163,7 @@ RESULT = main()
 
 
 def test_describing_values_leaves_the_collector_s_count_as_it_was(tmp_path: pathlib.Path) -> None:
-    from sealtrace.proxy import write_keypair
-    from sealtrace.sandbox import Inquiry, load_recording
-
-    tmp = tmp_path
-    keys = KeyFiles(*write_keypair(tmp / "keys", "test"))
-    app = write_app(tmp / "app", COUNTED, "counted.py")
-    done = record(keys, tmp / "rec", [sys.executable, str(app)])
-    assert done.proc.returncode == 0, done.proc.stderr.decode()
-    data, parsed = load_recording(str(tmp / "rec"), keys.identity)
-    with Inquiry(data, parsed) as inquiry:
-        total = inquiry.survey()["instructions"]
-        every = inquiry.capture(set(range(1, total + 1)))
+    with _every_step(tmp_path, COUNTED, "counted.py") as (inquiry, every):
         line = line_of(COUNTED, "counts = gc.get_count()")
         step = next(
             c
