@@ -145,8 +145,18 @@ static void set_free_lists_aside(PyInterpreterState* interp) {
   interp->slice_cache = NULL;
   memcpy(&g_saved.contexts, &interp->context, sizeof(interp->context));
   memset(&interp->context, 0, sizeof(interp->context));
-  memcpy(&g_saved.async_gens, &interp->async_gen, sizeof(interp->async_gen));
-  memset(&interp->async_gen, 0, sizeof(interp->async_gen));
+#if _PyAsyncGen_MAXFREELIST > 0
+  // Only the entries in use (the lists are long and usually empty).
+  struct _Py_async_gen_state* a = &interp->async_gen;
+  g_saved.async_gens.value_numfree = a->value_numfree;
+  memcpy(g_saved.async_gens.value_freelist, a->value_freelist,
+         sizeof(a->value_freelist[0]) * (size_t)a->value_numfree);
+  a->value_numfree = 0;
+  g_saved.async_gens.asend_numfree = a->asend_numfree;
+  memcpy(g_saved.async_gens.asend_freelist, a->asend_freelist,
+         sizeof(a->asend_freelist[0]) * (size_t)a->asend_numfree);
+  a->asend_numfree = 0;
+#endif
 }
 
 // What the scope freed into the free lists is released; the program's lists come back.
@@ -192,8 +202,13 @@ static void restore_free_lists(PyInterpreterState* interp) {
   struct _Py_async_gen_state* a = &interp->async_gen;
   for (int i = 0; i < a->value_numfree; ++i) PyObject_GC_Del(a->value_freelist[i]);
   for (int i = 0; i < a->asend_numfree; ++i) PyObject_GC_Del(a->asend_freelist[i]);
+  a->value_numfree = g_saved.async_gens.value_numfree;
+  memcpy(a->value_freelist, g_saved.async_gens.value_freelist,
+         sizeof(a->value_freelist[0]) * (size_t)a->value_numfree);
+  a->asend_numfree = g_saved.async_gens.asend_numfree;
+  memcpy(a->asend_freelist, g_saved.async_gens.asend_freelist,
+         sizeof(a->asend_freelist[0]) * (size_t)a->asend_numfree);
 #endif
-  memcpy(&interp->async_gen, &g_saved.async_gens, sizeof(interp->async_gen));
 }
 
 void sealtrace_quiet_enter(void) {

@@ -143,6 +143,7 @@ def test_a_pass_that_describes_values_runs_the_program_as_one_that_does_not(
 # program's next slice then skipped or made an allocation the count sees, and a finalizer
 # (the served request's ZipFile.__del__, twelve steps) ran at another step in that pass.
 COUNTED = """\
+import contextvars
 import gc
 
 
@@ -150,12 +151,30 @@ def firsts(rows):
     return ",".join(row for row in rows[0:2])
 
 
+async def ticks():
+    for n in range(3):
+        yield n
+
+
+def drained():
+    # An async generator driven by hand, and contexts: the other free lists a scope sets aside.
+    got, agen = [], ticks()
+    while True:
+        try:
+            agen.asend(None).send(None)
+        except StopIteration as step:
+            got.append(step.value)
+        except StopAsyncIteration:
+            return got
+
+
 def main():
     rows = ["session", "instance", "other"]
     joined = firsts(rows)
     made = [{"n": n, "f": n / 3, "t": (n, str(n))} for n in range(50)]
+    ticked = [contextvars.copy_context().run(drained) for _ in range(3)]
     counts = gc.get_count()
-    return joined, len(made), counts
+    return joined, len(made), ticked, counts
 
 
 RESULT = main()
