@@ -199,7 +199,10 @@ def _safe_repr(value: Any, depth: int = 0) -> str | None:
     """repr() for values whose repr runs no program code; None for anything else."""
     t = type(value)
     if t in _SAFE_SCALARS:
-        return repr(value)
+        try:
+            return repr(value)
+        except ValueError:  # an int too long for a decimal string (over 4,300 digits)
+            return hex(value)
     if _own_type(t):
         return f"<{_type_name(value)}>"
     if depth >= 2:

@@ -219,3 +219,14 @@ def test_a_standard_library_value_is_shown_as_its_repr_without_calling_it(value:
     if isinstance(fresh, pathlib.PurePath):  # its string is still not cached in it
         with pytest.raises(AttributeError):
             pathlib.PurePath.__dict__["_str"].__get__(fresh)
+
+
+def test_an_int_too_long_for_a_decimal_string_is_shown_in_hexadecimal() -> None:
+    # repr() of it raises (int-to-str conversion is limited to 4,300 digits): a capture's
+    # description then failed, and the step had no value. Its digest stays its own.
+    from sealtrace.sandbox._provenance import summarize
+
+    big = summarize(10**5000)
+    assert big["repr"] is not None and big["repr"].startswith("0x")
+    assert big["digest"] != summarize(10**5000 + 1)["digest"]
+    assert summarize(12)["repr"] == "12"
