@@ -168,8 +168,8 @@ def test_a_threaded_flask_server_indexes_every_request_it_served(
         assert any(e.data is not None and e.data.startswith(status) for e in span), r
     # Requests made one after another are indexed in that order. (Their spans may overlap:
     # a span is a bound over all threads' events, and the next connection's accept and read
-    # can be recorded before the previous request's send has counted its own; the request's
-    # own events, in its own thread, never do: see request_counters in the next test.)
+    # can be recorded before the previous request's send has recorded its own, since an
+    # event is recorded when its call returns: see request_counters in the next test.)
     one_by_one = [r for r in index if r["path"] in ("/item/1", "/item/2", "/missing")]
     assert [r["path"] for r in one_by_one] == ["/item/1", "/item/2", "/missing"]
     assert all(a["first"] < b["first"] for a, b in itertools.pairwise(one_by_one))
@@ -191,9 +191,8 @@ def _response(doc: dict[str, Any]) -> str:
     return str(doc["root"]["value"]["repr"])
 
 
-# Alone: that the requests made one after another span instructions one after another is the
-# recorded schedule's; with two other workers loading the machine, one's span reached into the
-# next's once (a handler thread's last event after the next request's first).
+# Alone: its session forks a checkpoint every 10,000 instructions, with no time budget to put
+# one off, and gives each pass 60 s.
 @pytest.mark.alone
 def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_checkpoints(
     tmp_path: Path, keys: KeyFiles
@@ -221,7 +220,11 @@ def test_a_question_about_one_request_of_a_threaded_server_is_answered_from_chec
         assert all(first < last for (first, last), r in zip(spans, index, strict=True) if r.status)
         one_by_one = [s for s, r in zip(spans, index, strict=True) if r.path.startswith(_SEQ)]
         assert len(one_by_one) == 3
-        assert all(a[1] < b[0] for a, b in itertools.pairwise(one_by_one))
+        # Each began after the one before it had read its request: its client sent it only
+        # once the answer before had come. Where each ends is the schedule's: an event is
+        # recorded when its call returns, so the next request's read can come before the last
+        # send of the one before it (seen, alone and under load).
+        assert all(a[0] < b[0] for a, b in itertools.pairwise(one_by_one))
         assert session._replay is not None and len(session._replay.checkpoints) > 2
         with pytest.raises(QueryError, match="served 10 indexed requests"):
             session.trace(Trace(at="request:11", var="b", depth=4))
