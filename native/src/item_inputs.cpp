@@ -183,11 +183,26 @@ bool Tracer::gather_named_items(Pending& p) {
   QuietScope quiet;  // the key strings it makes must not move the program's next objects
   PyObject* fmt = p.in_objs[0];
   PyObject* mapping = p.in_objs[1];
+  // An ASCII string's characters are its UTF-8. Any other's UTF-8 is read from a copy, freed
+  // in this scope: PyUnicode_AsUTF8AndSize would keep one in the program's string, in this
+  // pass only (sys.getsizeof(fmt) then grew by its size in a capture pass and not in a slice).
+  struct Copy {
+    PyObject* bytes = nullptr;
+    ~Copy() { Py_XDECREF(bytes); }
+  } copy;
+  const char* text = nullptr;
   Py_ssize_t n = 0;
-  const char* text = PyUnicode_AsUTF8AndSize(fmt, &n);
-  if (text == nullptr) {
-    PyErr_Clear();
-    return false;
+  if (PyUnicode_IS_ASCII(fmt)) {
+    text = static_cast<const char*>(PyUnicode_DATA(fmt));
+    n = PyUnicode_GET_LENGTH(fmt);
+  } else {
+    copy.bytes = PyUnicode_AsUTF8String(fmt);
+    if (copy.bytes == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    text = PyBytes_AS_STRING(copy.bytes);
+    n = PyBytes_GET_SIZE(copy.bytes);
   }
   ItemWalk w;
   for (Py_ssize_t i = 0; i + 1 < n; ++i) {

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ..conftest import KeyFiles
-from .replaying import line_of, record, write_app
+from .replaying import line_of, record, walk, write_app
 
 pytestmark = pytest.mark.integration
 
@@ -230,3 +230,39 @@ def test_an_int_too_long_for_a_decimal_string_is_shown_in_hexadecimal() -> None:
     assert big["repr"] is not None and big["repr"].startswith("0x")
     assert big["digest"] != summarize(10**5000 + 1)["digest"]
     assert summarize(12)["repr"] == "12"
+
+
+# `fmt % mapping` reads only the items the format names, which the engine finds by reading the
+# format's UTF-8. PyUnicode_AsUTF8AndSize keeps that UTF-8 in a non-ASCII string, so the
+# program saw its format string grow (sys.getsizeof) in a pass that had looked, and a capture
+# described a value the run never had.
+FORMATTED = """\
+import sys
+
+FMT = "total → %(total)s"
+
+
+def main():
+    row = {"total": 12.5, "unused": 3}
+    before = sys.getsizeof(FMT)
+    msg = FMT % row
+    grown = sys.getsizeof(FMT) - before
+    return msg, grown
+
+
+RESULT = main()
+"""
+
+
+def test_reading_a_format_s_fields_leaves_the_format_as_it_was(tmp_path: pathlib.Path) -> None:
+    from sealtrace.sandbox.questions import Trace
+
+    with _every_step(tmp_path, FORMATTED, "formatted.py") as (inquiry, every):
+        (grown,) = (n for n in every.values() if n["op"] == "BINARY_OP -")
+        assert grown["value"]["repr"] == "0"
+        at = f"formatted.py:{line_of(FORMATTED, 'return msg, grown')}"
+        assert inquiry.trace(Trace(at=at, var="grown", depth=2))["root"]["value"]["repr"] == "0"
+        # And the formatted message still comes from the one item its format names.
+        doc = inquiry.trace(Trace(at=at, var="msg", depth=8))
+    shown = {n["value"]["repr"] for n in walk(doc["root"]) if n["value"]}
+    assert "12.5" in shown and "3" not in shown, shown
