@@ -1023,7 +1023,7 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 
 def _message(exc: BaseException) -> dict[str, Any] | None:
     t = type(exc)
-    owner = next((c for c in t.__mro__ if "__str__" in c.__dict__), object)
+    owner = next((c for c in t.__mro__ if "__str__" in _TYPE_DICT.__get__(c, type)), object)
     if _of_type(owner, "__module__") != "builtins":
         return None  # the program's own __str__
     args = BaseException.__dict__["args"].__get__(exc)
